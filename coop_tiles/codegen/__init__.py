@@ -1,0 +1,1 @@
+"""Code generation: the CUB C++ translation unit and the Numba program body."""

@@ -1,0 +1,90 @@
+"""The TileError family: every user mistake is reported as one, located at the user's line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    """A span in the user's source: file, 1-based line, 0-based column, and the line's text."""
+
+    filename: str
+    line: int
+    col: int = 0
+    end_col: int | None = None
+    text: str = ""
+
+    def render(self) -> str:
+        head = f"{self.filename}:{self.line}:{self.col + 1}"
+        if not self.text:
+            return head
+        stripped = self.text.rstrip()
+        width = max(1, (self.end_col or len(stripped)) - self.col)
+        return f"{head}\n    {stripped}\n    {' ' * self.col}{'^' * width}"
+
+
+@dataclass
+class _Details:
+    loc: SourceLocation | None = None
+    inlined_from: list[SourceLocation] = field(default_factory=list)
+    log: str | None = None
+
+
+class TileError(Exception):
+    """Base class of every error a user's tile program or launch can cause."""
+
+    def __init__(self, message: str, *, loc: SourceLocation | None = None, log: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.details = _Details(loc=loc, log=log)
+
+    @property
+    def loc(self) -> SourceLocation | None:
+        return self.details.loc
+
+    def locate(self, loc: SourceLocation) -> None:
+        """Attach `loc` if no location is known yet; otherwise record it as an inlining call site."""
+        if self.details.loc is None:
+            self.details.loc = loc
+        elif loc != self.details.loc and loc not in self.details.inlined_from:
+            self.details.inlined_from.append(loc)
+
+    def __str__(self) -> str:
+        parts = []
+        if self.details.loc is not None:
+            parts.append(self.details.loc.render())
+        parts.append(f"{type(self).__name__}: {self.message}" if parts else self.message)
+        for site in self.details.inlined_from:
+            parts.append(f"  inlined from {site.render()}")
+        if self.details.log:
+            parts.append("--- backend log ---\n" + self.details.log.strip())
+        return "\n".join(parts)
+
+
+class TileSyntaxError(TileError):
+    """A Python construct that tile programs do not support."""
+
+
+class TileTypeError(TileError):
+    """A type, dtype or shape mismatch, or a value of the wrong kind (tile vs scalar)."""
+
+
+class TileValueError(TileError):
+    """A value that is of the right kind but not allowed (a non-constexpr tile size, an unknown op)."""
+
+
+class DivergenceError(TileError):
+    """A tile collective reached under control flow that is not block-uniform."""
+
+
+class LaunchError(TileError):
+    """A bad launch: host arrays, non-contiguous arrays, wrong dtypes, bad grids or streams."""
+
+
+class SharedMemoryError(TileError):
+    """The kernel's TempStorage plan needs more shared memory than the device allows."""
+
+
+class CompileError(TileError):
+    """A backend (NVRTC, Numba, nvJitLink) rejected generated code; the raw log is attached."""

@@ -1,0 +1,1 @@
+"""The front end: tile-program source, its typed IR, and the NumPy interpreter."""

@@ -1,0 +1,251 @@
+"""The typed tile IR: what the front end produces and the planner and code generators consume.
+
+A program is a list of statements; control flow nests lists. Values are named variables or
+literals, each with its type. Every statement that lowers to a CUB collective carries a
+unique `cid` the plan refers to.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import SourceLocation
+from .types import ArrayType, ScalarType, TileType, ValueType
+
+
+@dataclass(frozen=True)
+class Var:
+    name: str
+    type: ValueType
+
+    def __str__(self) -> str:
+        return f"%{self.name}"
+
+
+@dataclass(frozen=True)
+class Lit:
+    value: object
+    type: ScalarType
+
+    def __str__(self) -> str:
+        return repr(self.value)
+
+
+Value = Var | Lit
+
+
+@dataclass
+class Stmt:
+    loc: SourceLocation | None = field(default=None, kw_only=True, compare=False, repr=False)
+
+
+@dataclass
+class Param(Stmt):
+    """A kernel argument; arrays arrive as data pointers, scalars by value."""
+
+    out: Var
+    position: int
+
+
+@dataclass
+class ScalarOp(Stmt):
+    """`out = op(*args)`: operands are converted to `compute` first, the result to `out`'s dtype."""
+
+    out: Var
+    op: str
+    args: tuple[Value, ...]
+    compute: np.dtype
+
+
+@dataclass
+class ProgramId(Stmt):
+    out: Var
+    axis: int
+    count: bool = False  # num_programs instead of program_id
+
+
+@dataclass
+class ArrayRead(Stmt):
+    out: Var
+    array: Var
+    index: Value
+
+
+@dataclass
+class ArrayWrite(Stmt):
+    array: Var
+    index: Value
+    value: Value
+
+
+@dataclass
+class Copy(Stmt):
+    """Assign a value to a user variable (tiles are copied element by element)."""
+
+    out: Var
+    src: Value
+
+
+@dataclass
+class TileFull(Stmt):
+    out: Var
+    value: Value
+
+
+@dataclass
+class TileArange(Stmt):
+    out: Var
+
+
+@dataclass
+class TileMap(Stmt):
+    """Element-wise `out[i] = op(args[0][i] or scalar, ...)`, with ScalarOp's conversions."""
+
+    out: Var
+    op: str
+    args: tuple[Value, ...]
+    compute: np.dtype
+
+
+@dataclass
+class Collective(Stmt):
+    cid: int = field(default=-1, kw_only=True)
+
+
+@dataclass
+class TileLoad(Collective):
+    out: Var
+    array: Var
+    offset: Value
+    valid: Value | None
+    other: Value
+
+
+@dataclass
+class TileStore(Collective):
+    array: Var
+    offset: Value
+    tile: Var
+    valid: Value | None
+
+
+@dataclass
+class TileScan(Collective):
+    out: Var
+    src: Var
+    op: str
+    exclusive: bool
+    initial: Value | None
+    total: Var | None
+
+
+@dataclass
+class TileReduce(Collective):
+    out: Var
+    src: Var
+    op: str
+
+
+@dataclass
+class If(Stmt):
+    cond: Value
+    then: list[Stmt]
+    orelse: list[Stmt]
+
+
+@dataclass
+class ForRange(Stmt):
+    var: Var
+    start: Value
+    stop: Value
+    step: Value
+    body: list[Stmt]
+
+
+@dataclass
+class While(Stmt):
+    """`while True: cond_body; if not cond: break; body`."""
+
+    cond_body: list[Stmt]
+    cond: Value
+    body: list[Stmt]
+
+
+@dataclass
+class Return(Stmt):
+    pass
+
+
+@dataclass
+class Program:
+    """A typed tile program: its parameters, body, and the source it came from."""
+
+    name: str
+    params: list[tuple[str, ArrayType | ScalarType]]
+    body: list[Stmt]
+    source_hash: str = ""
+
+    def walk(self):
+        """Every statement, depth first, in program order."""
+        yield from walk(self.body)
+
+    def __str__(self) -> str:
+        lines = [f"program {self.name}({', '.join(f'{n}: {t}' for n, t in self.params)})"]
+        _format(self.body, lines, 1)
+        return "\n".join(lines)
+
+
+def walk(body: list[Stmt]):
+    for s in body:
+        yield s
+        if isinstance(s, If):
+            yield from walk(s.then)
+            yield from walk(s.orelse)
+        elif isinstance(s, ForRange):
+            yield from walk(s.body)
+        elif isinstance(s, While):
+            yield from walk(s.cond_body)
+            yield from walk(s.body)
+
+
+def tile_vars(program: Program) -> dict[str, TileType]:
+    """Every tile-typed variable the program defines, by name."""
+    out: dict[str, TileType] = {}
+    for s in program.walk():
+        target = getattr(s, "out", None)
+        if isinstance(target, Var) and isinstance(target.type, TileType):
+            out[target.name] = target.type
+    return out
+
+
+def _format(body: list[Stmt], lines: list[str], depth: int) -> None:
+    pad = "  " * depth
+    for s in body:
+        if isinstance(s, If):
+            lines.append(f"{pad}if {s.cond}:")
+            _format(s.then, lines, depth + 1)
+            if s.orelse:
+                lines.append(f"{pad}else:")
+                _format(s.orelse, lines, depth + 1)
+        elif isinstance(s, ForRange):
+            lines.append(f"{pad}for {s.var} in range({s.start}, {s.stop}, {s.step}):")
+            _format(s.body, lines, depth + 1)
+        elif isinstance(s, While):
+            lines.append(f"{pad}while:")
+            _format(s.cond_body, lines, depth + 1)
+            lines.append(f"{pad}  test {s.cond}")
+            _format(s.body, lines, depth + 1)
+        else:
+            fields = {k: v for k, v in vars(s).items() if k != "loc"}
+            text = ", ".join(f"{k}={_fmt(v)}" for k, v in fields.items())
+            lines.append(f"{pad}{type(s).__name__}({text})")
+
+
+def _fmt(v: object) -> str:
+    if isinstance(v, Var):
+        return f"%{v.name}:{v.type}"
+    if isinstance(v, tuple):
+        return "(" + ", ".join(_fmt(x) for x in v) + ")"
+    return str(v)

@@ -1,0 +1,138 @@
+"""Types of runtime values in a tile program, and NumPy promotion between them.
+
+Promotion is computed by applying the operation to tiny NumPy stand-ins, so the compiled
+program and the NumPy interpreter agree on every result dtype by construction
+(including NEP 50 "weak" Python scalars).
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from ..dtypes import as_dtype
+from ..errors import TileTypeError
+
+
+@dataclass(frozen=True)
+class ScalarType:
+    """A block-uniform scalar. `weak` marks Python ints/floats, which adopt a tile's dtype."""
+
+    dtype: np.dtype
+    weak: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.dtype.name}{' (python scalar)' if self.weak else ''}"
+
+
+@dataclass(frozen=True)
+class TileType:
+    dtype: np.dtype
+    size: int
+
+    def __str__(self) -> str:
+        return f"tile<{self.dtype.name}, {self.size}>"
+
+
+@dataclass(frozen=True)
+class ArrayType:
+    """A device array argument (1-D contiguous view of its data)."""
+
+    dtype: np.dtype
+
+    def __str__(self) -> str:
+        return f"array<{self.dtype.name}>"
+
+
+ValueType = ScalarType | TileType | ArrayType
+
+INT64 = ScalarType(np.dtype(np.int64))
+WEAK_INT = ScalarType(np.dtype(np.int64), weak=True)
+WEAK_FLOAT = ScalarType(np.dtype(np.float64), weak=True)
+BOOL = ScalarType(np.dtype(np.bool_))
+
+
+def type_of_python_scalar(value: object) -> ScalarType:
+    """The type of a Python or NumPy scalar value."""
+    if isinstance(value, (bool, np.bool_)):
+        return BOOL
+    if isinstance(value, int):
+        return WEAK_INT
+    if isinstance(value, float):
+        return WEAK_FLOAT
+    if isinstance(value, np.generic):
+        return ScalarType(as_dtype(value.dtype))
+    raise TileTypeError(f"{value!r} is not a number")
+
+
+def _stand_in(t: ScalarType | TileType) -> object:
+    if isinstance(t, TileType):
+        return np.ones(1, dtype=t.dtype)
+    if t.weak:
+        return {"b": True, "i": 1, "f": 1.0}[t.dtype.kind]
+    return t.dtype.type(1)
+
+
+def _from_result(result: object, tile_size: int | None) -> ScalarType | TileType:
+    if isinstance(result, np.ndarray):
+        assert tile_size is not None
+        return TileType(as_dtype(result.dtype), tile_size)
+    if isinstance(result, (bool, int, float)) and not isinstance(result, np.generic):
+        t = type_of_python_scalar(result)
+        return ScalarType(t.dtype, weak=t.dtype.kind != "b")
+    return ScalarType(as_dtype(np.asarray(result).dtype))
+
+
+def result_type(fn: Callable, *operands: ScalarType | TileType) -> ScalarType | TileType:
+    """The type NumPy gives `fn(*operands)`; all tile operands must have the same size."""
+    sizes = {t.size for t in operands if isinstance(t, TileType)}
+    if len(sizes) > 1:
+        raise TileTypeError(
+            "tiles of different sizes in one element-wise operation: "
+            + ", ".join(str(t) for t in operands if isinstance(t, TileType))
+        )
+    return _cached_result_type(fn, operands, next(iter(sizes), None))
+
+
+@functools.lru_cache(maxsize=4096)
+def _cached_result_type(fn: Callable, operands: tuple, size: int | None) -> ScalarType | TileType:
+    try:
+        with np.errstate(all="ignore"):
+            result = fn(*(_stand_in(t) for t in operands))
+    except TypeError as e:
+        names = ", ".join(str(t) for t in operands)
+        raise TileTypeError(f"operation not defined for {names}: {e}") from None
+    return _from_result(result, size)
+
+
+def common_type(*operands: ScalarType | TileType) -> ScalarType | TileType:
+    """The type both sides of a comparison are converted to before comparing."""
+    if all(isinstance(t, ScalarType) and t.dtype == np.bool_ for t in operands):
+        return operands[0]
+    return result_type(operator.add, *operands)
+
+
+def join(a: ValueType, b: ValueType, name: str) -> ValueType:
+    """The type a variable assigned both `a` and `b` is given (for loops and branches)."""
+    if a == b:
+        return a
+    if isinstance(a, ScalarType) and isinstance(b, ScalarType):
+        if a.dtype == b.dtype:
+            return ScalarType(a.dtype, a.weak and b.weak)
+        joined = result_type(operator.add, a, b)
+        if a.dtype.kind == "b" or b.dtype.kind == "b":
+            raise TileTypeError(f"variable {name!r} is assigned both {a} and {b}")
+        return joined
+    if isinstance(a, TileType) and isinstance(b, TileType):
+        if a.size != b.size:
+            raise TileTypeError(f"variable {name!r} is assigned tiles of different sizes: {a} and {b}; use two names")
+        return TileType(np.promote_types(a.dtype, b.dtype), a.size)
+    raise TileTypeError(f"variable {name!r} is assigned both a {_kind(a)} ({a}) and a {_kind(b)} ({b})")
+
+
+def _kind(t: ValueType) -> str:
+    return {ScalarType: "scalar", TileType: "tile", ArrayType: "array"}[type(t)]

@@ -1,0 +1,183 @@
+"""The TempStorage carve plan: one shared-memory buffer, byte offsets per collective, and barriers.
+
+Every collective's TempStorage is live only while the collective runs, but its bytes stay
+"dirty" until the next `__syncthreads()`: a slow thread may still be reading them. Walking
+the program in order (loops twice, to see the back edge), each collective is placed at the
+lowest aligned offset that no dirty region overlaps, within a budget of the largest
+storage plus the small (< 1 KiB) ones. If none is free, it goes to offset 0 and a barrier
+is placed before it. So small scans and reductions sit beside large loads without a
+barrier, while large exchanges share bytes, separated by exactly one barrier.
+
+The same walk places barriers for global-memory hazards inside a block: a read of an
+array written earlier in the block (or a write after a read) by another thread.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..lang import ir
+
+SMALL_STORAGE_BYTES = 1024
+#: Dynamic shared memory is aligned to 16 bytes; offsets are relative to it.
+BASE_ALIGNMENT = 16
+
+
+@dataclass(frozen=True)
+class StorageNeed:
+    size: int
+    align: int
+
+
+@dataclass(frozen=True)
+class Region:
+    cid: int
+    offset: int
+    size: int
+    align: int
+
+    @property
+    def end(self) -> int:
+        return self.offset + self.size
+
+
+@dataclass(frozen=True)
+class Barrier:
+    """A `__syncthreads()` placed before statement `before` (by identity), and why."""
+
+    before: int
+    line: int | None
+    reason: str
+
+
+@dataclass
+class CarvePlan:
+    regions: dict[int, Region]
+    total_bytes: int
+    barriers: dict[int, Barrier] = field(default_factory=dict)
+
+
+@dataclass
+class _Dirty:
+    regions: list[Region] = field(default_factory=list)
+    reads: set[str] = field(default_factory=set)
+    writes: set[str] = field(default_factory=set)
+
+    def merged(self, other: _Dirty) -> _Dirty:
+        regions = self.regions + [r for r in other.regions if r not in self.regions]
+        return _Dirty(regions, self.reads | other.reads, self.writes | other.writes)
+
+    def covers(self, other: _Dirty) -> bool:
+        return all(r in self.regions for r in other.regions) and other.reads <= self.reads and \
+            other.writes <= self.writes
+
+
+class _Carver:
+    def __init__(self, needs: dict[int, StorageNeed]):
+        self.needs = needs
+        largest = max((n.size for n in needs.values()), default=0)
+        small = sum(_round_up(n.size, n.align) for n in needs.values() if n.size < SMALL_STORAGE_BYTES)
+        self.budget = largest + small if largest >= SMALL_STORAGE_BYTES else max(largest, small)
+        self.regions: dict[int, Region] = {}
+        self.barriers: dict[int, Barrier] = {}
+
+    def barrier(self, stmt: ir.Stmt, reason: str) -> _Dirty:
+        if id(stmt) not in self.barriers:
+            self.barriers[id(stmt)] = Barrier(id(stmt), stmt.loc.line if stmt.loc else None, reason)
+        return _Dirty()
+
+    def place(self, cid: int, dirty: list[Region]) -> Region | None:
+        need = self.needs[cid]
+        align = max(1, min(need.align, BASE_ALIGNMENT))
+        offset = 0
+        for r in sorted(dirty, key=lambda r: r.offset):
+            if offset + need.size <= r.offset:
+                break
+            offset = max(offset, _round_up(r.end, align))
+        if offset + need.size <= self.budget and not _overlaps(offset, need.size, dirty):
+            return Region(cid, offset, need.size, align)
+        return None
+
+    def collective(self, s: ir.Collective, dirty: _Dirty) -> _Dirty:
+        dirty = self.memory(s, dirty)
+        if s.cid not in self.needs:
+            return dirty
+        region = self.regions.get(s.cid)
+        if region is None:
+            region = self.place(s.cid, dirty.regions)
+            if region is None:
+                dirty = self.barrier(s, "TempStorage reuse")
+                region = Region(s.cid, 0, self.needs[s.cid].size, self.needs[s.cid].align)
+            self.regions[s.cid] = region
+        elif _overlaps(region.offset, region.size, dirty.regions) and id(s) not in self.barriers:
+            dirty = self.barrier(s, "TempStorage reuse")
+        elif id(s) in self.barriers:
+            dirty = _Dirty()
+        return _Dirty(dirty.regions + [region], dirty.reads, dirty.writes)
+
+    def memory(self, s: ir.Stmt, dirty: _Dirty) -> _Dirty:
+        """Barriers for global-memory hazards between threads of the block."""
+        access = _global_access(s)
+        if access is None:
+            return dirty
+        array, is_write = access
+        hazard = array in dirty.writes or (is_write and array in dirty.reads)
+        if hazard or id(s) in self.barriers:
+            if hazard:
+                dirty = self.barrier(s, f"{'write after read' if is_write else 'read after write'} of {array}")
+            else:
+                dirty = _Dirty()
+        (dirty.writes if is_write else dirty.reads).add(array)
+        return dirty
+
+    def walk(self, body: list[ir.Stmt], dirty: _Dirty) -> _Dirty:
+        for s in body:
+            if isinstance(s, ir.Collective):
+                dirty = self.collective(s, dirty)
+            elif isinstance(s, (ir.ArrayRead, ir.ArrayWrite)):
+                dirty = self.memory(s, dirty)
+            elif isinstance(s, ir.If):
+                dirty = self.walk(s.then, _copy(dirty)).merged(self.walk(s.orelse, _copy(dirty)))
+            elif isinstance(s, (ir.ForRange, ir.While)):
+                dirty = self.loop(s, dirty)
+        return dirty
+
+    def loop(self, s: ir.ForRange | ir.While, dirty: _Dirty) -> _Dirty:
+        parts = [s.body] if isinstance(s, ir.ForRange) else [s.cond_body, s.body]
+        entry = dirty
+        for _ in range(4):  # the back edge: iteration k+1 starts with what iteration k left dirty
+            end = entry
+            for part in parts:
+                end = self.walk(part, _copy(end))
+            if entry.covers(end):
+                break
+            entry = entry.merged(end)
+        return entry
+
+
+def _copy(d: _Dirty) -> _Dirty:
+    return _Dirty(list(d.regions), set(d.reads), set(d.writes))
+
+
+def _global_access(s: ir.Stmt) -> tuple[str, bool] | None:
+    if isinstance(s, (ir.TileLoad, ir.ArrayRead)):
+        return s.array.name, False
+    if isinstance(s, (ir.TileStore, ir.ArrayWrite)):
+        return s.array.name, True
+    return None
+
+
+def _overlaps(offset: int, size: int, regions: list[Region]) -> bool:
+    return any(offset < r.end and r.offset < offset + size for r in regions)
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def carve(program: ir.Program, needs: dict[int, StorageNeed]) -> CarvePlan:
+    """Offsets for every collective that needs TempStorage, and the barriers between them."""
+    carver = _Carver(needs)
+    carver.walk(program.body, _Dirty())
+    total = max((r.end for r in carver.regions.values()), default=0)
+    return CarvePlan(carver.regions, _round_up(total, BASE_ALIGNMENT), carver.barriers)

@@ -1,0 +1,144 @@
+"""ThreadData layouts: how each tile is spread over the block, and which CUB algorithm runs each collective.
+
+Tiles joined by element-wise operations must share an arrangement, so they are grouped with
+a union-find. A group that touches a scan is BLOCKED (CUB scans work on blocked items);
+every other group is STRIPED, which lets loads and stores go straight to global memory
+(coalesced, no shared memory). Blocked groups load and store through
+BLOCK_LOAD_WARP_TRANSPOSE / BLOCK_STORE_WARP_TRANSPOSE.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import TileValueError
+from ..lang import ir
+from ..lang.types import TileType
+
+BLOCKED = "blocked"
+STRIPED = "striped"
+DEFAULT_BLOCK_THREADS = 256
+MAX_BLOCK_THREADS = 1024
+#: Tiles live in registers; past this many items per thread they would spill.
+MAX_ITEMS_PER_THREAD = 32
+
+
+@dataclass(frozen=True)
+class TileLayout:
+    """Where a tile's elements live: `items_per_thread` registers per thread, in `arrangement`."""
+
+    name: str
+    dtype: str
+    size: int
+    items_per_thread: int
+    arrangement: str
+    storage: str = "registers"
+
+
+@dataclass(frozen=True)
+class CollectiveChoice:
+    """The CUB primitive and algorithm chosen for one collective statement."""
+
+    cid: int
+    op: str
+    primitive: str
+    algorithm: str
+    line: int | None
+    needs_storage: bool
+
+
+@dataclass(frozen=True)
+class LayoutPlan:
+    block_threads: int
+    tiles: dict[str, TileLayout]
+    collectives: dict[int, CollectiveChoice]
+
+
+def choose_block_threads(program: ir.Program, pinned: int | None) -> int:
+    """Threads per block: `pinned`, or min(256, the largest tile rounded up to a warp), grown
+    up to 1024 when a tile would need more than 32 items per thread."""
+    sizes = [t.size for t in ir.tile_vars(program).values()]
+    largest = max(sizes, default=1)
+    if pinned is not None:
+        if not isinstance(pinned, int) or pinned % 32 or not 32 <= pinned <= MAX_BLOCK_THREADS:
+            raise TileValueError(f"block_threads must be a multiple of 32 between 32 and 1024, got {pinned!r}")
+        threads = pinned
+    else:
+        threads = min(DEFAULT_BLOCK_THREADS, _round_up(largest, 32))
+        if -(-largest // threads) > MAX_ITEMS_PER_THREAD:
+            threads = min(MAX_BLOCK_THREADS, _round_up(-(-largest // MAX_ITEMS_PER_THREAD), 32))
+    items = -(-largest // threads)
+    if items > MAX_ITEMS_PER_THREAD:
+        raise TileValueError(
+            f"a tile of {largest} elements needs {items} items per thread at {threads} threads; "
+            f"tiles are kept in registers, at most {MAX_ITEMS_PER_THREAD} items per thread "
+            f"({MAX_ITEMS_PER_THREAD * MAX_BLOCK_THREADS} elements at 1024 threads): use smaller tiles"
+        )
+    return threads
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+class _Groups:
+    def __init__(self) -> None:
+        self.parent: dict[str, str] = {}
+
+    def find(self, x: str) -> str:
+        self.parent.setdefault(x, x)
+        while self.parent[x] != x:
+            self.parent[x] = self.parent[self.parent[x]]
+            x = self.parent[x]
+        return x
+
+    def union(self, a: str, b: str) -> None:
+        self.parent[self.find(a)] = self.find(b)
+
+
+def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -> LayoutPlan:
+    """Choose block size, every tile's layout and every collective's CUB algorithm."""
+    threads = choose_block_threads(program, pinned_block_threads)
+    tiles = ir.tile_vars(program)
+    groups = _Groups()
+    needs_blocked: set[str] = set()
+    for s in program.walk():
+        if isinstance(s, (ir.TileMap, ir.Copy)):
+            srcs = s.args if isinstance(s, ir.TileMap) else (s.src,)
+            for a in srcs:
+                if isinstance(a, ir.Var) and isinstance(a.type, TileType):
+                    groups.union(s.out.name, a.name)
+        elif isinstance(s, ir.TileScan):
+            groups.union(s.out.name, s.src.name)
+            needs_blocked.add(s.out.name)
+    blocked_roots = {groups.find(n) for n in needs_blocked}
+    layouts = {
+        name: TileLayout(
+            name=name, dtype=t.dtype.name, size=t.size, items_per_thread=-(-t.size // threads),
+            arrangement=BLOCKED if groups.find(name) in blocked_roots else STRIPED,
+        )
+        for name, t in tiles.items()
+    }
+    collectives = {}
+    for s in program.walk():
+        if isinstance(s, ir.Collective):
+            collectives[s.cid] = _choose(s, layouts)
+    return LayoutPlan(threads, layouts, collectives)
+
+
+def _choose(s: ir.Collective, layouts: dict[str, TileLayout]) -> CollectiveChoice:
+    line = s.loc.line if s.loc else None
+    if isinstance(s, (ir.TileLoad, ir.TileStore)):
+        layout = layouts[s.out.name if isinstance(s, ir.TileLoad) else s.tile.name]
+        load = isinstance(s, ir.TileLoad)
+        if layout.arrangement == BLOCKED and layout.items_per_thread > 1:
+            algo = "BLOCK_LOAD_WARP_TRANSPOSE" if load else "BLOCK_STORE_WARP_TRANSPOSE"
+            return CollectiveChoice(s.cid, "load" if load else "store", "BlockLoad" if load else "BlockStore",
+                                    algo, line, True)
+        return CollectiveChoice(s.cid, "load" if load else "store",
+                                "LoadDirectStriped" if load else "StoreDirectStriped", "DIRECT", line, False)
+    if isinstance(s, ir.TileScan):
+        return CollectiveChoice(s.cid, f"scan[{s.op}]", "BlockScan", "BLOCK_SCAN_WARP_SCANS", line, True)
+    if isinstance(s, ir.TileReduce):
+        return CollectiveChoice(s.cid, f"reduce[{s.op}]", "BlockReduce", "BLOCK_REDUCE_WARP_REDUCTIONS", line, True)
+    raise AssertionError(f"unknown collective {s!r}")

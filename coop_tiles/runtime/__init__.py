@@ -1,0 +1,1 @@
+"""The runtime: toolchain, caches, argument handling, loading and launching."""

@@ -1,0 +1,140 @@
+"""Kernel arguments: recognising device arrays and scalars, and packing them for a launch.
+
+Device arrays are anything with `__cuda_array_interface__` (CuPy, PyTorch, Numba) or
+DLPack; CuPy and PyTorch take fast paths that avoid building the interface dict on every
+launch. Each argument position gets a packer chosen once per specialisation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ..dtypes import MEMORY_DTYPES
+from ..errors import LaunchError
+from ..lang.types import ArrayType, ScalarType, type_of_python_scalar
+
+_TORCH_DTYPES: dict[Any, np.dtype] = {}
+
+
+@dataclass(frozen=True)
+class DeviceArray:
+    ptr: int
+    dtype: np.dtype
+    library: str  # "cupy", "torch" or "other": which library's current stream is the default
+
+
+def _torch_dtype(t) -> np.dtype:
+    dt = _TORCH_DTYPES.get(t.dtype)
+    if dt is None:
+        import torch
+
+        table = {torch.int8: np.int8, torch.int16: np.int16, torch.int32: np.int32, torch.int64: np.int64,
+                 torch.uint8: np.uint8, torch.float32: np.float32, torch.float64: np.float64, torch.bool: np.bool_}
+        for attr, np_t in (("uint16", np.uint16), ("uint32", np.uint32), ("uint64", np.uint64)):
+            if hasattr(torch, attr):
+                table[getattr(torch, attr)] = np_t
+        if t.dtype not in table:
+            raise LaunchError(f"PyTorch dtype {t.dtype} is not supported by coop_tiles")
+        dt = _TORCH_DTYPES[t.dtype] = np.dtype(table[t.dtype])
+    return dt
+
+
+def _from_cupy(a) -> DeviceArray:
+    if not a.flags.c_contiguous:
+        raise LaunchError("is not contiguous; pass a contiguous array (cupy.ascontiguousarray)")
+    return DeviceArray(a.data.ptr, a.dtype, "cupy")
+
+
+def _from_torch(t) -> DeviceArray:
+    if not t.is_cuda:
+        raise LaunchError("is a PyTorch tensor on the CPU; move it to the GPU with .cuda()")
+    if not t.is_contiguous():
+        raise LaunchError("is not contiguous; pass t.contiguous()")
+    return DeviceArray(t.data_ptr(), _torch_dtype(t), "torch")
+
+
+def _from_interface(a) -> DeviceArray:
+    cai = a.__cuda_array_interface__
+    dtype = np.dtype(cai["typestr"])
+    strides, shape = cai.get("strides"), cai["shape"]
+    if strides is not None:
+        expected, step = [], dtype.itemsize
+        for extent in reversed(shape):
+            expected.append(step)
+            step *= extent
+        if any(s != e for s, e, n in zip(strides, reversed(expected), shape) if n > 1):
+            raise LaunchError("is not contiguous (its strides are not C order)")
+    return DeviceArray(int(cai["data"][0] or 0), dtype, "other")
+
+
+def _from_dlpack(a) -> DeviceArray:
+    try:
+        import cupy
+    except ImportError:
+        raise LaunchError("supports only DLPack; install cupy to pass DLPack arrays") from None
+    return _from_cupy(cupy.from_dlpack(a))
+
+
+def _extractor(cls: type) -> Callable[[Any], DeviceArray] | None:
+    module = cls.__module__.split(".")[0]
+    if module == "cupy" and cls.__name__ == "ndarray":
+        return _from_cupy
+    if module == "torch" and hasattr(cls, "data_ptr"):
+        return _from_torch
+    if hasattr(cls, "__cuda_array_interface__"):
+        return _from_interface
+    if hasattr(cls, "__dlpack__") and cls is not np.ndarray:
+        return _from_dlpack
+    return None
+
+
+_extractors: dict[type, Callable[[Any], DeviceArray] | None] = {}
+
+
+def device_array(obj: Any, name: str) -> DeviceArray | None:
+    """`obj` as a device array, None if it is not an array at all; LaunchError if it is unusable."""
+    cls = type(obj)
+    if cls not in _extractors:
+        _extractors[cls] = _extractor(cls)
+    extract = _extractors[cls]
+    if extract is None:
+        if isinstance(obj, np.ndarray):
+            raise LaunchError(
+                f"argument {name!r} is a NumPy array in host memory; pass a device array (cupy.asarray(x), "
+                "torch.from_numpy(x).cuda()), or run the program with interpret=True / COOP_TILES_INTERPRET=1"
+            )
+        return None
+    try:
+        arr = extract(obj)
+    except LaunchError as e:
+        raise LaunchError(f"argument {name!r} {e.message}") from None
+    if arr.dtype not in MEMORY_DTYPES:
+        supported = ", ".join(d.name for d in MEMORY_DTYPES)
+        raise LaunchError(f"argument {name!r} has dtype {arr.dtype.name}, which is not supported; use one of {supported}")
+    return arr
+
+
+def arg_type(obj: Any, name: str) -> ArrayType | ScalarType:
+    """The type a kernel argument gives its parameter."""
+    arr = device_array(obj, name)
+    if arr is not None:
+        return ArrayType(arr.dtype)
+    try:
+        t = type_of_python_scalar(obj)
+    except Exception:
+        raise LaunchError(f"argument {name!r} must be a device array or a number, got {type(obj).__name__}") from None
+    if t.dtype.kind in "iu" and isinstance(obj, int) and not -(2**63) <= obj < 2**63:
+        raise LaunchError(f"argument {name!r} = {obj} does not fit in int64")
+    return t
+
+
+def packer(t: ArrayType | ScalarType) -> Callable[[Any], Any]:
+    """A function turning a pointer or scalar into what the launch passes, typed for the C ABI."""
+    if isinstance(t, ArrayType):
+        return np.uint64
+    if t.dtype == np.bool_:
+        return lambda v: np.uint8(bool(v))
+    return t.dtype.type

@@ -1,0 +1,132 @@
+"""Loading cubins and launching them with cuda.core on the caller's stream."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from ..errors import LaunchError, SharedMemoryError
+from .compiler import CompiledKernel
+
+STATIC_SHARED_LIMIT = 48 * 1024
+
+
+@functools.lru_cache(maxsize=None)
+def _core():
+    import cuda.core as core
+
+    return core
+
+
+@functools.lru_cache(maxsize=None)
+def current_device() -> Any:
+    """The current CUDA device (made current for cuda.core once per process)."""
+    core = _core()
+    device = core.Device()
+    device.set_current()
+    return device
+
+
+@functools.lru_cache(maxsize=None)
+def device_arch(device_id: int) -> str:
+    major, minor = current_device().compute_capability
+    return f"sm_{major}{minor}"
+
+
+@functools.lru_cache(maxsize=None)
+def max_shared_optin(device_id: int) -> int:
+    from cuda.bindings import driver
+
+    attr = driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+    err, value = driver.cuDeviceGetAttribute(attr, device_id)
+    return int(value)
+
+
+def load(kernel: CompiledKernel, device_id: int) -> Any:
+    """The cuda.core Kernel for `kernel` on `device_id`, opted into its dynamic shared memory."""
+    loaded = kernel.loaded.get(device_id)
+    if loaded is not None:
+        return loaded
+    shared = kernel.shared_bytes
+    limit = max_shared_optin(device_id)
+    if shared > limit:
+        regions = sorted(kernel.plan.carve.regions.values(), key=lambda r: -r.size)
+        users = ", ".join(
+            f"{kernel.plan.collectives[r.cid].op} ({kernel.plan.collectives[r.cid].primitive}, line "
+            f"{kernel.plan.collectives[r.cid].line}): {r.size} bytes" for r in regions[:4]
+        )
+        raise SharedMemoryError(
+            f"{kernel.program.name} needs {shared} bytes of shared memory per block, more than this device's "
+            f"limit of {limit}; largest users: {users}. Use smaller tiles or fewer threads per block"
+        )
+    core = _core()
+    compiled = core.ObjectCode.from_cubin(kernel.cubin).get_kernel(kernel.kernel_name)
+    if shared > STATIC_SHARED_LIMIT:
+        from cuda.bindings import driver
+
+        attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        (err,) = driver.cuKernelSetAttribute(attr, shared, compiled.handle, device_id)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise SharedMemoryError(f"could not opt {kernel.program.name} into {shared} bytes of dynamic shared memory: {err.name}")
+    kernel.loaded[device_id] = compiled
+    return compiled
+
+
+_streams: dict[int, Any] = {}
+
+
+def stream_handle(stream: Any, libraries: set[str]) -> int:
+    """The raw handle of `stream`; by default the current stream of the array library in use."""
+    if stream is None:
+        if "torch" in libraries:
+            import torch
+
+            return torch.cuda.current_stream().cuda_stream
+        if "cupy" in libraries:
+            import cupy
+
+            return cupy.cuda.get_current_stream().ptr
+        return 0
+    if isinstance(stream, int):
+        return stream
+    for attr in ("cuda_stream", "ptr"):
+        handle = getattr(stream, attr, None)
+        if isinstance(handle, int):
+            return handle
+    if hasattr(stream, "__cuda_stream__"):
+        return int(stream.__cuda_stream__()[1])
+    handle = getattr(stream, "handle", None)
+    if handle is not None:
+        return int(handle)
+    raise LaunchError(f"can't use {type(stream).__name__} as a stream; pass a CuPy/PyTorch stream or a raw handle")
+
+
+def core_stream(handle: int) -> Any:
+    wrapped = _streams.get(handle)
+    if wrapped is None:
+        core = _core()
+        wrapped = _streams[handle] = core.Stream.from_handle(handle) if handle else core.LEGACY_DEFAULT_STREAM
+    return wrapped
+
+
+def normalize_grid(grid: Any, constexprs: dict[str, Any]) -> tuple[int, int, int]:
+    if callable(grid):
+        grid = grid(constexprs)
+    if isinstance(grid, int) and not isinstance(grid, bool):
+        grid = (grid,)
+    if not isinstance(grid, tuple) or not 1 <= len(grid) <= 3 or not all(
+        isinstance(g, int) and not isinstance(g, bool) for g in grid
+    ):
+        raise LaunchError(f"grid must be an int or a tuple of 1 to 3 ints (or a callable returning one), got {grid!r}")
+    if any(g < 0 for g in grid):
+        raise LaunchError(f"grid dimensions must be non-negative, got {grid}")
+    return tuple(grid) + (1,) * (3 - len(grid))  # type: ignore[return-value]
+
+
+def launch(kernel: CompiledKernel, compiled: Any, grid: tuple[int, int, int], stream: int, args: list) -> None:
+    core = _core()
+    config = kernel.loaded.get(("config", grid))
+    if config is None:
+        config = core.LaunchConfig(grid=grid, block=kernel.block_threads, shmem_size=kernel.shared_bytes)
+        kernel.loaded[("config", grid)] = config
+    core.launch(core_stream(stream), config, compiled, *args)
