@@ -6,16 +6,17 @@ import numpy as np
 
 from .errors import TileTypeError
 
-#: dtypes a tile, array or scalar argument may have, with their C++ spelling.
+#: dtypes a tile, array or scalar argument may have, with their C++ spelling (one token each,
+#: so `T(0)` is a valid functional cast).
 CXX_NAMES: dict[np.dtype, str] = {
-    np.dtype(np.int8): "signed char",
-    np.dtype(np.int16): "short",
-    np.dtype(np.int32): "int",
-    np.dtype(np.int64): "long long",
-    np.dtype(np.uint8): "unsigned char",
-    np.dtype(np.uint16): "unsigned short",
-    np.dtype(np.uint32): "unsigned int",
-    np.dtype(np.uint64): "unsigned long long",
+    np.dtype(np.int8): "cuda::std::int8_t",
+    np.dtype(np.int16): "cuda::std::int16_t",
+    np.dtype(np.int32): "cuda::std::int32_t",
+    np.dtype(np.int64): "cuda::std::int64_t",
+    np.dtype(np.uint8): "cuda::std::uint8_t",
+    np.dtype(np.uint16): "cuda::std::uint16_t",
+    np.dtype(np.uint32): "cuda::std::uint32_t",
+    np.dtype(np.uint64): "cuda::std::uint64_t",
     np.dtype(np.float32): "float",
     np.dtype(np.float64): "double",
     np.dtype(np.bool_): "bool",

@@ -22,6 +22,7 @@ HEADERS = """\
 #include <cub/block/block_store.cuh>
 #include <cub/block/block_scan.cuh>
 #include <cub/block/block_reduce.cuh>
+#include <cuda/std/cstdint>
 #include <cuda/std/limits>
 """
 
@@ -69,7 +70,7 @@ def c_param_type(t: ArrayType | ScalarType) -> str:
     """The C type of a kernel parameter: arrays by pointer, bools as one byte."""
     if isinstance(t, ArrayType):
         return f"{cxx_name(t.dtype)}*"
-    return "unsigned char" if t.dtype == np.bool_ else cxx_name(t.dtype)
+    return "cuda::std::uint8_t" if t.dtype == np.bool_ else cxx_name(t.dtype)
 
 
 def _items_ref(var: str, ptr: str, t: str, items: int) -> str:

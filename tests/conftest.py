@@ -1,0 +1,38 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+def _has_gpu() -> bool:
+    try:
+        from cuda.bindings import driver
+
+        (err,) = driver.cuInit(0)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            return False
+        err, count = driver.cuDeviceGetCount()
+        return err == driver.CUresult.CUDA_SUCCESS and count > 0
+    except Exception:
+        return False
+
+
+HAS_GPU = _has_gpu()
+
+
+def pytest_configure(config):
+    # Keep the suite's compiled artefacts out of the user's cache unless told otherwise.
+    if "COOP_TILES_CACHE_DIR" not in os.environ:
+        os.environ["COOP_TILES_CACHE_DIR"] = str(Path(config.rootpath) / ".pytest_cache" / "coop_tiles")
+
+
+def pytest_collection_modifyitems(config, items):
+    if HAS_GPU:
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

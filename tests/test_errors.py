@@ -1,0 +1,170 @@
+"""User mistakes raise TileError subclasses naming the user's file and line."""
+
+import inspect
+import re
+
+import numpy as np
+import pytest
+
+import coop_tiles as ct
+from coop_tiles import tile
+
+X = np.zeros(16, np.float32)
+
+
+def line_of(fn, marker: str) -> int:
+    lines, first = inspect.getsourcelines(fn)
+    return first + next(i for i, text in enumerate(lines) if marker in text)
+
+
+def compile_error(kernel, *args, **kwargs) -> ct.TileError:
+    with pytest.raises(ct.TileError) as info:
+        kernel.compile(*args, arch="sm_90", **kwargs)
+    return info.value
+
+
+def assert_located(err: ct.TileError, fn, marker: str, kind: type, message: str) -> None:
+    assert isinstance(err, kind), f"{type(err).__name__}: {err}"
+    text = str(err)
+    assert text.startswith(f"{__file__}:{line_of(fn, marker)}:"), text
+    assert re.search(message, text), text
+    assert "coop_tiles/lang" not in text and "coop_tiles/runtime" not in text
+
+
+def test_runtime_tile_size():
+    @ct.jit
+    def k(x, n):
+        t = tile.load(x, 0, n)  # HERE
+        tile.store(x, 0, t)
+
+    assert_located(compile_error(k, X, 16), k.fn, "# HERE", ct.TileValueError,
+                   r"TileValueError: tile size must be a compile-time constant .*got a runtime int64")
+
+
+def test_tile_condition_is_divergence():
+    @ct.jit
+    def k(x, T: ct.constexpr):
+        t = tile.load(x, 0, T)
+        if t > 0:  # HERE
+            tile.store(x, 0, t)
+
+    err = compile_error(k, X, T=16)
+    assert_located(err, k.fn, "# HERE", ct.DivergenceError, r"condition of this `if` is a tile.*ct\.where")
+    assert "^^^^^" in str(err)
+
+
+def test_unsupported_statement():
+    @ct.jit
+    def k(x, T: ct.constexpr):
+        for i in range(3):
+            break  # HERE
+
+    assert_located(compile_error(k, X, T=16), k.fn, "# HERE", ct.TileSyntaxError, r"`break` is not supported")
+
+
+def test_unsupported_expression():
+    @ct.jit
+    def k(x, T: ct.constexpr):
+        f = lambda v: v  # HERE  # noqa: E731
+        tile.store(x, 0, f(tile.zeros(T, np.float32)))
+
+    assert_located(compile_error(k, X, T=16), k.fn, "# HERE", ct.TileSyntaxError, r"`Lambda` expressions")
+
+
+def test_tile_size_mismatch():
+    @ct.jit
+    def k(x, T: ct.constexpr):
+        a = tile.load(x, 0, T)
+        b = tile.load(x, 0, T * 2)
+        tile.store(x, 0, a + b)  # HERE
+
+    assert_located(compile_error(k, X, T=8), k.fn, "# HERE", ct.TileTypeError,
+                   r"tiles of different sizes .*tile<float32, 8>, tile<float32, 16>")
+
+
+def test_undefined_name():
+    @ct.jit
+    def k(x, T: ct.constexpr):
+        tile.store(x, 0, tile.zeros(T, np.float32) + undefined_thing)  # HERE  # noqa: F821
+
+    assert_located(compile_error(k, X, T=8), k.fn, "# HERE", ct.TileSyntaxError, r"'undefined_thing' is not defined")
+
+
+def test_scan_of_float_with_bitwise_op():
+    @ct.jit
+    def k(x, T: ct.constexpr):
+        tile.store(x, 0, tile.scan(tile.load(x, 0, T), op="xor"))  # HERE
+
+    assert_located(compile_error(k, X, T=8), k.fn, "# HERE", ct.TileTypeError, r"'xor' needs an integer tile")
+
+
+def test_variable_switching_between_tile_and_scalar():
+    @ct.jit
+    def k(x, T: ct.constexpr):
+        v = tile.zeros(T, np.float32)
+        for i in range(2):
+            v = 1.0  # HERE
+        tile.store(x, 0, tile.zeros(T, np.float32))
+
+    err = compile_error(k, X, T=8)
+    assert isinstance(err, ct.TileTypeError) and "'v'" in str(err)
+
+
+def test_error_inside_helper_names_both_lines():
+    def helper(t):
+        return t + tile.zeros(3, np.float32)  # HELPER
+
+    @ct.jit
+    def k(x, T: ct.constexpr):
+        tile.store(x, 0, helper(tile.load(x, 0, T)))  # CALL
+
+    err = compile_error(k, X, T=8)
+    assert_located(err, helper, "# HELPER", ct.TileTypeError, "different sizes")
+    assert f"inlined from {__file__}:{line_of(k.fn, '# CALL')}" in str(err)
+
+
+def test_launch_with_host_array_is_a_clear_error():
+    @ct.jit
+    def k(x, T: ct.constexpr):
+        tile.store(x, 0, tile.zeros(T, np.float32))
+
+    with pytest.raises(ct.LaunchError, match=r"argument 'x' is a NumPy array in host memory"):
+        k[1](X, T=16)
+
+
+class FakeStridedDeviceArray:
+    __cuda_array_interface__ = {"data": (1 << 20, False), "shape": (8,), "strides": (8,), "typestr": "<f4",
+                                "version": 3}
+
+
+class FakeHalfDeviceArray:
+    __cuda_array_interface__ = {"data": (1 << 20, False), "shape": (8,), "strides": None, "typestr": "<f2",
+                                "version": 3}
+
+
+def test_launch_with_bad_device_arrays():
+    @ct.jit
+    def k(x, T: ct.constexpr):
+        tile.store(x, 0, tile.zeros(T, np.float32))
+
+    with pytest.raises(ct.LaunchError, match=r"argument 'x' is not contiguous"):
+        k[1](FakeStridedDeviceArray(), T=16)
+    with pytest.raises(ct.LaunchError, match=r"argument 'x' has dtype float16, which is not supported"):
+        k[1](FakeHalfDeviceArray(), T=16)
+    with pytest.raises(ct.LaunchError, match=r"missing arguments: T"):
+        k[1](X)
+    with pytest.raises(ct.LaunchError, match=r"grid must be an int or a tuple"):
+        k["big"](X, T=16)
+    with pytest.raises(ct.LaunchError, match=r"launch a tile program with a grid"):
+        k(X, T=16)
+
+
+def test_interpreter_rejects_tile_conditions_too():
+    @ct.jit(interpret=True)
+    def k(x, T: ct.constexpr):
+        t = tile.load(x, 0, T)
+        if t > 0:
+            tile.store(x, 0, t)
+
+    with pytest.raises(ct.TileTypeError, match="a tile was used as a condition"):
+        k[1](X, T=16)
