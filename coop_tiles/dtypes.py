@@ -23,7 +23,7 @@ CXX_NAMES: dict[np.dtype, str] = {
 }
 
 #: dtypes that may cross a collective (load, store, scan, reduce) or an array argument.
-MEMORY_DTYPES = tuple(d for d in CXX_NAMES if d != np.dtype(np.bool_))
+MEMORY_DTYPES = frozenset(d for d in CXX_NAMES if d != np.dtype(np.bool_))
 
 SCAN_OPS = ("add", "mul", "max", "min", "and", "or", "xor")
 BITWISE_OPS = ("and", "or", "xor")

@@ -11,6 +11,7 @@ from .errors import LaunchError, TileError
 from .lang import interpreter
 from .lang.source import parse_function
 from .lang.types import ArrayType, ScalarType
+from .dtypes import MEMORY_DTYPES
 from .runtime import arguments, launcher
 from .runtime.cache import DiskCache
 from .runtime.compiler import CompiledKernel, Signature, compile_kernel
@@ -28,7 +29,11 @@ class JITFunction:
         self.block_threads = block_threads
         self.interpret = interpret
         self.parsed = parse_function(fn)
-        self._kernels: dict[tuple, tuple[CompiledKernel, list]] = {}
+        self._kernels: dict[tuple, tuple[CompiledKernel, list, Any]] = {}
+        self._constexpr_names = [p for p in self.parsed.params if p in self.parsed.constexprs]
+        self._constexpr_set = set(self._constexpr_names)
+        self._runtime_names = [p for p in self.parsed.params if p not in self.parsed.constexprs]
+        self._n_runtime = len(self._runtime_names)
         self._cache: DiskCache | None = None
         self.__doc__ = fn.__doc__
         self.__name__ = fn.__name__
@@ -40,16 +45,15 @@ class JITFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         raise LaunchError(f"launch a tile program with a grid: {self.__name__}[grid](...)")
 
-    def __getitem__(self, launch: Any) -> Callable[..., None]:
-        if isinstance(launch, tuple) and len(launch) == 2 and (
-            isinstance(launch[0], tuple) or callable(launch[0])
-        ):
-            grid, stream = launch
-        elif isinstance(launch, tuple) and len(launch) == 2 and not isinstance(launch[1], int):
-            grid, stream = launch
-        else:
-            grid, stream = launch, None
-        return lambda *args, **kwargs: self.run(grid, stream, args, kwargs)
+    def __getitem__(self, launch: Any) -> _Launch:
+        """``kernel[grid]`` or ``kernel[grid, stream]``; pass a raw int stream handle with a tuple
+        or callable grid (``kernel[(n,), handle]``), since ``kernel[4, 2]`` is a 2-D grid."""
+        grid, stream = launch, None
+        if isinstance(launch, tuple) and len(launch) == 2:
+            first, second = launch
+            if isinstance(first, tuple) or callable(first) or not isinstance(second, int) or second is None:
+                grid, stream = first, second
+        return _Launch(self, grid, stream)
 
     # ----- arguments -----------------------------------------------------------------------------
     def _bind(self, args: tuple, kwargs: dict) -> tuple[list[Any], dict[str, Any]]:
@@ -107,53 +111,96 @@ class JITFunction:
 
     # ----- launching -----------------------------------------------------------------------------
     def run(self, grid: Any, stream: Any, args: tuple, kwargs: dict) -> None:
-        interpret = self.interpret if self.interpret is not None else _interpret_env()
+        """Launch (or interpret) the program over `grid`; what ``kernel[grid, stream](...)`` calls."""
         try:
-            runtime, constexprs = self._bind(args, kwargs)
-            grid3 = launcher.normalize_grid(grid, constexprs)
-            if interpret:
-                interpreter.run(self.fn, grid3, tuple(args), kwargs)
+            if self.interpret or (self.interpret is None and _interpret_env()):
+                runtime, constexprs = self._bind(args, kwargs)
+                interpreter.run(self.fn, launcher.normalize_grid(grid, constexprs), tuple(args), kwargs)
                 return
+            if len(args) == self._n_runtime and kwargs.keys() == self._constexpr_set:
+                runtime, constexprs = args, kwargs  # the common call: runtime positional, constexprs by name
+            else:
+                runtime, constexprs = self._bind(args, kwargs)
+            grid3 = (grid, 1, 1) if type(grid) is int and grid >= 0 else launcher.normalize_grid(grid, constexprs)
             self._launch(grid3, stream, runtime, constexprs)
         except TileError as e:
             raise e.with_traceback(None) from None
 
-    def _launch(self, grid: tuple[int, int, int], stream: Any, runtime: list[Any], constexprs: dict) -> None:
-        names = [p for p in self.parsed.params if p not in self.parsed.constexprs]
-        keys, raw, libraries = [], [], set()
-        for name, value in zip(names, runtime):
-            key, item, library = _classify(value, name)
+    def _launch(self, grid: tuple[int, int, int], stream: Any, runtime: Any, constexprs: dict) -> None:
+        keys, raw, libraries = [], [], 0
+        for name, value in zip(self._runtime_names, runtime):
+            classify = _classifiers.get(type(value)) or _classifier(type(value))
+            key, item, library = classify(value, name)
             keys.append(key)
             raw.append(item)
-            if library:
-                libraries.add(library)
-        key = (tuple(keys), tuple(constexprs.values()))
+            libraries |= library
+        key = (tuple(keys), tuple([constexprs[n] for n in self._constexpr_names]))
         entry = self._kernels.get(key)
         if entry is None:
-            device = launcher.current_device()
-            sig = self._signature(runtime, constexprs, launcher.device_arch(device.device_id))
-            kernel = self._compile(sig)
-            entry = self._kernels[key] = (kernel, [arguments.packer(t) for _, t in sig.params], device.device_id)
-        kernel, packers, device_id = entry
-        compiled = launcher.load(kernel, device_id)
-        if 0 in grid:
-            return
-        packed = [pack(item) for pack, item in zip(packers, raw)]
-        launcher.launch(kernel, compiled, grid, launcher.stream_handle(stream, libraries), packed)
+            entry = self._kernels[key] = self._prepare(runtime, constexprs)
+        kernel, packers, compiled = entry
+        if grid[0] and grid[1] and grid[2]:
+            launcher.launch(kernel, compiled, grid, launcher.stream_handle(stream, libraries),
+                            [pack(item) for pack, item in zip(packers, raw)])
+
+    def _prepare(self, runtime: Any, constexprs: dict) -> tuple[CompiledKernel, list, Any]:
+        """Compile (or fetch) and load the kernel of a new signature, and its argument packers."""
+        device = launcher.current_device()
+        sig = self._signature(list(runtime), constexprs, launcher.device_arch(device.device_id))
+        kernel = self._compile(sig)
+        return kernel, [arguments.packer(t) for _, t in sig.params], launcher.load(kernel, device.device_id)
 
 
-def _classify(value: Any, name: str) -> tuple[Any, Any, str | None]:
-    """(cheap type key, pointer or scalar value, array library) of one launch argument."""
-    cls = type(value)
-    if cls is int or cls is float or cls is bool:
-        return cls, value, None
-    if isinstance(value, np.generic):
-        return ("scalar", value.dtype), value, None
+class _Launch:
+    """A kernel bound to a grid and stream; calling it launches."""
+
+    __slots__ = ("kernel", "grid", "stream")
+
+    def __init__(self, kernel: JITFunction, grid: Any, stream: Any):
+        self.kernel, self.grid, self.stream = kernel, grid, stream
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        self.kernel.run(self.grid, self.stream, args, kwargs)
+
+
+def _scalar(value: Any, name: str) -> tuple[Any, Any, int]:
+    return type(value), value, 0
+
+
+def _numpy_scalar(value: Any, name: str) -> tuple[Any, Any, int]:
+    return ("scalar", value.dtype), value, 0
+
+
+def _array(value: Any, name: str) -> tuple[Any, Any, int]:
     arr = arguments.device_array(value, name)
     if arr is None:
         arguments.arg_type(value, name)  # raises a LaunchError naming the argument
-        return cls, value, None
-    return arr.dtype, arr.ptr, arr.library if arr.library != "other" else None
+        return type(value), value, 0
+    return arr.dtype, arr.ptr, launcher.LIBRARY_BITS.get(arr.library, 0)
+
+
+def _cupy_array(value: Any, name: str) -> tuple[Any, Any, int]:
+    if not value.flags.c_contiguous:
+        return _array(value, name)  # raises the non-contiguous error
+    dtype = value.dtype
+    if dtype not in MEMORY_DTYPES:
+        return _array(value, name)
+    return dtype, value.data.ptr, launcher.CUPY
+
+
+_classifiers: dict[type, Callable] = {int: _scalar, float: _scalar, bool: _scalar}
+
+
+def _classifier(cls: type) -> Callable:
+    """How to classify launch arguments of class `cls`, chosen once per class."""
+    if issubclass(cls, np.generic):
+        found = _numpy_scalar
+    elif cls.__module__.split(".")[0] == "cupy" and cls.__name__ == "ndarray":
+        found = _cupy_array
+    else:
+        found = _array
+    _classifiers[cls] = found
+    return found
 
 
 def jit(fn: Callable | None = None, *, block_threads: int | None = None,

@@ -112,7 +112,7 @@ def device_array(obj: Any, name: str) -> DeviceArray | None:
     except LaunchError as e:
         raise LaunchError(f"argument {name!r} {e.message}") from None
     if arr.dtype not in MEMORY_DTYPES:
-        supported = ", ".join(d.name for d in MEMORY_DTYPES)
+        supported = ", ".join(sorted(d.name for d in MEMORY_DTYPES))
         raise LaunchError(f"argument {name!r} has dtype {arr.dtype.name}, which is not supported; use one of {supported}")
     return arr
 

@@ -45,7 +45,9 @@ class CompiledKernel:
     cubin: bytes
     _ltoirs: Callable[[], list[tuple[str, bytes]]] = field(repr=False)
     _ptx: bytes | None = field(default=None, repr=False)
+    #: cuda.core Kernel per device id, and LaunchConfig per grid, filled by the launcher.
     loaded: dict = field(default_factory=dict, repr=False)
+    launch_configs: dict = field(default_factory=dict, repr=False)
 
     @property
     def shared_bytes(self) -> int:

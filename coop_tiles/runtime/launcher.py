@@ -73,21 +73,20 @@ def load(kernel: CompiledKernel, device_id: int) -> Any:
 
 
 _streams: dict[int, Any] = {}
+CUPY, TORCH = 1, 2
+LIBRARY_BITS = {"cupy": CUPY, "torch": TORCH}
 
 
-def stream_handle(stream: Any, libraries: set[str]) -> int:
-    """The raw handle of `stream`; by default the current stream of the array library in use."""
+def stream_handle(stream: Any, libraries: int) -> int:
+    """The raw handle of `stream`; by default the current stream of the array library in use
+    (`libraries` is a bit set of CUPY and TORCH)."""
     if stream is None:
-        if "torch" in libraries:
-            import torch
-
-            return torch.cuda.current_stream().cuda_stream
-        if "cupy" in libraries:
-            import cupy
-
-            return cupy.cuda.get_current_stream().ptr
+        if libraries & TORCH:
+            return _torch().cuda.current_stream().cuda_stream
+        if libraries & CUPY:
+            return _cupy().cuda.get_current_stream().ptr
         return 0
-    if isinstance(stream, int):
+    if type(stream) is int:
         return stream
     for attr in ("cuda_stream", "ptr"):
         handle = getattr(stream, attr, None)
@@ -99,6 +98,20 @@ def stream_handle(stream: Any, libraries: set[str]) -> int:
     if handle is not None:
         return int(handle)
     raise LaunchError(f"can't use {type(stream).__name__} as a stream; pass a CuPy/PyTorch stream or a raw handle")
+
+
+@functools.lru_cache(maxsize=None)
+def _cupy():
+    import cupy
+
+    return cupy
+
+
+@functools.lru_cache(maxsize=None)
+def _torch():
+    import torch
+
+    return torch
 
 
 def core_stream(handle: int) -> Any:
@@ -124,9 +137,12 @@ def normalize_grid(grid: Any, constexprs: dict[str, Any]) -> tuple[int, int, int
 
 
 def launch(kernel: CompiledKernel, compiled: Any, grid: tuple[int, int, int], stream: int, args: list) -> None:
+    config = kernel.launch_configs.get(grid)
     core = _core()
-    config = kernel.loaded.get(("config", grid))
     if config is None:
-        config = core.LaunchConfig(grid=grid, block=kernel.block_threads, shmem_size=kernel.shared_bytes)
-        kernel.loaded[("config", grid)] = config
-    core.launch(core_stream(stream), config, compiled, *args)
+        config = kernel.launch_configs[grid] = core.LaunchConfig(grid=grid, block=kernel.block_threads,
+                                                         shmem_size=kernel.shared_bytes)
+    wrapped = _streams.get(stream)
+    if wrapped is None:
+        wrapped = core_stream(stream)
+    core.launch(wrapped, config, compiled, *args)

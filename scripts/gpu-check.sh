@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# One command for a GPU machine: the GPU test suite, then the benchmarks (which rewrite
+# docs/benchmarks.md). Reports go under $OUT when it is set (the lent device), else ./gpu-reports.
+#   bash scripts/gpu-check.sh            # tests + benchmarks
+#   bash scripts/gpu-check.sh --tests    # tests only
+set -uo pipefail
+cd "$(dirname "$0")/.."
+source scripts/gpu-env.sh
+out="${OUT:-gpu-reports}"
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/device.txt"
+python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/gpu-tests.log"
+status=${PIPESTATUS[0]}
+if [ "${1:-}" != "--tests" ]; then
+    python3 benchmarks/run.py --out docs/benchmarks.md 2>&1 | tee "$out/benchmarks.log"
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    cp docs/benchmarks.md "$out/benchmarks.md"
+fi
+exit "$status"
