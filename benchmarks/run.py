@@ -80,14 +80,23 @@ def bandwidth_rows(sizes: list[int]) -> list[dict]:
             ok_sum = np.allclose(cp.asnumpy(partial[:4]), cp.asnumpy(x[: 4 * TILE]).reshape(4, TILE).sum(1))
             cupy_sum_ms = cuda_time_ms(lambda: x.sum())
             nbytes = n * np.dtype(dtype).itemsize
-            rows.append({
-                "n": f"2^{log2n}", "dtype": np.dtype(dtype).name,
-                "copy_ms": copy_ms, "copy_gbs": 2 * nbytes / copy_ms / 1e6,
-                "scan_ms": scan_ms, "scan_gbs": 2 * nbytes / scan_ms / 1e6, "scan_ratio": copy_ms / scan_ms,
-                "sum_ms": sum_ms, "sum_gbs": nbytes / sum_ms / 1e6, "sum_ratio": (copy_ms / 2) / sum_ms,
-                "cupy_sum_ms": cupy_sum_ms, "correct": bool(ok_scan and ok_sum),
-            })
-            del x, y, partial
+            rows.append(
+                {
+                    "n": f"2^{log2n}",
+                    "dtype": np.dtype(dtype).name,
+                    "copy_ms": copy_ms,
+                    "copy_gbs": 2 * nbytes / copy_ms / 1e6,
+                    "scan_ms": scan_ms,
+                    "scan_gbs": 2 * nbytes / scan_ms / 1e6,
+                    "scan_ratio": copy_ms / scan_ms,
+                    "sum_ms": sum_ms,
+                    "sum_gbs": nbytes / sum_ms / 1e6,
+                    "sum_ratio": (copy_ms / 2) / sum_ms,
+                    "cupy_sum_ms": cupy_sum_ms,
+                    "correct": bool(ok_scan and ok_sum),
+                }
+            )
+            x = y = partial = None
             cp.get_default_memory_pool().free_all_blocks()
     return rows
 
@@ -100,18 +109,24 @@ def _launch_kernels(arity: int):
     names = [f"a{i}" for i in range(arity)]
     namespace = {"cuda": cuda}
     path = Path(tempfile.mkdtemp()) / f"launch_{arity}.py"
-    path.write_text("import coop_tiles as ct\n\n\n@ct.jit\n" + textwrap.dedent(f"""
-        def program({', '.join(names)}):
+    path.write_text(
+        "import coop_tiles as ct\n\n\n@ct.jit\n"
+        + textwrap.dedent(f"""
+        def program({", ".join(names)}):
             if ct.program_id(0) < 0:
                 a0[0] = 0
-    """))
+    """)
+    )
     sys.path.insert(0, str(path.parent))
     ours = __import__(path.stem).program
-    exec(textwrap.dedent(f"""
-        def numba_kernel({', '.join(names)}):
+    exec(
+        textwrap.dedent(f"""
+        def numba_kernel({", ".join(names)}):
             if cuda.blockIdx.x > 1000000:
                 a0[0] = 0
-    """), namespace)
+    """),
+        namespace,
+    )
     numba_kernel = cuda.jit(namespace["numba_kernel"])
     params = ", ".join(f"float* a{i}" for i in range(arity))
     raw = cp.RawKernel(f'extern "C" __global__ void k({params}) {{ if (blockIdx.x > 1000000) a0[0] = 0; }}', "k")
@@ -143,12 +158,14 @@ def launch_rows() -> list[dict]:
         ours, numba_kernel, raw = _launch_kernels(arity)
         bound = ours[1]
         bound_numba = numba_kernel[1, 32]
-        rows.append({
-            "arrays": arity,
-            "coop_us": host_overhead_us(lambda: bound(*arrays)),
-            "cupy_us": host_overhead_us(lambda: raw((1,), (32,), tuple(arrays))),
-            "numba_us": host_overhead_us(lambda: bound_numba(*arrays)),
-        })
+        rows.append(
+            {
+                "arrays": arity,
+                "coop_us": host_overhead_us(lambda: bound(*arrays)),
+                "cupy_us": host_overhead_us(lambda: raw((1,), (32,), tuple(arrays))),
+                "numba_us": host_overhead_us(lambda: bound_numba(*arrays)),
+            }
+        )
     return rows
 
 
@@ -182,35 +199,56 @@ def compile_rows(arch: str) -> dict:
 def render(device: str, bandwidth: list[dict], launches: list[dict], compiles: dict) -> str:
     today = datetime.date.today().isoformat()
     lines = [
-        "# Benchmarks", "",
+        "# Benchmarks",
+        "",
         f"Written by `benchmarks/run.py` on **{device}**, {today}. Medians after warm-up; kernel times from",
         "CUDA events, host overheads from perf_counter over 3,000 launches. Baselines were timed in the same run.",
-        "Ratios are what to compare across machines; absolute times differ between GPUs.", "",
-        f"## Load → inclusive scan → store, and load → `tile.sum` (TILE={TILE}, block size chosen by the runtime)", "",
+        "Ratios are what to compare across machines; absolute times differ between GPUs.",
+        "",
+        f"## Load → inclusive scan → store, and load → `tile.sum` (TILE={TILE}, block size chosen by the runtime)",
+        "",
         "Scan bandwidth counts bytes read and written, as the copy does; `tile.sum` reads only, so its ratio is "
-        "against half the copy time (the copy's read rate).", "",
+        "against half the copy time (the copy's read rate).",
+        "",
         "| n | dtype | copy GB/s | scan GB/s | scan / copy | sum GB/s | sum / copy read | cupy.sum ms | "
         "tile.sum ms | correct |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in bandwidth:
-        lines.append(f"| {r['n']} | {r['dtype']} | {r['copy_gbs']:.0f} | {r['scan_gbs']:.0f} | "
-                     f"**{r['scan_ratio']:.1%}** | {r['sum_gbs']:.0f} | **{r['sum_ratio']:.1%}** | "
-                     f"{r['cupy_sum_ms']:.3f} | {r['sum_ms']:.3f} | {'yes' if r['correct'] else 'NO'} |")
-    lines += ["", "Bar (issue 2): at least 90% of the copy bandwidth.", "",
-              "## Host overhead per launch", "",
-              "A do-nothing kernel with N array arguments (CuPy arrays), launched back to back.", "",
-              "| arrays | coop_tiles µs | CuPy RawKernel µs | Numba µs | coop_tiles / CuPy |", "|---|---|---|---|---|"]
+        lines.append(
+            f"| {r['n']} | {r['dtype']} | {r['copy_gbs']:.0f} | {r['scan_gbs']:.0f} | "
+            f"**{r['scan_ratio']:.1%}** | {r['sum_gbs']:.0f} | **{r['sum_ratio']:.1%}** | "
+            f"{r['cupy_sum_ms']:.3f} | {r['sum_ms']:.3f} | {'yes' if r['correct'] else 'NO'} |"
+        )
+    lines += [
+        "",
+        "Bar (issue 2): at least 90% of the copy bandwidth.",
+        "",
+        "## Host overhead per launch",
+        "",
+        "A do-nothing kernel with N array arguments (CuPy arrays), launched back to back.",
+        "",
+        "| arrays | coop_tiles µs | CuPy RawKernel µs | Numba µs | coop_tiles / CuPy |",
+        "|---|---|---|---|---|",
+    ]
     for r in launches:
-        lines.append(f"| {r['arrays']} | {r['coop_us']:.2f} | {r['cupy_us']:.2f} | {r['numba_us']:.2f} | "
-                     f"**{r['coop_us'] / r['cupy_us']:.2f}x** |")
-    lines += ["", "## Compile time (load → scan → store, fresh processes)", "",
-              "| cold compile (NVRTC + Numba + nvJitLink) | warm start from the disk cache | warm / cold | "
-              "`import coop_tiles` |",
-              "|---|---|---|---|",
-              f"| {compiles['cold_s']:.2f} s | {compiles['warm_s'] * 1e3:.0f} ms | "
-              f"**{compiles['warm_s'] / compiles['cold_s']:.3f}** | {compiles['import_s']:.2f} s |", "",
-              "Bar (issue 2): a warm start costs under a fifth of a cold compile.", ""]
+        lines.append(
+            f"| {r['arrays']} | {r['coop_us']:.2f} | {r['cupy_us']:.2f} | {r['numba_us']:.2f} | "
+            f"**{r['coop_us'] / r['cupy_us']:.2f}x** |"
+        )
+    lines += [
+        "",
+        "## Compile time (load → scan → store, fresh processes)",
+        "",
+        "| cold compile (NVRTC + Numba + nvJitLink) | warm start from the disk cache | warm / cold | "
+        "`import coop_tiles` |",
+        "|---|---|---|---|",
+        f"| {compiles['cold_s']:.2f} s | {compiles['warm_s'] * 1e3:.0f} ms | "
+        f"**{compiles['warm_s'] / compiles['cold_s']:.3f}** | {compiles['import_s']:.2f} s |",
+        "",
+        "Bar (issue 2): a warm start costs under a fifth of a cold compile.",
+        "",
+    ]
     return "\n".join(lines)
 
 

@@ -1,34 +1,80 @@
 """coop_tiles: block-level tile programs for CUDA in Python, compiled to CUB-backed kernels.
 
-    import coop_tiles as ct
-    from coop_tiles import tile
+import coop_tiles as ct
+from coop_tiles import tile
 
-    @ct.jit
-    def cumsum(x, y, n, TILE: ct.constexpr):
-        base = ct.program_id(0) * TILE
-        t = tile.load(x, base, TILE, valid=n - base, other=0)
-        tile.store(y, base, tile.scan(t), valid=n - base)
+@ct.jit
+def cumsum(x, y, n, TILE: ct.constexpr):
+    base = ct.program_id(0) * TILE
+    t = tile.load(x, base, TILE, valid=n - base, other=0)
+    tile.store(y, base, tile.scan(t), valid=n - base)
 
-    cumsum[ct.cdiv(n, 4096)](x, y, n, TILE=4096)
+cumsum[ct.cdiv(n, 4096)](x, y, n, TILE=4096)
 """
 
 from . import tile
 from .errors import (
-    CompileError, DivergenceError, LaunchError, SharedMemoryError, TileError, TileSyntaxError, TileTypeError,
+    CompileError,
+    DivergenceError,
+    LaunchError,
+    SharedMemoryError,
+    TileError,
+    TileSyntaxError,
+    TileTypeError,
     TileValueError,
 )
 from .jit import JITFunction, jit
 from .lang.builtins import (
-    abs, cdiv, constexpr, cos, exp, exp2, log, log1p, maximum, minimum, num_programs, program_id, sigmoid, sin,
-    softplus, sqrt, where,
+    abs,
+    cdiv,
+    constexpr,
+    cos,
+    exp,
+    exp2,
+    log,
+    log1p,
+    maximum,
+    minimum,
+    num_programs,
+    program_id,
+    sigmoid,
+    sin,
+    softplus,
+    sqrt,
+    where,
 )
 from .runtime.compiler import CompiledKernel
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "CompileError", "CompiledKernel", "DivergenceError", "JITFunction", "LaunchError", "SharedMemoryError",
-    "TileError", "TileSyntaxError", "TileTypeError", "TileValueError", "abs", "cdiv", "constexpr", "cos", "exp",
-    "exp2", "jit", "log", "log1p", "maximum", "minimum", "num_programs", "program_id", "sigmoid", "sin",
-    "softplus", "sqrt", "tile", "where",
+    "CompileError",
+    "CompiledKernel",
+    "DivergenceError",
+    "JITFunction",
+    "LaunchError",
+    "SharedMemoryError",
+    "TileError",
+    "TileSyntaxError",
+    "TileTypeError",
+    "TileValueError",
+    "abs",
+    "cdiv",
+    "constexpr",
+    "cos",
+    "exp",
+    "exp2",
+    "jit",
+    "log",
+    "log1p",
+    "maximum",
+    "minimum",
+    "num_programs",
+    "program_id",
+    "sigmoid",
+    "sin",
+    "softplus",
+    "sqrt",
+    "tile",
+    "where",
 ]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -11,7 +12,6 @@ from .errors import LaunchError, TileError
 from .lang import interpreter
 from .lang.source import parse_function
 from .lang.types import ArrayType, ScalarType
-from .dtypes import MEMORY_DTYPES
 from .runtime import arguments, launcher
 from .runtime.cache import DiskCache
 from .runtime.compiler import CompiledKernel, Signature, compile_kernel
@@ -29,7 +29,8 @@ class JITFunction:
         self.block_threads = block_threads
         self.interpret = interpret
         self.parsed = parse_function(fn)
-        self._kernels: dict[tuple, tuple[CompiledKernel, list, Any]] = {}
+        self._kernels: dict[tuple, launcher.PreparedLaunch] = {}
+        self._interpreting: bool | None = None
         self._constexpr_names = [p for p in self.parsed.params if p in self.parsed.constexprs]
         self._constexpr_set = set(self._constexpr_names)
         self._runtime_names = [p for p in self.parsed.params if p not in self.parsed.constexprs]
@@ -113,7 +114,9 @@ class JITFunction:
     def run(self, grid: Any, stream: Any, args: tuple, kwargs: dict) -> None:
         """Launch (or interpret) the program over `grid`; what ``kernel[grid, stream](...)`` calls."""
         try:
-            if self.interpret or (self.interpret is None and _interpret_env()):
+            if self._interpreting is None:  # COOP_TILES_INTERPRET is read at a kernel's first launch
+                self._interpreting = self.interpret if self.interpret is not None else _interpret_env()
+            if self._interpreting:
                 runtime, constexprs = self._bind(args, kwargs)
                 interpreter.run(self.fn, launcher.normalize_grid(grid, constexprs), tuple(args), kwargs)
                 return
@@ -121,34 +124,39 @@ class JITFunction:
                 runtime, constexprs = args, kwargs  # the common call: runtime positional, constexprs by name
             else:
                 runtime, constexprs = self._bind(args, kwargs)
-            grid3 = (grid, 1, 1) if type(grid) is int and grid >= 0 else launcher.normalize_grid(grid, constexprs)
+            grid3 = (grid, 1, 1) if type(grid) is int and grid > 0 else launcher.normalize_grid(grid, constexprs)
             self._launch(grid3, stream, runtime, constexprs)
         except TileError as e:
             raise e.with_traceback(None) from None
 
     def _launch(self, grid: tuple[int, int, int], stream: Any, runtime: Any, constexprs: dict) -> None:
-        keys, raw, libraries = [], [], 0
+        keys, values, libraries = [], [], 0
         for name, value in zip(self._runtime_names, runtime):
             classify = _classifiers.get(type(value)) or _classifier(type(value))
             key, item, library = classify(value, name)
             keys.append(key)
-            raw.append(item)
+            values.append(item)
             libraries |= library
-        key = (tuple(keys), tuple([constexprs[n] for n in self._constexpr_names]))
-        entry = self._kernels.get(key)
-        if entry is None:
-            entry = self._kernels[key] = self._prepare(runtime, constexprs)
-        kernel, packers, compiled = entry
+        for name in self._constexpr_names:
+            keys.append(constexprs[name])
+        key = tuple(keys)
+        prepared = self._kernels.get(key)
+        if prepared is None:
+            prepared = self._kernels[key] = self._prepare(runtime, constexprs)
         if grid[0] and grid[1] and grid[2]:
-            launcher.launch(kernel, compiled, grid, launcher.stream_handle(stream, libraries),
-                            [pack(item) for pack, item in zip(packers, raw)])
+            if stream is None:
+                handle = launcher.stream_handle(None, libraries) if libraries else 0
+            else:
+                handle = launcher.stream_handle(stream, libraries)
+            prepared(grid, handle, values)
 
-    def _prepare(self, runtime: Any, constexprs: dict) -> tuple[CompiledKernel, list, Any]:
-        """Compile (or fetch) and load the kernel of a new signature, and its argument packers."""
+    def _prepare(self, runtime: Any, constexprs: dict) -> launcher.PreparedLaunch:
+        """Compile (or fetch) and load the kernel of a new signature, and prepare its launches."""
         device = launcher.current_device()
         sig = self._signature(list(runtime), constexprs, launcher.device_arch(device.device_id))
         kernel = self._compile(sig)
-        return kernel, [arguments.packer(t) for _, t in sig.params], launcher.load(kernel, device.device_id)
+        dtypes = [None if isinstance(t, ArrayType) else t.dtype for _, t in sig.params]
+        return launcher.PreparedLaunch(kernel, launcher.load(kernel, device.device_id), dtypes)
 
 
 class _Launch:
@@ -180,12 +188,10 @@ def _array(value: Any, name: str) -> tuple[Any, Any, int]:
 
 
 def _cupy_array(value: Any, name: str) -> tuple[Any, Any, int]:
-    if not value.flags.c_contiguous:
+    # An unsupported dtype makes a new key, and the signature check on that miss rejects it.
+    if not value._c_contiguous:
         return _array(value, name)  # raises the non-contiguous error
-    dtype = value.dtype
-    if dtype not in MEMORY_DTYPES:
-        return _array(value, name)
-    return dtype, value.data.ptr, launcher.CUPY
+    return value.dtype, value.data.ptr, launcher.CUPY
 
 
 _classifiers: dict[type, Callable] = {int: _scalar, float: _scalar, bool: _scalar}
@@ -203,8 +209,9 @@ def _classifier(cls: type) -> Callable:
     return found
 
 
-def jit(fn: Callable | None = None, *, block_threads: int | None = None,
-        interpret: bool | None = None) -> JITFunction | Callable[[Callable], JITFunction]:
+def jit(
+    fn: Callable | None = None, *, block_threads: int | None = None, interpret: bool | None = None
+) -> JITFunction | Callable[[Callable], JITFunction]:
     """Make a tile program: ``@ct.jit`` or ``@ct.jit(block_threads=256)``.
 
     `block_threads=None` lets the runtime choose threads per block; `interpret=True` (or

@@ -18,8 +18,13 @@ from .lang.interpreter import Tile
 __all__ = ["load", "store", "full", "zeros", "arange", "scan", "reduce", "sum", "max", "min"]
 
 _UFUNCS = {
-    "add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum,
-    "and": np.bitwise_and, "or": np.bitwise_or, "xor": np.bitwise_xor,
+    "add": np.add,
+    "mul": np.multiply,
+    "max": np.maximum,
+    "min": np.minimum,
+    "and": np.bitwise_and,
+    "or": np.bitwise_or,
+    "xor": np.bitwise_xor,
 }
 
 
@@ -42,9 +47,7 @@ def _check_array(a: Any, what: str) -> np.ndarray:
 
 def _check_range(a: np.ndarray, offset: int, count: int, what: str) -> None:
     if count and (offset < 0 or offset + count > a.size):
-        raise TileValueError(
-            f"{what} touches elements [{offset}, {offset + count}) of an array of {a.size} elements"
-        )
+        raise TileValueError(f"{what} touches elements [{offset}, {offset + count}) of an array of {a.size} elements")
 
 
 def load(a: Any, offset: int, size: int, *, valid: int | None = None, other: Any = 0) -> Tile:
@@ -105,8 +108,9 @@ def _check_named_op(op: Any, dt: np.dtype) -> str:
     return op
 
 
-def scan(t: Tile, op: str = "add", *, exclusive: bool = False, initial: Any = None,
-         return_total: bool = False) -> Tile | tuple[Tile, Any]:
+def scan(
+    t: Tile, op: str = "add", *, exclusive: bool = False, initial: Any = None, return_total: bool = False
+) -> Tile | tuple[Tile, Any]:
     """Block-wide scan of a tile (inclusive unless ``exclusive=True``), in the tile's dtype.
 
     ``initial`` seeds the scan with a block-uniform value; with ``return_total=True`` the

@@ -6,8 +6,9 @@ sequential NumPy reference written independently of coop_tiles.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -35,8 +36,7 @@ class Case:
     extra: dict = field(default_factory=dict)
 
     def expected(self) -> list[np.ndarray]:
-        return self.reference(*[a.copy() if isinstance(a, np.ndarray) else a for a in self.args],
-                              **self.constexprs)
+        return self.reference(*[a.copy() if isinstance(a, np.ndarray) else a for a in self.args], **self.constexprs)
 
     def check(self, got: list[np.ndarray]) -> None:
         for g, e, i in zip(got, self.expected(), self.outputs):
@@ -49,7 +49,7 @@ class Case:
 
 def _tiles(x: np.ndarray, size: int):
     for start in range(0, len(x), size):
-        yield start, x[start:start + size]
+        yield start, x[start : start + size]
 
 
 # ----- programs --------------------------------------------------------------------------------------
@@ -120,13 +120,20 @@ def elementwise_math(x, out, n, TILE: ct.constexpr):
     v = n - base
     t = tile.load(x, base, TILE, valid=v, other=1)
     k = 0
-    tile.store(out, base + k * n, ct.exp(t) - ct.exp2(t * 0.5), valid=v); k += 1
-    tile.store(out, base + k * n, ct.log(t) + ct.log1p(t), valid=v); k += 1
-    tile.store(out, base + k * n, ct.sqrt(t) * ct.sin(t) + ct.cos(t), valid=v); k += 1
-    tile.store(out, base + k * n, ct.sigmoid(t - 2) + ct.softplus(t * 10 - 5), valid=v); k += 1
-    tile.store(out, base + k * n, ct.where(t > 1.5, t, -t) + ct.abs(2 - t), valid=v); k += 1
-    tile.store(out, base + k * n, ct.maximum(t, 1.25) - ct.minimum(t, 0.75), valid=v); k += 1
-    tile.store(out, base + k * n, (t // 0.3) + (t % 0.3) + t ** 2 / 3, valid=v); k += 1
+    tile.store(out, base + k * n, ct.exp(t) - ct.exp2(t * 0.5), valid=v)
+    k += 1
+    tile.store(out, base + k * n, ct.log(t) + ct.log1p(t), valid=v)
+    k += 1
+    tile.store(out, base + k * n, ct.sqrt(t) * ct.sin(t) + ct.cos(t), valid=v)
+    k += 1
+    tile.store(out, base + k * n, ct.sigmoid(t - 2) + ct.softplus(t * 10 - 5), valid=v)
+    k += 1
+    tile.store(out, base + k * n, ct.where(t > 1.5, t, -t) + ct.abs(2 - t), valid=v)
+    k += 1
+    tile.store(out, base + k * n, ct.maximum(t, 1.25) - ct.minimum(t, 0.75), valid=v)
+    k += 1
+    tile.store(out, base + k * n, (t // 0.3) + (t % 0.3) + t**2 / 3, valid=v)
+    k += 1
 
 
 @ct.jit
@@ -207,12 +214,19 @@ def ref_vector_add(x, y, out, n, TILE):
 
 def ref_scaled_cumsum(x, y, n, alpha, TILE):
     for start, chunk in _tiles(x[:n], TILE):
-        y[start:start + len(chunk)] = np.cumsum(chunk * alpha)
+        y[start : start + len(chunk)] = np.cumsum(chunk * alpha)
     return [y]
 
 
-_ACC = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum, "and": np.bitwise_and,
-        "or": np.bitwise_or, "xor": np.bitwise_xor}
+_ACC = {
+    "add": np.add,
+    "mul": np.multiply,
+    "max": np.maximum,
+    "min": np.minimum,
+    "and": np.bitwise_and,
+    "or": np.bitwise_or,
+    "xor": np.bitwise_xor,
+}
 
 
 def _sequential_scan(chunk: np.ndarray, op: str, exclusive: bool, seed: Any) -> np.ndarray:
@@ -245,7 +259,7 @@ def _identity(op: str, dt: np.dtype):
 def ref_tile_scan(x, y, n, TILE, OP, EXCLUSIVE):
     for start, chunk in _tiles(x[:n], TILE):
         seed = _identity(OP, x.dtype) if EXCLUSIVE else None
-        y[start:start + len(chunk)] = _sequential_scan(chunk, OP, EXCLUSIVE, seed)
+        y[start : start + len(chunk)] = _sequential_scan(chunk, OP, EXCLUSIVE, seed)
     return [y]
 
 
@@ -253,8 +267,11 @@ def ref_carried_cumsum(x, y, n, TILE, EXCLUSIVE):
     dt = x.dtype
     seed = dt.type(5)
     with np.errstate(all="ignore"):
-        y[:n] = _sequential_scan(x[:n], "add", EXCLUSIVE, seed) if EXCLUSIVE else \
-            _sequential_scan(np.concatenate([[seed], x[:n]]).astype(dt), "add", False, None)[1:]
+        y[:n] = (
+            _sequential_scan(x[:n], "add", EXCLUSIVE, seed)
+            if EXCLUSIVE
+            else _sequential_scan(np.concatenate([[seed], x[:n]]).astype(dt), "add", False, None)[1:]
+        )
         y[n] = dt.type(seed + x[:n].sum(dtype=dt))
     return [y]
 
@@ -287,10 +304,10 @@ def ref_elementwise_math(x, out, n, TILE):
             1 / (1 + np.exp(-(t - 2))) + np.where(t * 10 - 5 > 20, t * 10 - 5, np.log1p(np.exp(t * 10 - 5))),
             np.where(t > 1.5, t, -t) + np.abs(2 - t),
             np.maximum(t, f(1.25)) - np.minimum(t, f(0.75)),
-            (t // f(0.3)) + (t % f(0.3)) + t ** 2 / 3,
+            (t // f(0.3)) + (t % f(0.3)) + t**2 / 3,
         ]
     for k, r in enumerate(results):
-        out[k * n:(k + 1) * n] = r
+        out[k * n : (k + 1) * n] = r
     return [out]
 
 
@@ -299,9 +316,9 @@ def ref_integer_ops(x, out, n, TILE):
     idx = np.arange(n, dtype=np.int32)
     with np.errstate(all="ignore"):
         out[:n] = (t & 7) | (idx << 2)
-        out[n:2 * n] = (t ^ idx) - (t >> 1) + t // 3 - t % 5
-        out[2 * n:3 * n] = np.where((t > 3) & (idx % 2 == 0), t * -1, t + 1)
-        out[3 * n:4 * n] = 7
+        out[n : 2 * n] = (t ^ idx) - (t >> 1) + t // 3 - t % 5
+        out[2 * n : 3 * n] = np.where((t > 3) & (idx % 2 == 0), t * -1, t + 1)
+        out[3 * n : 4 * n] = 7
     return [out]
 
 
@@ -327,7 +344,7 @@ def ref_control_flow(x, out, n, mode, TILE):
         total, steps = acc.sum(dtype=np.float32), 0
         while total > 1.0 and steps < 20:
             total, steps = total / 2, steps + 1
-        out[start:start + len(chunk)] = (acc + steps)[:len(chunk)]
+        out[start : start + len(chunk)] = (acc + steps)[: len(chunk)]
     return [out]
 
 
@@ -358,15 +375,30 @@ def make_cases(seed: int = 0) -> list[Case]:
     cases: list[Case] = []
 
     for dt, n, tile_size in [(np.float32, 1000, 256), (np.float64, 999, 100), (np.int32, 5, 7), (np.int8, 64, 1)]:
-        cases.append(Case(
-            f"vector_add[{np.dtype(dt).name},n={n},tile={tile_size}]", vector_add,
-            [_rand(rng, n, dt, -50, 50), _rand(rng, n, dt, -50, 50), np.zeros(n, dt), n], {"TILE": tile_size},
-            ct.cdiv(n, tile_size), [2], ref_vector_add))
+        cases.append(
+            Case(
+                f"vector_add[{np.dtype(dt).name},n={n},tile={tile_size}]",
+                vector_add,
+                [_rand(rng, n, dt, -50, 50), _rand(rng, n, dt, -50, 50), np.zeros(n, dt), n],
+                {"TILE": tile_size},
+                ct.cdiv(n, tile_size),
+                [2],
+                ref_vector_add,
+            )
+        )
 
     n = 5000
-    cases.append(Case("scaled_cumsum[int32->float64]", scaled_cumsum,
-                      [_rand(rng, n, np.int32), np.zeros(n, np.float64), n, 2.0], {"TILE": 1024},
-                      ct.cdiv(n, 1024), [1], ref_scaled_cumsum))
+    cases.append(
+        Case(
+            "scaled_cumsum[int32->float64]",
+            scaled_cumsum,
+            [_rand(rng, n, np.int32), np.zeros(n, np.float64), n, 2.0],
+            {"TILE": 1024},
+            ct.cdiv(n, 1024),
+            [1],
+            ref_scaled_cumsum,
+        )
+    )
 
     for dt in ALL_DTYPES:
         ops = ["add", "max", "min", "mul"] + (["and", "or", "xor"] if np.dtype(dt).kind != "f" else [])
@@ -374,64 +406,158 @@ def make_cases(seed: int = 0) -> list[Case]:
             for exclusive in (False, True):
                 tile_size = 300 if op != "mul" else 37
                 n = 777
-                lo, hi = ((-1, 2) if op == "mul" else (-100, 100))
+                lo, hi = (-1, 2) if op == "mul" else (-100, 100)
                 if np.dtype(dt).kind == "f" and op == "mul":
                     lo, hi = 0.5, 1.5
-                cases.append(Case(
-                    f"tile_scan[{np.dtype(dt).name},{op},{'ex' if exclusive else 'in'}]", tile_scan,
-                    [_rand(rng, n, dt, lo, hi), np.zeros(n, dt), n], {"TILE": tile_size, "OP": op, "EXCLUSIVE": exclusive},
-                    ct.cdiv(n, tile_size), [1], ref_tile_scan,
-                    rtol=1e-4 if np.dtype(dt) == np.float32 else 1e-10, atol=1e-3 if np.dtype(dt).kind == "f" else 0))
+                cases.append(
+                    Case(
+                        f"tile_scan[{np.dtype(dt).name},{op},{'ex' if exclusive else 'in'}]",
+                        tile_scan,
+                        [_rand(rng, n, dt, lo, hi), np.zeros(n, dt), n],
+                        {"TILE": tile_size, "OP": op, "EXCLUSIVE": exclusive},
+                        ct.cdiv(n, tile_size),
+                        [1],
+                        ref_tile_scan,
+                        rtol=1e-4 if np.dtype(dt) == np.float32 else 1e-10,
+                        atol=1e-3 if np.dtype(dt).kind == "f" else 0,
+                    )
+                )
 
-    for dt, n, tile_size, exclusive in [(np.int32, 3000, 512, False), (np.int64, 1000, 100, True),
-                                        (np.float64, 2049, 256, False), (np.uint8, 300, 33, True)]:
-        cases.append(Case(
-            f"carried_cumsum[{np.dtype(dt).name},tile={tile_size},{'ex' if exclusive else 'in'}]", carried_cumsum,
-            [_rand(rng, n, dt, 0, 9), np.zeros(n + 1, dt), n], {"TILE": tile_size, "EXCLUSIVE": exclusive}, 1, [1],
-            ref_carried_cumsum, rtol=1e-12 if np.dtype(dt).kind == "f" else 0))
+    for dt, n, tile_size, exclusive in [
+        (np.int32, 3000, 512, False),
+        (np.int64, 1000, 100, True),
+        (np.float64, 2049, 256, False),
+        (np.uint8, 300, 33, True),
+    ]:
+        cases.append(
+            Case(
+                f"carried_cumsum[{np.dtype(dt).name},tile={tile_size},{'ex' if exclusive else 'in'}]",
+                carried_cumsum,
+                [_rand(rng, n, dt, 0, 9), np.zeros(n + 1, dt), n],
+                {"TILE": tile_size, "EXCLUSIVE": exclusive},
+                1,
+                [1],
+                ref_carried_cumsum,
+                rtol=1e-12 if np.dtype(dt).kind == "f" else 0,
+            )
+        )
 
     rows, cols = 6, 1000
-    cases.append(Case("row_max_scan[float32]", row_max_scan,
-                      [_rand(rng, rows * cols, np.float32), np.zeros(rows * cols, np.float32), cols], {"TILE": 384},
-                      rows, [1], ref_row_max_scan))
+    cases.append(
+        Case(
+            "row_max_scan[float32]",
+            row_max_scan,
+            [_rand(rng, rows * cols, np.float32), np.zeros(rows * cols, np.float32), cols],
+            {"TILE": 384},
+            rows,
+            [1],
+            ref_row_max_scan,
+        )
+    )
 
     for dt in ALL_DTYPES:
         n, tile_size = 1000, 384
         small = np.dtype(dt).itemsize < 4 or np.dtype(dt).kind == "f"
         x = _rand(rng, n, dt, -3 if small else -1000, 3 if small else 1000)
-        cases.append(Case(f"reductions[{np.dtype(dt).name}]", reductions, [x, np.zeros(4 * ct.cdiv(n, tile_size), dt), n],
-                          {"TILE": tile_size}, ct.cdiv(n, tile_size), [1], ref_reductions,
-                          rtol=1e-5 if np.dtype(dt).kind == "f" else 0, atol=1e-4 if np.dtype(dt).kind == "f" else 0))
+        cases.append(
+            Case(
+                f"reductions[{np.dtype(dt).name}]",
+                reductions,
+                [x, np.zeros(4 * ct.cdiv(n, tile_size), dt), n],
+                {"TILE": tile_size},
+                ct.cdiv(n, tile_size),
+                [1],
+                ref_reductions,
+                rtol=1e-5 if np.dtype(dt).kind == "f" else 0,
+                atol=1e-4 if np.dtype(dt).kind == "f" else 0,
+            )
+        )
 
     for dt in FLOAT_DTYPES:
         n = 700
         x = _rand(rng, n, dt, 0.05, 3.0)
-        cases.append(Case(f"elementwise_math[{np.dtype(dt).name}]", elementwise_math, [x, np.zeros(7 * n, dt), n],
-                          {"TILE": 256}, ct.cdiv(n, 256), [1], ref_elementwise_math,
-                          rtol=2e-5 if np.dtype(dt) == np.float32 else 1e-12, atol=1e-5))
+        cases.append(
+            Case(
+                f"elementwise_math[{np.dtype(dt).name}]",
+                elementwise_math,
+                [x, np.zeros(7 * n, dt), n],
+                {"TILE": 256},
+                ct.cdiv(n, 256),
+                [1],
+                ref_elementwise_math,
+                rtol=2e-5 if np.dtype(dt) == np.float32 else 1e-12,
+                atol=1e-5,
+            )
+        )
 
     n = 600
-    cases.append(Case("integer_ops[int32]", integer_ops, [_rand(rng, n, np.int32), np.zeros(4 * n, np.int32), n],
-                      {"TILE": 200}, 3, [1], ref_integer_ops))
-    cases.append(Case("cast_and_compare", cast_and_compare, [_rand(rng, n, np.int64, -5, 5), np.zeros(n, np.float32),
-                                                              n, 0.75], {"TILE": 128}, ct.cdiv(n, 128), [1],
-                      ref_cast_and_compare))
-    cases.append(Case("uses_helper", uses_helper, [_rand(rng, n, np.float64, -1, 1), np.zeros(n, np.float64), n],
-                      {"TILE": 96}, ct.cdiv(n, 96), [1], ref_uses_helper))
+    cases.append(
+        Case(
+            "integer_ops[int32]",
+            integer_ops,
+            [_rand(rng, n, np.int32), np.zeros(4 * n, np.int32), n],
+            {"TILE": 200},
+            3,
+            [1],
+            ref_integer_ops,
+        )
+    )
+    cases.append(
+        Case(
+            "cast_and_compare",
+            cast_and_compare,
+            [_rand(rng, n, np.int64, -5, 5), np.zeros(n, np.float32), n, 0.75],
+            {"TILE": 128},
+            ct.cdiv(n, 128),
+            [1],
+            ref_cast_and_compare,
+        )
+    )
+    cases.append(
+        Case(
+            "uses_helper",
+            uses_helper,
+            [_rand(rng, n, np.float64, -1, 1), np.zeros(n, np.float64), n],
+            {"TILE": 96},
+            ct.cdiv(n, 96),
+            [1],
+            ref_uses_helper,
+        )
+    )
     for mode in (0, 1, 2):
-        cases.append(Case(f"control_flow[mode={mode}]", control_flow,
-                          [_rand(rng, n, np.float32, 0, 1), np.zeros(n, np.float32), n, mode], {"TILE": 160},
-                          ct.cdiv(n, 160), [1], ref_control_flow, rtol=1e-5, atol=1e-5))
+        cases.append(
+            Case(
+                f"control_flow[mode={mode}]",
+                control_flow,
+                [_rand(rng, n, np.float32, 0, 1), np.zeros(n, np.float32), n, mode],
+                {"TILE": 160},
+                ct.cdiv(n, 160),
+                [1],
+                ref_control_flow,
+                rtol=1e-5,
+                atol=1e-5,
+            )
+        )
     n = 40
-    cases.append(Case("scalar_io", scalar_io, [_rand(rng, n, np.int64), np.zeros(n + 1, np.int64), n], {}, n, [1],
-                      ref_scalar_io))
+    cases.append(
+        Case("scalar_io", scalar_io, [_rand(rng, n, np.int64), np.zeros(n + 1, np.int64), n], {}, n, [1], ref_scalar_io)
+    )
     cases.append(Case("arange_sum[tile=1]", arange_sum, [np.zeros(3, np.int64)], {"TILE": 1}, 3, [0], ref_arange_sum))
-    cases.append(Case("arange_sum[tile=1000]", arange_sum, [np.zeros(2, np.int64)], {"TILE": 1000}, 2, [0],
-                      ref_arange_sum))
+    cases.append(
+        Case("arange_sum[tile=1000]", arange_sum, [np.zeros(2, np.int64)], {"TILE": 1000}, 2, [0], ref_arange_sum)
+    )
     n = 100
-    cases.append(Case("vector_add[valid=0 tail]", vector_add,
-                      [_rand(rng, n, np.float32), _rand(rng, n, np.float32), np.zeros(n, np.float32), n],
-                      {"TILE": 64}, 3, [2], ref_vector_add))  # the third program has valid < 0
+    cases.append(
+        Case(
+            "vector_add[valid=0 tail]",
+            vector_add,
+            [_rand(rng, n, np.float32), _rand(rng, n, np.float32), np.zeros(n, np.float32), n],
+            {"TILE": 64},
+            3,
+            [2],
+            ref_vector_add,
+        )
+    )  # the third program has valid < 0
     return cases
 
 

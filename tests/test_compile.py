@@ -11,8 +11,11 @@ BARRIER = re.compile(r"^\s*(?:bar|barrier)\.sync", re.M)
 # Every distinct specialisation compiles for sm_90; every program compiles for sm_80 too.
 _specialisations, _programs = {}, {}
 for _case in CASES:
-    _key = (_case.kernel, tuple(type(a) if not isinstance(a, np.ndarray) else a.dtype for a in _case.args),
-            tuple(sorted(_case.constexprs.items())))
+    _key = (
+        _case.kernel,
+        tuple(type(a) if not isinstance(a, np.ndarray) else a.dtype for a in _case.args),
+        tuple(sorted(_case.constexprs.items())),
+    )
     _specialisations.setdefault(_key, _case)
     _programs.setdefault(_case.kernel, _case)
 COMPILE_CASES = [("sm_90", c) for c in _specialisations.values()] + [("sm_80", c) for c in _programs.values()]
@@ -55,7 +58,8 @@ def test_pinned_block_threads_sets_items_per_thread():
     import coop_tiles as ct
 
     k = ct.jit(scaled_cumsum.fn, block_threads=128).compile(
-        np.zeros(1, np.int32), np.zeros(1, np.float64), 1, 2.0, TILE=1000, arch="sm_90")
+        np.zeros(1, np.int32), np.zeros(1, np.float64), 1, 2.0, TILE=1000, arch="sm_90"
+    )
     assert k.block_threads == 128
     assert {t.items_per_thread for t in k.plan.tiles.values()} == {8}
     assert "__launch_bounds__(128)" in k.shim_source

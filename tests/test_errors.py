@@ -37,8 +37,13 @@ def test_runtime_tile_size():
         t = tile.load(x, 0, n)  # HERE
         tile.store(x, 0, t)
 
-    assert_located(compile_error(k, X, 16), k.fn, "# HERE", ct.TileValueError,
-                   r"TileValueError: tile size must be a compile-time constant .*got a runtime int64")
+    assert_located(
+        compile_error(k, X, 16),
+        k.fn,
+        "# HERE",
+        ct.TileValueError,
+        r"TileValueError: tile size must be a compile-time constant .*got a runtime int64",
+    )
 
 
 def test_tile_condition_is_divergence():
@@ -78,8 +83,13 @@ def test_tile_size_mismatch():
         b = tile.load(x, 0, T * 2)
         tile.store(x, 0, a + b)  # HERE
 
-    assert_located(compile_error(k, X, T=8), k.fn, "# HERE", ct.TileTypeError,
-                   r"tiles of different sizes .*tile<float32, 8>, tile<float32, 16>")
+    assert_located(
+        compile_error(k, X, T=8),
+        k.fn,
+        "# HERE",
+        ct.TileTypeError,
+        r"tiles of different sizes .*tile<float32, 8>, tile<float32, 16>",
+    )
 
 
 def test_undefined_name():
@@ -133,13 +143,23 @@ def test_launch_with_host_array_is_a_clear_error():
 
 
 class FakeStridedDeviceArray:
-    __cuda_array_interface__ = {"data": (1 << 20, False), "shape": (8,), "strides": (8,), "typestr": "<f4",
-                                "version": 3}
+    __cuda_array_interface__ = {
+        "data": (1 << 20, False),
+        "shape": (8,),
+        "strides": (8,),
+        "typestr": "<f4",
+        "version": 3,
+    }
 
 
 class FakeHalfDeviceArray:
-    __cuda_array_interface__ = {"data": (1 << 20, False), "shape": (8,), "strides": None, "typestr": "<f2",
-                                "version": 3}
+    __cuda_array_interface__ = {
+        "data": (1 << 20, False),
+        "shape": (8,),
+        "strides": None,
+        "typestr": "<f2",
+        "version": 3,
+    }
 
 
 def test_launch_with_bad_device_arrays():

@@ -19,11 +19,36 @@ from ..lang.types import ArrayType, ScalarType, TileType
 from ..planner.layout import BLOCKED
 from ..planner.plan import Plan
 
-INFIX = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%", "pow": "**",
-         "and": "&", "or": "|", "xor": "^", "lshift": "<<", "rshift": ">>", "lt": "<", "le": "<=",
-         "gt": ">", "ge": ">=", "eq": "==", "ne": "!=", "land": "and", "lor": "or"}
-MATH = {"exp": "math.exp", "log": "math.log", "log1p": "math.log1p", "sqrt": "math.sqrt", "sin": "math.sin",
-        "cos": "math.cos"}
+INFIX = {
+    "add": "+",
+    "sub": "-",
+    "mul": "*",
+    "truediv": "/",
+    "floordiv": "//",
+    "mod": "%",
+    "pow": "**",
+    "and": "&",
+    "or": "|",
+    "xor": "^",
+    "lshift": "<<",
+    "rshift": ">>",
+    "lt": "<",
+    "le": "<=",
+    "gt": ">",
+    "ge": ">=",
+    "eq": "==",
+    "ne": "!=",
+    "land": "and",
+    "lor": "or",
+}
+MATH = {
+    "exp": "math.exp",
+    "log": "math.log",
+    "log1p": "math.log1p",
+    "sqrt": "math.sqrt",
+    "sin": "math.sin",
+    "cos": "math.cos",
+}
 
 
 @dataclass(frozen=True)
@@ -59,7 +84,9 @@ def literal(value: object, dt: np.dtype) -> str:
         return "True" if bool(value) else "False"
     if dt.kind == "f":
         v = float(value)  # type: ignore[arg-type]
-        text = "np.nan" if math.isnan(v) else ("np.inf" if v == math.inf else ("-np.inf" if v == -math.inf else repr(v)))
+        text = (
+            "np.nan" if math.isnan(v) else ("np.inf" if v == math.inf else ("-np.inf" if v == -math.inf else repr(v)))
+        )
         return f"{numba_name(dt)}({text})"
     return f"{numba_name(dt)}({int(value)})"  # type: ignore[call-overload]
 
@@ -202,18 +229,41 @@ class _BodyWriter:
 
     def s_TileLoad(self, s: ir.TileLoad, depth: int) -> None:
         t = numba_type(s.out.type.dtype)
-        name = self.shim(f"coop_load_{s.cid}", "void", f"CPointer({t})", f"CPointer({t})", "int64", "int64", t,
-                         "CPointer(uint8)", "int64")
-        self.line(depth, f"{name}(ptr({s.out.name}), {s.array.name}, {self.operand(s.offset, False)}, "
-                         f"{self._valid(s.valid, s.out.type.size)}, {self.operand(s.other, False)}, smem, "
-                         f"{self.offset(s.cid)})")
+        name = self.shim(
+            f"coop_load_{s.cid}",
+            "void",
+            f"CPointer({t})",
+            f"CPointer({t})",
+            "int64",
+            "int64",
+            t,
+            "CPointer(uint8)",
+            "int64",
+        )
+        self.line(
+            depth,
+            f"{name}(ptr({s.out.name}), {s.array.name}, {self.operand(s.offset, False)}, "
+            f"{self._valid(s.valid, s.out.type.size)}, {self.operand(s.other, False)}, smem, "
+            f"{self.offset(s.cid)})",
+        )
 
     def s_TileStore(self, s: ir.TileStore, depth: int) -> None:
         t, a = numba_type(s.tile.type.dtype), numba_type(s.array.type.dtype)
-        name = self.shim(f"coop_store_{s.cid}", "void", f"CPointer({a})", "int64", "int64", f"CPointer({t})",
-                         "CPointer(uint8)", "int64")
-        self.line(depth, f"{name}({s.array.name}, {self.operand(s.offset, False)}, "
-                         f"{self._valid(s.valid, s.tile.type.size)}, ptr({s.tile.name}), smem, {self.offset(s.cid)})")
+        name = self.shim(
+            f"coop_store_{s.cid}",
+            "void",
+            f"CPointer({a})",
+            "int64",
+            "int64",
+            f"CPointer({t})",
+            "CPointer(uint8)",
+            "int64",
+        )
+        self.line(
+            depth,
+            f"{name}({s.array.name}, {self.operand(s.offset, False)}, "
+            f"{self._valid(s.valid, s.tile.type.size)}, ptr({s.tile.name}), smem, {self.offset(s.cid)})",
+        )
 
     def s_TileScan(self, s: ir.TileScan, depth: int) -> None:
         dt = s.src.type.dtype
@@ -221,8 +271,9 @@ class _BodyWriter:
         name = self.shim(f"coop_scan_{s.cid}", t, f"CPointer({t})", f"CPointer({t})", t, "CPointer(uint8)", "int64")
         initial = self.operand(s.initial, False) if s.initial is not None else literal(0, dt)
         target = s.total.name if s.total is not None else "_"
-        self.line(depth, f"{target} = {name}(ptr({s.src.name}), ptr({s.out.name}), {initial}, smem, "
-                         f"{self.offset(s.cid)})")
+        self.line(
+            depth, f"{target} = {name}(ptr({s.src.name}), ptr({s.out.name}), {initial}, smem, {self.offset(s.cid)})"
+        )
 
     def s_TileReduce(self, s: ir.TileReduce, depth: int) -> None:
         t = numba_type(s.src.type.dtype)
@@ -274,5 +325,6 @@ def generate_body(program: ir.Program, plan: Plan, function: str) -> BodySource:
     writer.stmts(program.body, 1)
     unique = tuple(dict.fromkeys(writer.shims))
     header = "# coop_tiles program body (generated; see .plan for layouts and barriers)\n"
-    return BodySource(header + "\n".join(writer.lines) + "\n", function, unique,
-                      tuple(param_numba_type(t) for _, t in program.params))
+    return BodySource(
+        header + "\n".join(writer.lines) + "\n", function, unique, tuple(param_numba_type(t) for _, t in program.params)
+    )

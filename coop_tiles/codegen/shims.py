@@ -43,8 +43,15 @@ template <class T, class Op> struct carry {
 }  // namespace coop
 """
 
-OP_FUNCTORS = {"add": "coop::add", "mul": "coop::mul", "max": "coop::max", "min": "coop::min",
-               "and": "coop::bit_and", "or": "coop::bit_or", "xor": "coop::bit_xor"}
+OP_FUNCTORS = {
+    "add": "coop::add",
+    "mul": "coop::mul",
+    "max": "coop::max",
+    "min": "coop::min",
+    "and": "coop::bit_and",
+    "or": "coop::bit_or",
+    "xor": "coop::bit_xor",
+}
 
 
 @dataclass(frozen=True)
@@ -61,8 +68,10 @@ def storage_query_source(decls: dict[int, str]) -> str:
     parts = [HEADERS, FUNCTORS]
     for cid, decl in decls.items():
         parts.append(decl.replace("@", str(cid)))
-        parts.append(f'extern "C" __device__ unsigned coop_bytes_{cid} = sizeof(coop_storage_{cid});\n'
-                     f'extern "C" __device__ unsigned coop_align_{cid} = alignof(coop_storage_{cid});\n')
+        parts.append(
+            f'extern "C" __device__ unsigned coop_bytes_{cid} = sizeof(coop_storage_{cid});\n'
+            f'extern "C" __device__ unsigned coop_align_{cid} = alignof(coop_storage_{cid});\n'
+        )
     return "\n".join(parts)
 
 
@@ -112,20 +121,29 @@ class _ShimWriter:
         lay = self.layouts.tiles[s.out.name]
         t, items, cid = cxx_name(s.out.type.dtype), lay.items_per_thread, s.cid
         full = self.threads * items
-        sig = (f'extern "C" __device__ void coop_load_{cid}({t}* items, const {t}* a, long long offset, '
-               f"long long valid, {t} other, unsigned char* smem, long long soff)")
+        sig = (
+            f'extern "C" __device__ void coop_load_{cid}({t}* items, const {t}* a, long long offset, '
+            f"long long valid, {t} other, unsigned char* smem, long long soff)"
+        )
         code = ""
         if self.layouts.collectives[cid].needs_storage:
             cub_type = f"cub::BlockLoad<{t}, {self.threads}, {items}, cub::BLOCK_LOAD_WARP_TRANSPOSE>"
             alias = f"coop_load_{cid}_t"
             code += f"using {alias} = {cub_type};\n" + self.storage(cid, cub_type)
-            body = (_storage_ref(cid) + _items_ref("x", "items", t, items) + _clamp(lay.size)
-                    + f"  if (v == {full}) {alias}(s.temp).Load(a + offset, x);\n"
-                    + f"  else {alias}(s.temp).Load(a + offset, x, int(v), other);\n")
+            body = (
+                _storage_ref(cid)
+                + _items_ref("x", "items", t, items)
+                + _clamp(lay.size)
+                + f"  if (v == {full}) {alias}(s.temp).Load(a + offset, x);\n"
+                + f"  else {alias}(s.temp).Load(a + offset, x, int(v), other);\n"
+            )
         else:
-            body = (_items_ref("x", "items", t, items) + _clamp(lay.size)
-                    + f"  if (v == {full}) cub::LoadDirectStriped<{self.threads}>(int(threadIdx.x), a + offset, x);\n"
-                    + f"  else cub::LoadDirectStriped<{self.threads}>(int(threadIdx.x), a + offset, x, int(v), other);\n")
+            body = (
+                _items_ref("x", "items", t, items)
+                + _clamp(lay.size)
+                + f"  if (v == {full}) cub::LoadDirectStriped<{self.threads}>(int(threadIdx.x), a + offset, x);\n"
+                + f"  else cub::LoadDirectStriped<{self.threads}>(int(threadIdx.x), a + offset, x, int(v), other);\n"
+            )
         self.parts.append(code + sig + " {\n" + body + "}\n")
 
     def store(self, s: ir.TileStore) -> None:
@@ -133,20 +151,29 @@ class _ShimWriter:
         t, a_t = cxx_name(s.tile.type.dtype), cxx_name(s.array.type.dtype)
         items, cid = lay.items_per_thread, s.cid
         full = self.threads * items
-        sig = (f'extern "C" __device__ void coop_store_{cid}({a_t}* a, long long offset, long long valid, '
-               f"{t}* items, unsigned char* smem, long long soff)")
+        sig = (
+            f'extern "C" __device__ void coop_store_{cid}({a_t}* a, long long offset, long long valid, '
+            f"{t}* items, unsigned char* smem, long long soff)"
+        )
         code = ""
         if self.layouts.collectives[cid].needs_storage:
             cub_type = f"cub::BlockStore<{t}, {self.threads}, {items}, cub::BLOCK_STORE_WARP_TRANSPOSE>"
             alias = f"coop_store_{cid}_t"
             code += f"using {alias} = {cub_type};\n" + self.storage(cid, cub_type)
-            body = (_storage_ref(cid) + _items_ref("x", "items", t, items) + _clamp(lay.size)
-                    + f"  if (v == {full}) {alias}(s.temp).Store(a + offset, x);\n"
-                    + f"  else {alias}(s.temp).Store(a + offset, x, int(v));\n")
+            body = (
+                _storage_ref(cid)
+                + _items_ref("x", "items", t, items)
+                + _clamp(lay.size)
+                + f"  if (v == {full}) {alias}(s.temp).Store(a + offset, x);\n"
+                + f"  else {alias}(s.temp).Store(a + offset, x, int(v));\n"
+            )
         else:
-            body = (_items_ref("x", "items", t, items) + _clamp(lay.size)
-                    + f"  if (v == {full}) cub::StoreDirectStriped<{self.threads}>(int(threadIdx.x), a + offset, x);\n"
-                    + f"  else cub::StoreDirectStriped<{self.threads}>(int(threadIdx.x), a + offset, x, int(v));\n")
+            body = (
+                _items_ref("x", "items", t, items)
+                + _clamp(lay.size)
+                + f"  if (v == {full}) cub::StoreDirectStriped<{self.threads}>(int(threadIdx.x), a + offset, x);\n"
+                + f"  else cub::StoreDirectStriped<{self.threads}>(int(threadIdx.x), a + offset, x, int(v));\n"
+            )
         self.parts.append(code + sig + " {\n" + body + "}\n")
 
     def scan(self, s: ir.TileScan) -> None:
@@ -156,20 +183,23 @@ class _ShimWriter:
         alias, op, ident = f"coop_scan_{cid}_t", OP_FUNCTORS[s.op], cxx_identity(s.op, dt)
         cub_type = f"cub::BlockScan<{t}, {self.threads}, cub::BLOCK_SCAN_WARP_SCANS>"
         code = f"using {alias} = {cub_type};\n" + self.storage(cid, cub_type, f"{t} total; ")
-        sig = (f'extern "C" __device__ {t} coop_scan_{cid}({t}* in, {t}* out, {t} initial, '
-               "unsigned char* smem, long long soff)")
+        sig = (
+            f'extern "C" __device__ {t} coop_scan_{cid}({t}* in, {t}* out, {t} initial, '
+            "unsigned char* smem, long long soff)"
+        )
         body = _storage_ref(cid) + _items_ref("x", "in", t, items) + _items_ref("y", "out", t, items)
         kind = "Exclusive" if s.exclusive else "Inclusive"
         carry = s.initial is not None or s.total is not None
         padded = self.threads * items != lay.size
         if carry and padded:  # padding must not change the total
-            body += (f"  for (int i = 0; i < {items}; ++i) y[i] = ({_index(BLOCKED, self.threads, items)} < "
-                     f"{lay.size}) ? x[i] : {ident};\n")
+            body += (
+                f"  for (int i = 0; i < {items}; ++i) y[i] = ({_index(BLOCKED, self.threads, items)} < "
+                f"{lay.size}) ? x[i] : {ident};\n"
+            )
         else:
             body += f"  for (int i = 0; i < {items}; ++i) y[i] = x[i];\n"
         if carry:
-            body += (f"  coop::carry<{t}, {op}> c{{initial}};\n"
-                     f"  {alias}(s.temp).{kind}Scan(y, y, {op}{{}}, c);\n")
+            body += f"  coop::carry<{t}, {op}> c{{initial}};\n  {alias}(s.temp).{kind}Scan(y, y, {op}{{}}, c);\n"
             if s.total is not None:
                 body += "  if (threadIdx.x == 0) s.total = c.running;\n  __syncthreads();\n  return s.total;\n"
             else:
@@ -198,16 +228,22 @@ class _ShimWriter:
             index = _index(lay.arrangement, self.threads, items)
             body += f"  for (int i = 0; i < {items}; ++i) if ({index} < {lay.size}) acc = {op}{{}}(acc, x[i]);\n"
         reduce_call = "Sum(acc)" if s.op == "add" else f"Reduce(acc, {op}{{}})"
-        body += (f"  {t} r = {alias}(s.temp).{reduce_call};\n"
-                 "  if (threadIdx.x == 0) s.result = r;\n  __syncthreads();\n  return s.result;\n")
+        body += (
+            f"  {t} r = {alias}(s.temp).{reduce_call};\n"
+            "  if (threadIdx.x == 0) s.result = r;\n  __syncthreads();\n  return s.result;\n"
+        )
         self.parts.append(code + sig + " {\n" + body + "}\n")
 
 
 def generate_shims(program: ir.Program, layouts: LayoutPlan) -> ShimSource:
     """The C++ source of every shim of `program` plus its kernel entry."""
     writer = _ShimWriter(layouts)
-    handlers = {ir.TileLoad: writer.load, ir.TileStore: writer.store, ir.TileScan: writer.scan,
-                ir.TileReduce: writer.reduce}
+    handlers = {
+        ir.TileLoad: writer.load,
+        ir.TileStore: writer.store,
+        ir.TileScan: writer.scan,
+        ir.TileReduce: writer.reduce,
+    }
     for s in program.walk():
         handler = handlers.get(type(s))
         if handler is not None:

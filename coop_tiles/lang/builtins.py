@@ -62,9 +62,19 @@ def _minimum(a: Any, b: Any) -> Any:
 
 #: NumPy reference of each element-wise function, by public name.
 ELEMENTWISE = {
-    "exp": np.exp, "exp2": np.exp2, "log": np.log, "log1p": np.log1p, "sqrt": np.sqrt,
-    "abs": np.abs, "sin": np.sin, "cos": np.cos, "sigmoid": _sigmoid, "softplus": _softplus,
-    "minimum": _minimum, "maximum": _maximum, "where": np.where,
+    "exp": np.exp,
+    "exp2": np.exp2,
+    "log": np.log,
+    "log1p": np.log1p,
+    "sqrt": np.sqrt,
+    "abs": np.abs,
+    "sin": np.sin,
+    "cos": np.cos,
+    "sigmoid": _sigmoid,
+    "softplus": _softplus,
+    "minimum": _minimum,
+    "maximum": _maximum,
+    "where": np.where,
 }
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import builtins as py
 import inspect
 import operator
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -100,8 +101,10 @@ def _named_op(b: Builder, v: Any, dt: np.dtype) -> str:
     from .frontend import Const
 
     if not (isinstance(v, Const) and isinstance(v.value, str)):
-        raise TileValueError("op must be one of 'add', 'mul', 'max', 'min', 'and', 'or', 'xor'; "
-                             "@ct.combine functions are not supported yet")
+        raise TileValueError(
+            "op must be one of 'add', 'mul', 'max', 'min', 'and', 'or', 'xor'; "
+            "@ct.combine functions are not supported yet"
+        )
     check_op(v.value, dt)
     return v.value
 
@@ -172,8 +175,13 @@ def _python_minmax(name: str) -> Callable:
 
 
 CALLS: dict[Callable, Callable] = {
-    tile.load: _load, tile.store: _store, tile.full: _full, tile.zeros: _zeros, tile.arange: _arange,
-    tile.scan: _scan, tile.reduce: _reduce,
+    tile.load: _load,
+    tile.store: _store,
+    tile.full: _full,
+    tile.zeros: _zeros,
+    tile.arange: _arange,
+    tile.scan: _scan,
+    tile.reduce: _reduce,
     tile.sum: lambda b, a, n: _reduce(b, a, n, "add"),
     tile.max: lambda b, a, n: _reduce(b, a, n, "max"),
     tile.min: lambda b, a, n: _reduce(b, a, n, "min"),
@@ -185,5 +193,6 @@ CALLS: dict[Callable, Callable] = {
 
 #: Python builtins with tile-program meanings; they take positional arguments only.
 PY_CALLS: dict[Callable, Callable] = {
-    py.min: _python_minmax("minimum"), py.max: _python_minmax("maximum"),
+    py.min: _python_minmax("minimum"),
+    py.max: _python_minmax("maximum"),
 }

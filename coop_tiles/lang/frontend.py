@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import ast
 import operator
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -22,8 +23,17 @@ from . import ir
 from .calls import CALLS, PY_CALLS, bind_call
 from .source import ParsedFunction, parse_function
 from .types import (
-    BOOL, WEAK_FLOAT, WEAK_INT, ArrayType, ScalarType, TileType, ValueType, common_type, join,
-    result_type, type_of_python_scalar,
+    BOOL,
+    WEAK_FLOAT,
+    WEAK_INT,
+    ArrayType,
+    ScalarType,
+    TileType,
+    ValueType,
+    common_type,
+    join,
+    result_type,
+    type_of_python_scalar,
 )
 
 
@@ -43,18 +53,31 @@ class Method:
 
 
 BINOPS: dict[type, tuple[str, Callable]] = {
-    ast.Add: ("add", operator.add), ast.Sub: ("sub", operator.sub), ast.Mult: ("mul", operator.mul),
-    ast.Div: ("truediv", operator.truediv), ast.FloorDiv: ("floordiv", operator.floordiv),
-    ast.Mod: ("mod", operator.mod), ast.Pow: ("pow", operator.pow), ast.BitAnd: ("and", operator.and_),
-    ast.BitOr: ("or", operator.or_), ast.BitXor: ("xor", operator.xor),
-    ast.LShift: ("lshift", operator.lshift), ast.RShift: ("rshift", operator.rshift),
+    ast.Add: ("add", operator.add),
+    ast.Sub: ("sub", operator.sub),
+    ast.Mult: ("mul", operator.mul),
+    ast.Div: ("truediv", operator.truediv),
+    ast.FloorDiv: ("floordiv", operator.floordiv),
+    ast.Mod: ("mod", operator.mod),
+    ast.Pow: ("pow", operator.pow),
+    ast.BitAnd: ("and", operator.and_),
+    ast.BitOr: ("or", operator.or_),
+    ast.BitXor: ("xor", operator.xor),
+    ast.LShift: ("lshift", operator.lshift),
+    ast.RShift: ("rshift", operator.rshift),
 }
 CMPOPS: dict[type, tuple[str, Callable]] = {
-    ast.Lt: ("lt", operator.lt), ast.LtE: ("le", operator.le), ast.Gt: ("gt", operator.gt),
-    ast.GtE: ("ge", operator.ge), ast.Eq: ("eq", operator.eq), ast.NotEq: ("ne", operator.ne),
+    ast.Lt: ("lt", operator.lt),
+    ast.LtE: ("le", operator.le),
+    ast.Gt: ("gt", operator.gt),
+    ast.GtE: ("ge", operator.ge),
+    ast.Eq: ("eq", operator.eq),
+    ast.NotEq: ("ne", operator.ne),
 }
 UNARYOPS: dict[type, tuple[str, Callable]] = {
-    ast.USub: ("neg", operator.neg), ast.UAdd: ("pos", operator.pos), ast.Invert: ("invert", operator.invert),
+    ast.USub: ("neg", operator.neg),
+    ast.UAdd: ("pos", operator.pos),
+    ast.Invert: ("invert", operator.invert),
 }
 MAX_FIXPOINT_ROUNDS = 8
 MAX_INLINE_DEPTH = 16
@@ -252,16 +275,18 @@ class Builder:
                 raise TileSyntaxError("a helper's `return` must be its last statement", loc=self.fn.loc(s))
             handler = STMT_HANDLERS.get(type(s))
             if handler is None:
-                raise TileSyntaxError(f"`{type(s).__name__}` statements are not supported in tile programs",
-                                      loc=self.fn.loc(s))
+                raise TileSyntaxError(
+                    f"`{type(s).__name__}` statements are not supported in tile programs", loc=self.fn.loc(s)
+                )
             with self.located(s):
                 handler(self, s)
 
     def expr(self, node: ast.expr) -> Any:
         handler = EXPR_HANDLERS.get(type(node))
         if handler is None:
-            raise TileSyntaxError(f"`{type(node).__name__}` expressions are not supported in tile programs",
-                                  loc=self.fn.loc(node))
+            raise TileSyntaxError(
+                f"`{type(node).__name__}` expressions are not supported in tile programs", loc=self.fn.loc(node)
+            )
         with self.located(node):
             return handler(self, node)
 
@@ -276,8 +301,11 @@ class Builder:
         if isinstance(cond, Const):
             return cond
         value = self.scalar(cond, f"the condition of `{what}`")
-        return value if value.type.dtype == np.bool_ else self.map_op("ne", (value, ir.Lit(0, WEAK_INT)), BOOL,
-                                                                      value.type.dtype)
+        return (
+            value
+            if value.type.dtype == np.bool_
+            else self.map_op("ne", (value, ir.Lit(0, WEAK_INT)), BOOL, value.type.dtype)
+        )
 
     def inline(self, helper: Callable, args: tuple, kwargs: dict, node: ast.AST) -> Any:
         """Inline a plain Python helper function called from the tile program."""
@@ -420,14 +448,22 @@ def _stmt_while(b: Builder, s: ast.While) -> None:
 
 
 def _stmt_unsupported_jump(b: Builder, s: ast.stmt) -> None:
-    raise TileSyntaxError(f"`{type(s).__name__.lower()}` is not supported in tile programs; "
-                          "restructure the loop with a condition")
+    raise TileSyntaxError(
+        f"`{type(s).__name__.lower()}` is not supported in tile programs; restructure the loop with a condition"
+    )
 
 
 STMT_HANDLERS: dict[type, Callable] = {
-    ast.Assign: _stmt_assign, ast.AnnAssign: _stmt_annassign, ast.AugAssign: _stmt_augassign,
-    ast.Expr: _stmt_expr, ast.Pass: _stmt_pass, ast.Return: _stmt_return, ast.If: _stmt_if,
-    ast.For: _stmt_for, ast.While: _stmt_while, ast.Break: _stmt_unsupported_jump,
+    ast.Assign: _stmt_assign,
+    ast.AnnAssign: _stmt_annassign,
+    ast.AugAssign: _stmt_augassign,
+    ast.Expr: _stmt_expr,
+    ast.Pass: _stmt_pass,
+    ast.Return: _stmt_return,
+    ast.If: _stmt_if,
+    ast.For: _stmt_for,
+    ast.While: _stmt_while,
+    ast.Break: _stmt_unsupported_jump,
     ast.Continue: _stmt_unsupported_jump,
 }
 
@@ -509,8 +545,9 @@ def _expr_boolop(b: Builder, e: ast.BoolOp) -> Any:
         if isinstance(value, ir.Var) and isinstance(value.type, TileType):
             raise TileTypeError("`and`/`or`/`not` need scalars; combine boolean tiles with & and |")
         cond = b.scalar(value, "an operand of and/or")
-        cond = cond if cond.type.dtype == np.bool_ else b.map_op("ne", (cond, ir.Lit(0, WEAK_INT)), BOOL,
-                                                                  cond.type.dtype)
+        cond = (
+            cond if cond.type.dtype == np.bool_ else b.map_op("ne", (cond, ir.Lit(0, WEAK_INT)), BOOL, cond.type.dtype)
+        )
         result = cond if result is None else b.map_op(name, (result, cond), BOOL, np.dtype(np.bool_))
     return result if result is not None else Const(isinstance(e.op, ast.And))
 
@@ -626,10 +663,17 @@ def _expr_tuple(b: Builder, e: ast.Tuple) -> Any:
 
 
 EXPR_HANDLERS: dict[type, Callable] = {
-    ast.Constant: _expr_constant, ast.Name: _expr_name, ast.Attribute: _expr_attribute,
-    ast.BinOp: _expr_binop, ast.UnaryOp: _expr_unaryop, ast.Compare: _expr_compare,
-    ast.BoolOp: _expr_boolop, ast.IfExp: _expr_ifexp, ast.Call: _expr_call,
-    ast.Subscript: _expr_subscript, ast.Tuple: _expr_tuple,
+    ast.Constant: _expr_constant,
+    ast.Name: _expr_name,
+    ast.Attribute: _expr_attribute,
+    ast.BinOp: _expr_binop,
+    ast.UnaryOp: _expr_unaryop,
+    ast.Compare: _expr_compare,
+    ast.BoolOp: _expr_boolop,
+    ast.IfExp: _expr_ifexp,
+    ast.Call: _expr_call,
+    ast.Subscript: _expr_subscript,
+    ast.Tuple: _expr_tuple,
 }
 
 
@@ -639,7 +683,9 @@ def _kind_names(kinds: str) -> str:
 
 
 # ----- entry point -----------------------------------------------------------------------------
-def build_program(fn: Callable, param_types: dict[str, ArrayType | ScalarType], constexprs: dict[str, Any]) -> ir.Program:
+def build_program(
+    fn: Callable, param_types: dict[str, ArrayType | ScalarType], constexprs: dict[str, Any]
+) -> ir.Program:
     """Type `fn` for one specialisation and return its IR."""
     parsed = parse_function(fn)
     var_types: dict[str, ValueType] = {}

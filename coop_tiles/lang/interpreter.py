@@ -10,8 +10,9 @@ from __future__ import annotations
 import contextvars
 import itertools
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -101,9 +102,18 @@ def _binary(fn: Callable, reflected: bool = False) -> Callable:
 
 
 _BINARY = {
-    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "truediv": operator.truediv,
-    "floordiv": operator.floordiv, "mod": operator.mod, "pow": operator.pow, "and": operator.and_,
-    "or": operator.or_, "xor": operator.xor, "lshift": operator.lshift, "rshift": operator.rshift,
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "truediv": operator.truediv,
+    "floordiv": operator.floordiv,
+    "mod": operator.mod,
+    "pow": operator.pow,
+    "and": operator.and_,
+    "or": operator.or_,
+    "xor": operator.xor,
+    "lshift": operator.lshift,
+    "rshift": operator.rshift,
 }
 for _name, _fn in _BINARY.items():
     setattr(Tile, f"__{_name}__", _binary(_fn))

@@ -7,8 +7,9 @@ import builtins
 import hashlib
 import inspect
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import SourceLocation, TileSyntaxError
 
@@ -87,11 +88,18 @@ def parse_function(fn: Callable) -> ParsedFunction:
         closure = {n: c.cell_contents for n, c in zip(fn.__code__.co_freevars, fn.__closure__)}
     source_hash = hashlib.sha256(dedented.encode()).hexdigest()
     parsed = ParsedFunction(
-        fn=fn, tree=tree, filename=filename, first_line=first_line, indent=indent,
-        lines=raw.splitlines(), params=params, constexprs=constexprs,
+        fn=fn,
+        tree=tree,
+        filename=filename,
+        first_line=first_line,
+        indent=indent,
+        lines=raw.splitlines(),
+        params=params,
+        constexprs=constexprs,
         assigned=frozenset(_assigned_names(tree.body)),
         single_top_level=frozenset(_single_top_level(tree.body)),
-        source_hash=source_hash, closure=closure,
+        source_hash=source_hash,
+        closure=closure,
     )
     _cache[fn] = parsed
     return parsed

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import functools
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 

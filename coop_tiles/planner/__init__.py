@@ -5,6 +5,16 @@ from .layout import BLOCKED, STRIPED, CollectiveChoice, LayoutPlan, TileLayout, 
 from .plan import Plan, finish_plan
 
 __all__ = [
-    "BLOCKED", "STRIPED", "CarvePlan", "CollectiveChoice", "LayoutPlan", "Plan", "Region", "StorageNeed",
-    "TileLayout", "carve", "finish_plan", "plan_layouts",
+    "BLOCKED",
+    "STRIPED",
+    "CarvePlan",
+    "CollectiveChoice",
+    "LayoutPlan",
+    "Plan",
+    "Region",
+    "StorageNeed",
+    "TileLayout",
+    "carve",
+    "finish_plan",
+    "plan_layouts",
 ]

@@ -68,8 +68,9 @@ class _Dirty:
         return _Dirty(regions, self.reads | other.reads, self.writes | other.writes)
 
     def covers(self, other: _Dirty) -> bool:
-        return all(r in self.regions for r in other.regions) and other.reads <= self.reads and \
-            other.writes <= self.writes
+        return (
+            all(r in self.regions for r in other.regions) and other.reads <= self.reads and other.writes <= self.writes
+        )
 
 
 class _Carver:

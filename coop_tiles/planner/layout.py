@@ -114,7 +114,10 @@ def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -
     blocked_roots = {groups.find(n) for n in needs_blocked}
     layouts = {
         name: TileLayout(
-            name=name, dtype=t.dtype.name, size=t.size, items_per_thread=-(-t.size // threads),
+            name=name,
+            dtype=t.dtype.name,
+            size=t.size,
+            items_per_thread=-(-t.size // threads),
             arrangement=BLOCKED if groups.find(name) in blocked_roots else STRIPED,
         )
         for name, t in tiles.items()
@@ -133,10 +136,17 @@ def _choose(s: ir.Collective, layouts: dict[str, TileLayout]) -> CollectiveChoic
         load = isinstance(s, ir.TileLoad)
         if layout.arrangement == BLOCKED and layout.items_per_thread > 1:
             algo = "BLOCK_LOAD_WARP_TRANSPOSE" if load else "BLOCK_STORE_WARP_TRANSPOSE"
-            return CollectiveChoice(s.cid, "load" if load else "store", "BlockLoad" if load else "BlockStore",
-                                    algo, line, True)
-        return CollectiveChoice(s.cid, "load" if load else "store",
-                                "LoadDirectStriped" if load else "StoreDirectStriped", "DIRECT", line, False)
+            return CollectiveChoice(
+                s.cid, "load" if load else "store", "BlockLoad" if load else "BlockStore", algo, line, True
+            )
+        return CollectiveChoice(
+            s.cid,
+            "load" if load else "store",
+            "LoadDirectStriped" if load else "StoreDirectStriped",
+            "DIRECT",
+            line,
+            False,
+        )
     if isinstance(s, ir.TileScan):
         return CollectiveChoice(s.cid, f"scan[{s.op}]", "BlockScan", "BLOCK_SCAN_WARP_SCANS", line, True)
     if isinstance(s, ir.TileReduce):

@@ -25,19 +25,23 @@ class Plan:
         return id(stmt) in self.carve.barriers
 
     def __str__(self) -> str:
-        out = [f"plan for {self.program}: {self.block_threads} threads per block, "
-               f"{self.shared_bytes} bytes of TempStorage"]
+        out = [
+            f"plan for {self.program}: {self.block_threads} threads per block, {self.shared_bytes} bytes of TempStorage"
+        ]
         out.append("tiles:")
         out.append(f"  {'name':<10} {'dtype':<8} {'size':>6} {'items/thread':>12}  {'arrangement':<11} storage")
         for t in self.tiles.values():
-            out.append(f"  {t.name:<10} {t.dtype:<8} {t.size:>6} {t.items_per_thread:>12}  "
-                       f"{t.arrangement:<11} {t.storage}")
+            out.append(
+                f"  {t.name:<10} {t.dtype:<8} {t.size:>6} {t.items_per_thread:>12}  {t.arrangement:<11} {t.storage}"
+            )
         out.append("collectives:")
-        out.append(f"  {'#':>3} {'line':>5}  {'op':<12} {'CUB primitive':<19} {'algorithm':<29} "
-                   f"{'offset':>7} {'bytes':>7} {'align':>5}")
+        out.append(
+            f"  {'#':>3} {'line':>5}  {'op':<12} {'CUB primitive':<19} {'algorithm':<29} "
+            f"{'offset':>7} {'bytes':>7} {'align':>5}"
+        )
         for cid, c in sorted(self.collectives.items()):
             r = self.carve.regions.get(cid)
-            where = (f"{r.offset:>7} {r.size:>7} {r.align:>5}" if r else f"{'-':>7} {'0':>7} {'-':>5}")
+            where = f"{r.offset:>7} {r.size:>7} {r.align:>5}" if r else f"{'-':>7} {'0':>7} {'-':>5}"
             out.append(f"  {cid:>3} {c.line or '?':>5}  {c.op:<12} {c.primitive:<19} {c.algorithm:<29} {where}")
         out.append("barriers (__syncthreads before):")
         if not self.carve.barriers:

@@ -2,13 +2,14 @@
 
 Device arrays are anything with `__cuda_array_interface__` (CuPy, PyTorch, Numba) or
 DLPack; CuPy and PyTorch take fast paths that avoid building the interface dict on every
-launch. Each argument position gets a packer chosen once per specialisation.
+launch.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -31,8 +32,16 @@ def _torch_dtype(t) -> np.dtype:
     if dt is None:
         import torch
 
-        table = {torch.int8: np.int8, torch.int16: np.int16, torch.int32: np.int32, torch.int64: np.int64,
-                 torch.uint8: np.uint8, torch.float32: np.float32, torch.float64: np.float64, torch.bool: np.bool_}
+        table = {
+            torch.int8: np.int8,
+            torch.int16: np.int16,
+            torch.int32: np.int32,
+            torch.int64: np.int64,
+            torch.uint8: np.uint8,
+            torch.float32: np.float32,
+            torch.float64: np.float64,
+            torch.bool: np.bool_,
+        }
         for attr, np_t in (("uint16", np.uint16), ("uint32", np.uint32), ("uint64", np.uint64)):
             if hasattr(torch, attr):
                 table[getattr(torch, attr)] = np_t
@@ -113,7 +122,9 @@ def device_array(obj: Any, name: str) -> DeviceArray | None:
         raise LaunchError(f"argument {name!r} {e.message}") from None
     if arr.dtype not in MEMORY_DTYPES:
         supported = ", ".join(sorted(d.name for d in MEMORY_DTYPES))
-        raise LaunchError(f"argument {name!r} has dtype {arr.dtype.name}, which is not supported; use one of {supported}")
+        raise LaunchError(
+            f"argument {name!r} has dtype {arr.dtype.name}, which is not supported; use one of {supported}"
+        )
     return arr
 
 
@@ -129,12 +140,3 @@ def arg_type(obj: Any, name: str) -> ArrayType | ScalarType:
     if t.dtype.kind in "iu" and isinstance(obj, int) and not -(2**63) <= obj < 2**63:
         raise LaunchError(f"argument {name!r} = {obj} does not fit in int64")
     return t
-
-
-def packer(t: ArrayType | ScalarType) -> Callable[[Any], Any]:
-    """A function turning a pointer or scalar into what the launch passes, typed for the C ABI."""
-    if isinstance(t, ArrayType):
-        return np.uint64
-    if t.dtype == np.bool_:
-        return lambda v: np.uint8(bool(v))
-    return t.dtype.type

@@ -51,8 +51,8 @@ class DiskCache:
             data = path.read_bytes()
         except OSError:
             return None
-        payload = data[len(MAGIC) + _DIGEST:]
-        if not data.startswith(MAGIC) or data[len(MAGIC):len(MAGIC) + _DIGEST] != hashlib.sha256(payload).digest():
+        payload = data[len(MAGIC) + _DIGEST :]
+        if not data.startswith(MAGIC) or data[len(MAGIC) : len(MAGIC) + _DIGEST] != hashlib.sha256(payload).digest():
             self._discard(path)
             return None
         try:

@@ -7,8 +7,9 @@ output, so any of them can be run, printed or tested on its own.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ..codegen.numba_body import BodySource, generate_body
 from ..codegen.shims import ShimSource, generate_shims, storage_query_source
@@ -120,8 +121,13 @@ def shim_ltoir(shims: ShimSource, arch: str, cache: DiskCache) -> bytes:
 
 
 STAGES: dict[str, Callable] = {
-    "typed_ir": build_stage, "layouts": layout_stage, "shim_source": shim_stage, "storage": storage_stage,
-    "numba_source": body_stage, "shim_ltoir": shim_ltoir, "body_ltoir": toolchain.numba_compile,
+    "typed_ir": build_stage,
+    "layouts": layout_stage,
+    "shim_source": shim_stage,
+    "storage": storage_stage,
+    "numba_source": body_stage,
+    "shim_ltoir": shim_ltoir,
+    "body_ltoir": toolchain.numba_compile,
     "cubin": toolchain.link,
 }
 
@@ -139,12 +145,14 @@ def compile_kernel(fn: Callable, sig: Signature, cache: DiskCache | None = None)
         body = body_stage(program, plan, shims)
 
         def ltoirs() -> list[tuple[str, bytes]]:
-            body_ir = toolchain.numba_compile(body.source, body.function, shims.body_name, body.shims,
-                                              body.param_types, sig.arch)
+            body_ir = toolchain.numba_compile(
+                body.source, body.function, shims.body_name, body.shims, body.param_types, sig.arch
+            )
             return [("coop_shims", shim_ltoir(shims, sig.arch, cache)), ("coop_body", body_ir)]
 
-        key = make_key("kernel", shims.source, body.source, [vars(s) for s in body.shims], sig.arch,
-                       toolchain.versions())
+        key = make_key(
+            "kernel", shims.source, body.source, [vars(s) for s in body.shims], sig.arch, toolchain.versions()
+        )
         cubin = cache.get("kernel", key)
         if cubin is None:
             cubin = toolchain.link(ltoirs(), sig.arch)

@@ -11,14 +11,14 @@ from .compiler import CompiledKernel
 STATIC_SHARED_LIMIT = 48 * 1024
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _core():
     import cuda.core as core
 
     return core
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def current_device() -> Any:
     """The current CUDA device (made current for cuda.core once per process)."""
     core = _core()
@@ -27,13 +27,13 @@ def current_device() -> Any:
     return device
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def device_arch(device_id: int) -> str:
     major, minor = current_device().compute_capability
     return f"sm_{major}{minor}"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def max_shared_optin(device_id: int) -> int:
     from cuda.bindings import driver
 
@@ -53,7 +53,8 @@ def load(kernel: CompiledKernel, device_id: int) -> Any:
         regions = sorted(kernel.plan.carve.regions.values(), key=lambda r: -r.size)
         users = ", ".join(
             f"{kernel.plan.collectives[r.cid].op} ({kernel.plan.collectives[r.cid].primitive}, line "
-            f"{kernel.plan.collectives[r.cid].line}): {r.size} bytes" for r in regions[:4]
+            f"{kernel.plan.collectives[r.cid].line}): {r.size} bytes"
+            for r in regions[:4]
         )
         raise SharedMemoryError(
             f"{kernel.program.name} needs {shared} bytes of shared memory per block, more than this device's "
@@ -67,12 +68,13 @@ def load(kernel: CompiledKernel, device_id: int) -> Any:
         attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
         (err,) = driver.cuKernelSetAttribute(attr, shared, compiled.handle, device_id)
         if err != driver.CUresult.CUDA_SUCCESS:
-            raise SharedMemoryError(f"could not opt {kernel.program.name} into {shared} bytes of dynamic shared memory: {err.name}")
+            raise SharedMemoryError(
+                f"could not opt {kernel.program.name} into {shared} bytes of dynamic shared memory: {err.name}"
+            )
     kernel.loaded[device_id] = compiled
     return compiled
 
 
-_streams: dict[int, Any] = {}
 CUPY, TORCH = 1, 2
 LIBRARY_BITS = {"cupy": CUPY, "torch": TORCH}
 
@@ -100,26 +102,18 @@ def stream_handle(stream: Any, libraries: int) -> int:
     raise LaunchError(f"can't use {type(stream).__name__} as a stream; pass a CuPy/PyTorch stream or a raw handle")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _cupy():
     import cupy
 
     return cupy
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _torch():
     import torch
 
     return torch
-
-
-def core_stream(handle: int) -> Any:
-    wrapped = _streams.get(handle)
-    if wrapped is None:
-        core = _core()
-        wrapped = _streams[handle] = core.Stream.from_handle(handle) if handle else core.LEGACY_DEFAULT_STREAM
-    return wrapped
 
 
 def normalize_grid(grid: Any, constexprs: dict[str, Any]) -> tuple[int, int, int]:
@@ -127,8 +121,10 @@ def normalize_grid(grid: Any, constexprs: dict[str, Any]) -> tuple[int, int, int
         grid = grid(constexprs)
     if isinstance(grid, int) and not isinstance(grid, bool):
         grid = (grid,)
-    if not isinstance(grid, tuple) or not 1 <= len(grid) <= 3 or not all(
-        isinstance(g, int) and not isinstance(g, bool) for g in grid
+    if (
+        not isinstance(grid, tuple)
+        or not 1 <= len(grid) <= 3
+        or not all(isinstance(g, int) and not isinstance(g, bool) for g in grid)
     ):
         raise LaunchError(f"grid must be an int or a tuple of 1 to 3 ints (or a callable returning one), got {grid!r}")
     if any(g < 0 for g in grid):
@@ -136,13 +132,54 @@ def normalize_grid(grid: Any, constexprs: dict[str, Any]) -> tuple[int, int, int
     return tuple(grid) + (1,) * (3 - len(grid))  # type: ignore[return-value]
 
 
-def launch(kernel: CompiledKernel, compiled: Any, grid: tuple[int, int, int], stream: int, args: list) -> None:
-    config = kernel.launch_configs.get(grid)
-    core = _core()
-    if config is None:
-        config = kernel.launch_configs[grid] = core.LaunchConfig(grid=grid, block=kernel.block_threads,
-                                                         shmem_size=kernel.shared_bytes)
-    wrapped = _streams.get(stream)
-    if wrapped is None:
-        wrapped = core_stream(stream)
-    core.launch(wrapped, config, compiled, *args)
+class PreparedLaunch:
+    """Everything a launch of one specialisation needs, prepared once.
+
+    Arguments are written into a preallocated buffer of 8-byte slots (one per parameter,
+    little-endian, so a narrower parameter reads the low bytes of its slot) and the kernel is
+    launched with `cuLaunchKernel` on that buffer: no per-launch packing objects.
+    """
+
+    def __init__(self, kernel: CompiledKernel, compiled: Any, param_dtypes: list[Any]):
+        import threading
+
+        import numpy as np
+        from cuda.bindings import driver
+
+        self.kernel = kernel
+        self.function = compiled.handle
+        self.block = kernel.block_threads
+        self.shared = kernel.shared_bytes
+        self.cu_launch = driver.cuLaunchKernel
+        self.success = driver.CUresult.CUDA_SUCCESS
+        count = max(1, len(param_dtypes))
+        self.slots = np.zeros(count, np.uint64)
+        self.pointers = np.array([self.slots.ctypes.data + 8 * i for i in range(count)], np.uint64)
+        self.params = int(self.pointers.ctypes.data)
+        views = {
+            "u": self.slots,
+            "i": self.slots.view(np.int64),
+            "f8": self.slots.view(np.float64),
+            "f4": self.slots.view(np.float32),
+        }
+        self.writers = []
+        for i, dt in enumerate(param_dtypes):
+            if dt is None or dt.kind in "ub":
+                self.writers.append((views["u"], i))
+            elif dt.kind == "i":
+                self.writers.append((views["i"], i))
+            elif dt.itemsize == 8:
+                self.writers.append((views["f8"], i))
+            else:
+                self.writers.append((views["f4"], 2 * i))
+        self.lock = threading.Lock()
+
+    def __call__(self, grid: tuple[int, int, int], stream: int, values: list) -> None:
+        with self.lock:
+            for (view, index), value in zip(self.writers, values):
+                view[index] = value
+            (err,) = self.cu_launch(
+                self.function, grid[0], grid[1], grid[2], self.block, 1, 1, self.shared, stream, self.params, 0
+            )
+        if err != self.success:
+            raise LaunchError(f"launching {self.kernel.program.name} failed: {err.name}")

@@ -115,18 +115,22 @@ def read_storage_sizes(ptx: bytes) -> dict[str, int]:
     return {m.group(1).decode(): int(m.group(2) or 0) for m in _GLOBAL_U32.finditer(ptx)}
 
 
-def numba_compile(source: str, function: str, abi_name: str, shims, param_types: tuple[str, ...],
-                  arch: str) -> bytes:
+def numba_compile(source: str, function: str, abi_name: str, shims, param_types: tuple[str, ...], arch: str) -> bytes:
     """Compile the generated body source with Numba to LTO-IR (`abi="c"`, named `abi_name`)."""
     from numba import cuda, types
     from numba.core.extending import intrinsic
 
     def nb_type(name: str):
         if name.startswith("CPointer("):
-            return types.CPointer(nb_type(name[len("CPointer("):-1]))
+            return types.CPointer(nb_type(name[len("CPointer(") : -1]))
         return getattr(types, name)
 
-    namespace: dict = {"np": __import__("numpy"), "math": __import__("math"), "cuda": cuda, "ptr": _data_pointer(intrinsic, types)}
+    namespace: dict = {
+        "np": __import__("numpy"),
+        "math": __import__("math"),
+        "cuda": cuda,
+        "ptr": _data_pointer(intrinsic, types),
+    }
     for decl in shims:
         sig = nb_type(decl.restype)(*(nb_type(a) for a in decl.argtypes))
         namespace[decl.name] = cuda.declare_device(decl.name, sig, abi="c")
@@ -134,11 +138,14 @@ def numba_compile(source: str, function: str, abi_name: str, shims, param_types:
     sig = types.void(types.CPointer(types.uint8), *(nb_type(t) for t in param_types))
     cc = tuple(int(c) for c in _cc(arch))
     try:
-        result = cuda.compile(namespace[function], sig, device=True, abi="c", abi_info={"abi_name": abi_name},
-                              output="ltoir", cc=cc)
+        result = cuda.compile(
+            namespace[function], sig, device=True, abi="c", abi_info={"abi_name": abi_name}, output="ltoir", cc=cc
+        )
     except Exception as e:  # Numba's typing/lowering errors: wrap with the generated source
-        raise CompileError(f"Numba could not compile the generated program body: {type(e).__name__}",
-                           log=f"{e}\n--- generated source ---\n{source}") from e
+        raise CompileError(
+            f"Numba could not compile the generated program body: {type(e).__name__}",
+            log=f"{e}\n--- generated source ---\n{source}",
+        ) from e
     return result[0] if isinstance(result, tuple) else result
 
 
@@ -147,7 +154,7 @@ def _cc(arch: str) -> tuple[str, str]:
     return number[:-1], number[-1]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _data_pointer(intrinsic, types):
     @intrinsic
     def ptr(typingctx, arr):
