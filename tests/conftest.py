@@ -7,20 +7,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 
-def _has_gpu() -> bool:
-    try:
-        from cuda.bindings import driver
+from coop_tiles.runtime.launcher import gpu_available  # noqa: E402
 
-        (err,) = driver.cuInit(0)
-        if err != driver.CUresult.CUDA_SUCCESS:
-            return False
-        err, count = driver.cuDeviceGetCount()
-        return err == driver.CUresult.CUDA_SUCCESS and count > 0
-    except Exception:
-        return False
-
-
-HAS_GPU = _has_gpu()
+HAS_GPU = gpu_available()
 
 
 def pytest_configure(config):

@@ -98,6 +98,7 @@ class Builder:
         self.cids = 0
         self.inline_depth = 0
         self.returned: Any = None
+        self.current: ast.AST | None = None  # the node being handled, for statement locations
 
     # ----- bookkeeping -------------------------------------------------------------------
     def temp(self, t: ValueType) -> ir.Var:
@@ -105,6 +106,7 @@ class Builder:
         return ir.Var(f"t{self.counter}", t)
 
     def emit(self, stmt: ir.Stmt, node: ast.AST | None = None) -> None:
+        node = node if node is not None else self.current
         if node is not None:
             stmt.loc = self.fn.loc(node)
         if isinstance(stmt, ir.Collective):
@@ -123,6 +125,7 @@ class Builder:
 
     @contextmanager
     def located(self, node: ast.AST):
+        saved, self.current = self.current, node
         try:
             yield
         except TileError as e:
@@ -130,6 +133,8 @@ class Builder:
             raise
         except RecursionError:
             raise TileSyntaxError("expression nested too deeply", loc=self.fn.loc(node)) from None
+        finally:
+            self.current = saved
 
     # ----- values --------------------------------------------------------------------------
     def runtime(self, v: Any, what: str = "value") -> ir.Value:

@@ -33,6 +33,7 @@ class TileLayout:
     items_per_thread: int
     arrangement: str
     storage: str = "registers"
+    line: int | None = None  # where the tile is first defined in the user's source
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,11 @@ def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -
             groups.union(s.out.name, s.src.name)
             needs_blocked.add(s.out.name)
     blocked_roots = {groups.find(n) for n in needs_blocked}
+    lines: dict[str, int | None] = {}
+    for s in program.walk():
+        out = getattr(s, "out", None)
+        if isinstance(out, ir.Var) and out.name in tiles and out.name not in lines:
+            lines[out.name] = s.loc.line if s.loc else None
     layouts = {
         name: TileLayout(
             name=name,
@@ -119,6 +125,7 @@ def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -
             size=t.size,
             items_per_thread=-(-t.size // threads),
             arrangement=BLOCKED if groups.find(name) in blocked_roots else STRIPED,
+            line=lines.get(name),
         )
         for name, t in tiles.items()
     }

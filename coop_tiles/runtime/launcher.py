@@ -1,4 +1,4 @@
-"""Loading cubins and launching them with cuda.core on the caller's stream."""
+"""Loading cubins (cuda.core) and launching them (cuLaunchKernel) on the caller's stream."""
 
 from __future__ import annotations
 
@@ -16,6 +16,21 @@ def _core():
     import cuda.core as core
 
     return core
+
+
+@functools.cache
+def gpu_available() -> bool:
+    """Whether a CUDA driver with at least one device is present (no context is created)."""
+    try:
+        from cuda.bindings import driver
+
+        (err,) = driver.cuInit(0)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            return False
+        err, count = driver.cuDeviceGetCount()
+        return err == driver.CUresult.CUDA_SUCCESS and count > 0
+    except Exception:
+        return False
 
 
 @functools.cache
