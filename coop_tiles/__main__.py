@@ -38,16 +38,20 @@ def main() -> int:
         scaled_cumsum[grid](xd, yd, n, alpha, TILE=tile_size)
         cp.cuda.runtime.deviceSynchronize()
         y = cp.asnumpy(yd)
-        print(f"Ran scaled_cumsum on the GPU ({cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}): "
-              f"{n} float32 in {grid} programs, first call (compile + launch) {time.perf_counter() - t0:.2f} s")
+        print(
+            f"Ran scaled_cumsum on the GPU ({cp.cuda.runtime.getDeviceProperties(0)['name'].decode()}): "
+            f"{n} float32 in {grid} programs, first call (compile + launch) {time.perf_counter() - t0:.2f} s"
+        )
     else:
         y = np.zeros(n, np.float32)
         ct.jit(scaled_cumsum.fn, interpret=True)[grid](x, y, n, alpha, TILE=tile_size)
         print(f"No GPU found: ran scaled_cumsum in the NumPy interpreter ({n} float32, {grid} programs).")
         t0 = time.perf_counter()
         kernel = scaled_cumsum.compile(x, y, n, alpha, TILE=tile_size, arch="sm_90")
-        print(f"Compiled it for sm_90 without a GPU in {time.perf_counter() - t0:.2f} s: "
-              f"{len(kernel.cubin)} bytes of cubin, {kernel.local_memory_bytes()} bytes of local memory.\n")
+        print(
+            f"Compiled it for sm_90 without a GPU in {time.perf_counter() - t0:.2f} s: "
+            f"{len(kernel.cubin)} bytes of cubin, {kernel.local_memory_bytes()} bytes of local memory.\n"
+        )
         print(kernel.plan)
     error = float(np.max(np.abs(y - reference(x, alpha, tile_size))))
     print(f"max |error| against NumPy: {error:.2e}")

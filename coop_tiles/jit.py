@@ -15,6 +15,7 @@ from .lang.types import ArrayType, ScalarType
 from .runtime import arguments, launcher
 from .runtime.cache import DiskCache
 from .runtime.compiler import CompiledKernel, Signature, compile_kernel
+from .runtime.fastpath import make_fast_path
 
 
 def _interpret_env() -> bool:
@@ -31,6 +32,7 @@ class JITFunction:
         self.parsed = parse_function(fn)
         self._kernels: dict[tuple, launcher.PreparedLaunch] = {}
         self._interpreting: bool | None = None
+        self._fast: Callable[..., bool] | None = None
         self._constexpr_names = [p for p in self.parsed.params if p in self.parsed.constexprs]
         self._constexpr_set = set(self._constexpr_names)
         self._runtime_names = [p for p in self.parsed.params if p not in self.parsed.constexprs]
@@ -120,6 +122,10 @@ class JITFunction:
                 runtime, constexprs = self._bind(args, kwargs)
                 interpreter.run(self.fn, launcher.normalize_grid(grid, constexprs), tuple(args), kwargs)
                 return
+            if self._fast is None:
+                self._fast = make_fast_path(self._runtime_names, self._constexpr_names, _classify)
+            if self._fast(self, grid, stream, args, kwargs):
+                return
             if len(args) == self._n_runtime and kwargs.keys() == self._constexpr_set:
                 runtime, constexprs = args, kwargs  # the common call: runtime positional, constexprs by name
             else:
@@ -132,8 +138,7 @@ class JITFunction:
     def _launch(self, grid: tuple[int, int, int], stream: Any, runtime: Any, constexprs: dict) -> None:
         keys, values, libraries = [], [], 0
         for name, value in zip(self._runtime_names, runtime):
-            classify = _classifiers.get(type(value)) or _classifier(type(value))
-            key, item, library = classify(value, name)
+            key, item, library = _classify(value, name)
             keys.append(key)
             values.append(item)
             libraries |= library
@@ -148,7 +153,7 @@ class JITFunction:
                 handle = launcher.stream_handle(None, libraries) if libraries else 0
             else:
                 handle = launcher.stream_handle(stream, libraries)
-            prepared(grid, handle, values)
+            prepared.launch(grid[0], grid[1], grid[2], handle, values)
 
     def _prepare(self, runtime: Any, constexprs: dict) -> launcher.PreparedLaunch:
         """Compile (or fetch) and load the kernel of a new signature, and prepare its launches."""
@@ -195,6 +200,12 @@ def _cupy_array(value: Any, name: str) -> tuple[Any, Any, int]:
 
 
 _classifiers: dict[type, Callable] = {int: _scalar, float: _scalar, bool: _scalar}
+
+
+def _classify(value: Any, name: str) -> tuple[Any, Any, int]:
+    """(type key, pointer or scalar, array-library bit) of one launch argument."""
+    classify = _classifiers.get(type(value)) or _classifier(type(value))
+    return classify(value, name)
 
 
 def _classifier(cls: type) -> Callable:

@@ -94,15 +94,19 @@ CUPY, TORCH = 1, 2
 LIBRARY_BITS = {"cupy": CUPY, "torch": TORCH}
 
 
+def current_stream(libraries: int) -> int:
+    """The current stream of the array library in use (PyTorch, else CuPy), else the legacy default."""
+    if libraries & TORCH:
+        return _torch().cuda.current_stream().cuda_stream
+    if libraries & CUPY:
+        return _cupy().cuda.get_current_stream().ptr
+    return 0
+
+
 def stream_handle(stream: Any, libraries: int) -> int:
-    """The raw handle of `stream`; by default the current stream of the array library in use
-    (`libraries` is a bit set of CUPY and TORCH)."""
+    """The raw handle of `stream`; `None` means `current_stream(libraries)`."""
     if stream is None:
-        if libraries & TORCH:
-            return _torch().cuda.current_stream().cuda_stream
-        if libraries & CUPY:
-            return _cupy().cuda.get_current_stream().ptr
-        return 0
+        return current_stream(libraries)
     if type(stream) is int:
         return stream
     for attr in ("cuda_stream", "ptr"):
@@ -189,12 +193,10 @@ class PreparedLaunch:
                 self.writers.append((views["f4"], 2 * i))
         self.lock = threading.Lock()
 
-    def __call__(self, grid: tuple[int, int, int], stream: int, values: list) -> None:
+    def launch(self, g0: int, g1: int, g2: int, stream: int, values: tuple | list) -> None:
         with self.lock:
             for (view, index), value in zip(self.writers, values):
                 view[index] = value
-            (err,) = self.cu_launch(
-                self.function, grid[0], grid[1], grid[2], self.block, 1, 1, self.shared, stream, self.params, 0
-            )
+            (err,) = self.cu_launch(self.function, g0, g1, g2, self.block, 1, 1, self.shared, stream, self.params, 0)
         if err != self.success:
             raise LaunchError(f"launching {self.kernel.program.name} failed: {err.name}")

@@ -1,0 +1,72 @@
+"""The per-kernel launch fast path: a small function generated for one parameter list.
+
+Launch overhead is Python overhead, so the common call (runtime arguments positional,
+constexprs by keyword, an int grid) runs through a function unrolled over the kernel's
+parameters, with CuPy arrays and Python scalars classified inline. Anything unusual returns
+False and takes the general path, which handles (and reports) every case.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+class _NeverMatches:
+    pass
+
+
+def generate_source(runtime_names: list[str], constexpr_names: list[str]) -> str:
+    """Source of `fast(jit, grid, stream, args, kwargs) -> bool` for this parameter list."""
+    n = len(runtime_names)
+    lines = ["def fast(jit, grid, stream, args, kwargs):"]
+    lines.append(f"    if len(kwargs) != {len(constexpr_names)} or type(grid) is not int or grid <= 0:")
+    lines.append("        return False")
+    lines.append("    try:")
+    if n:
+        lines.append(f"        {''.join(f'v{i}, ' for i in range(n))}= args")
+    else:
+        lines.append("        if args: return False")
+    for j, name in enumerate(constexpr_names):
+        lines.append(f"        c{j} = kwargs[{name!r}]")
+    lines.append("    except (ValueError, KeyError):")
+    lines.append("        return False")
+    lines.append("    libs = 0")
+    for i, name in enumerate(runtime_names):
+        lines += [
+            f"    t{i} = type(v{i})",
+            f"    if t{i} is CUPY_ARRAY and v{i}._c_contiguous:",
+            f"        k{i} = v{i}.dtype; r{i} = v{i}.data.ptr; libs |= CUPY",
+            f"    elif t{i} is int or t{i} is float:",
+            f"        k{i} = t{i}; r{i} = v{i}",
+            "    else:",
+            f"        k{i}, r{i}, l{i} = classify(v{i}, {name!r}); libs |= l{i}",
+        ]
+    key = ", ".join([f"k{i}" for i in range(n)] + [f"c{j}" for j in range(len(constexpr_names))])
+    lines.append(f"    key = ({key},)")
+    lines.append("    prepared = jit._kernels.get(key)")
+    lines.append("    if prepared is None:")
+    lines.append("        prepared = jit._kernels[key] = jit._prepare(args, kwargs)")
+    lines.append("    if stream is None:")
+    lines.append("        handle = current_stream(libs) if libs else 0")
+    lines.append("    else:")
+    lines.append("        handle = stream_handle(stream, libs)")
+    lines.append(f"    prepared.launch(grid, 1, 1, handle, ({''.join(f'r{i}, ' for i in range(n))}))")
+    lines.append("    return True")
+    return "\n".join(lines) + "\n"
+
+
+def make_fast_path(runtime_names: list[str], constexpr_names: list[str], classify: Callable) -> Callable[..., bool]:
+    from . import launcher
+
+    cupy = sys.modules.get("cupy")
+    namespace: dict[str, Any] = {
+        "CUPY_ARRAY": getattr(cupy, "ndarray", _NeverMatches),
+        "CUPY": launcher.CUPY,
+        "classify": classify,
+        "current_stream": launcher.current_stream,
+        "stream_handle": launcher.stream_handle,
+    }
+    exec(compile(generate_source(runtime_names, constexpr_names), "<coop_tiles launch fast path>", "exec"), namespace)
+    return namespace["fast"]

@@ -1,0 +1,94 @@
+"""Runtime behaviour on a GPU: array libraries, streams, dynamic shared memory (needs a GPU)."""
+
+import numpy as np
+import pytest
+from programs import tile_scan, vector_add
+
+import coop_tiles as ct
+
+pytestmark = pytest.mark.gpu
+
+
+def test_pytorch_and_numba_arrays():
+    torch = pytest.importorskip("torch")
+    from numba import cuda
+
+    n = 3001
+    x = torch.randn(n, device="cuda")
+    out = torch.zeros(n, device="cuda")
+    vector_add[ct.cdiv(n, 512)](x, x, out, n, TILE=512)
+    torch.testing.assert_close(out, 2 * x)
+    xn = cuda.to_device(np.arange(n, dtype=np.float32))
+    outn = cuda.device_array(n, np.float32)
+    vector_add[ct.cdiv(n, 512)](xn, xn, outn, n, TILE=512)
+    np.testing.assert_array_equal(outn.copy_to_host(), 2 * np.arange(n, dtype=np.float32))
+
+
+def _captured(stream, launch):
+    """Run `launch` under CUDA graph capture of `stream`: a launch on any other stream fails
+    the capture (or leaves the work out of the graph), so the result proves the stream used."""
+    stream.begin_capture()
+    launch()
+    graph = stream.end_capture()
+    graph.launch(stream)
+    stream.synchronize()
+
+
+@pytest.mark.parametrize("how", ["current", "explicit", "raw_handle"])
+def test_launches_on_the_callers_cupy_stream(how):
+    cp = pytest.importorskip("cupy")
+    n = 10_000
+    x = cp.arange(n, dtype=cp.float32)
+    out = cp.zeros(n, cp.float32)
+    stream = cp.cuda.Stream(non_blocking=True)
+    vector_add[ct.cdiv(n, 1024)](x, x, out, n, TILE=1024)  # compile and load outside the capture
+    cp.cuda.runtime.deviceSynchronize()
+    out.fill(0)
+    launches = {
+        "current": lambda: vector_add[ct.cdiv(n, 1024)](x, x, out, n, TILE=1024),
+        "explicit": lambda: vector_add[ct.cdiv(n, 1024), stream](x, x, out, n, TILE=1024),
+        "raw_handle": lambda: vector_add[(ct.cdiv(n, 1024),), stream.ptr](x, x, out, n, TILE=1024),
+    }
+    with stream:
+        _captured(stream, launches[how])
+    np.testing.assert_array_equal(cp.asnumpy(out), 2 * np.arange(n, dtype=np.float32))
+
+
+def test_launches_on_the_current_pytorch_stream():
+    torch = pytest.importorskip("torch")
+    n = 10_000
+    x = torch.arange(n, dtype=torch.float32, device="cuda")
+    out = torch.zeros(n, device="cuda")
+    vector_add[ct.cdiv(n, 1024)](x, x, out, n, TILE=1024)
+    torch.cuda.synchronize()
+    out.zero_()
+    stream = torch.cuda.Stream()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(stream), torch.cuda.graph(graph, stream=stream):
+        vector_add[ct.cdiv(n, 1024)](x, x, out, n, TILE=1024)
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, 2 * x)
+
+
+def test_about_100_kib_of_dynamic_shared_memory():
+    cp = pytest.importorskip("cupy")
+    big = ct.jit(tile_scan.fn, block_threads=512)
+    n, tile_size = 50_000, 12288
+    x = cp.asarray(np.random.default_rng(1).standard_normal(n))
+    y = cp.zeros(n, cp.float64)
+    k = big.compile(x.get(), y.get(), n, TILE=tile_size, OP="add", EXCLUSIVE=False)
+    assert 96 * 1024 < k.shared_bytes < 120 * 1024
+    big[ct.cdiv(n, tile_size)](x, y, n, TILE=tile_size, OP="add", EXCLUSIVE=False)
+    xh = x.get()
+    expected = np.concatenate([np.cumsum(xh[i : i + tile_size]) for i in range(0, n, tile_size)])
+    np.testing.assert_allclose(y.get(), expected, rtol=1e-9, atol=1e-9)
+
+
+def test_more_shared_memory_than_the_device_has_is_a_clear_error():
+    cp = pytest.importorskip("cupy")
+    huge = ct.jit(tile_scan.fn, block_threads=1024)
+    n, tile_size = 40_000, 32768
+    x = cp.zeros(n, cp.float64)
+    with pytest.raises(ct.SharedMemoryError, match=r"needs \d+ bytes of shared memory per block, more than .* limit"):
+        huge[ct.cdiv(n, tile_size)](x, x, n, TILE=tile_size, OP="add", EXCLUSIVE=False)
