@@ -153,7 +153,7 @@ class JITFunction:
                 handle = launcher.stream_handle(None, libraries) if libraries else 0
             else:
                 handle = launcher.stream_handle(stream, libraries)
-            prepared.launch(grid[0], grid[1], grid[2], handle, values)
+            prepared.launch(grid[0], grid[1], grid[2], handle, *values)
 
     def _prepare(self, runtime: Any, constexprs: dict) -> launcher.PreparedLaunch:
         """Compile (or fetch) and load the kernel of a new signature, and prepare its launches."""
@@ -173,7 +173,14 @@ class _Launch:
         self.kernel, self.grid, self.stream = kernel, grid, stream
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
-        self.kernel.run(self.grid, self.stream, args, kwargs)
+        kernel = self.kernel
+        if kernel._fast is not None:
+            try:
+                if kernel._fast(kernel, self.grid, self.stream, args, kwargs):
+                    return
+            except TileError as e:
+                raise e.with_traceback(None) from None
+        kernel.run(self.grid, self.stream, args, kwargs)
 
 
 def _scalar(value: Any, name: str) -> tuple[Any, Any, int]:

@@ -2,7 +2,8 @@
 
 Launch overhead is Python overhead, so the common call (runtime arguments positional,
 constexprs by keyword, an int grid) runs through a function unrolled over the kernel's
-parameters, with CuPy arrays and Python scalars classified inline. Anything unusual returns
+parameters, with CuPy arrays and Python scalars classified inline (a CuPy array's key is
+its `dtype.num`: CuPy arrays are always native byte order, and NumPy dtype hashing is slow). Anything unusual returns
 False and takes the general path, which handles (and reports) every case.
 """
 
@@ -37,7 +38,7 @@ def generate_source(runtime_names: list[str], constexpr_names: list[str]) -> str
         lines += [
             f"    t{i} = type(v{i})",
             f"    if t{i} is CUPY_ARRAY and v{i}._c_contiguous:",
-            f"        k{i} = v{i}.dtype; r{i} = v{i}.data.ptr; libs |= CUPY",
+            f"        k{i} = v{i}.dtype.num; r{i} = v{i}.data.ptr; libs |= CUPY",
             f"    elif t{i} is int or t{i} is float:",
             f"        k{i} = t{i}; r{i} = v{i}",
             "    else:",
@@ -49,10 +50,10 @@ def generate_source(runtime_names: list[str], constexpr_names: list[str]) -> str
     lines.append("    if prepared is None:")
     lines.append("        prepared = jit._kernels[key] = jit._prepare(args, kwargs)")
     lines.append("    if stream is None:")
-    lines.append("        handle = current_stream(libs) if libs else 0")
+    lines.append("        handle = cupy_stream().ptr if libs == CUPY else (current_stream(libs) if libs else 0)")
     lines.append("    else:")
     lines.append("        handle = stream_handle(stream, libs)")
-    lines.append(f"    prepared.launch(grid, 1, 1, handle, ({''.join(f'r{i}, ' for i in range(n))}))")
+    lines.append(f"    prepared.launch(grid, 1, 1, handle{''.join(f', r{i}' for i in range(n))})")
     lines.append("    return True")
     return "\n".join(lines) + "\n"
 
@@ -63,6 +64,7 @@ def make_fast_path(runtime_names: list[str], constexpr_names: list[str], classif
     cupy = sys.modules.get("cupy")
     namespace: dict[str, Any] = {
         "CUPY_ARRAY": getattr(cupy, "ndarray", _NeverMatches),
+        "cupy_stream": cupy.cuda.get_current_stream if cupy is not None else None,
         "CUPY": launcher.CUPY,
         "classify": classify,
         "current_stream": launcher.current_stream,
