@@ -118,62 +118,35 @@ class _ShimWriter:
         return decl.replace("@", str(cid))
 
     def load(self, s: ir.TileLoad) -> None:
-        lay = self.layouts.tiles[s.out.name]
-        t, items, cid = cxx_name(s.out.type.dtype), lay.items_per_thread, s.cid
-        full = self.threads * items
-        sig = (
-            f'extern "C" __device__ void coop_load_{cid}({t}* items, const {t}* a, long long offset, '
-            f"long long valid, {t} other, unsigned char* smem, long long soff)"
-        )
-        code = ""
-        if self.layouts.collectives[cid].needs_storage:
-            cub_type = f"cub::BlockLoad<{t}, {self.threads}, {items}, cub::BLOCK_LOAD_WARP_TRANSPOSE>"
-            alias = f"coop_load_{cid}_t"
-            code += f"using {alias} = {cub_type};\n" + self.storage(cid, cub_type)
-            body = (
-                _storage_ref(cid)
-                + _items_ref("x", "items", t, items)
-                + _clamp(lay.size)
-                + f"  if (v == {full}) {alias}(s.temp).Load(a + offset, x);\n"
-                + f"  else {alias}(s.temp).Load(a + offset, x, int(v), other);\n"
-            )
-        else:
-            body = (
-                _items_ref("x", "items", t, items)
-                + _clamp(lay.size)
-                + f"  if (v == {full}) cub::LoadDirectStriped<{self.threads}>(int(threadIdx.x), a + offset, x);\n"
-                + f"  else cub::LoadDirectStriped<{self.threads}>(int(threadIdx.x), a + offset, x, int(v), other);\n"
-            )
-        self.parts.append(code + sig + " {\n" + body + "}\n")
+        t = cxx_name(s.out.type.dtype)
+        params = f"{t}* items, const {t}* a, long long offset, long long valid, {t} other"
+        self.transfer(s.cid, "load", s.out.name, t, params, guarded_extra=", other")
 
     def store(self, s: ir.TileStore) -> None:
-        lay = self.layouts.tiles[s.tile.name]
         t, a_t = cxx_name(s.tile.type.dtype), cxx_name(s.array.type.dtype)
-        items, cid = lay.items_per_thread, s.cid
-        full = self.threads * items
-        sig = (
-            f'extern "C" __device__ void coop_store_{cid}({a_t}* a, long long offset, long long valid, '
-            f"{t}* items, unsigned char* smem, long long soff)"
-        )
-        code = ""
+        params = f"{a_t}* a, long long offset, long long valid, {t}* items"
+        self.transfer(s.cid, "store", s.tile.name, t, params, guarded_extra="")
+
+    def transfer(self, cid: int, kind: str, tile: str, t: str, params: str, guarded_extra: str) -> None:
+        """A load or store shim: BlockLoad/BlockStore WARP_TRANSPOSE, or direct striped with no storage.
+
+        A full tile takes CUB's unguarded path; a partial one (valid < size) the guarded one."""
+        lay = self.layouts.tiles[tile]
+        items, full = lay.items_per_thread, self.threads * lay.items_per_thread
+        verb = kind.capitalize()  # Load / Store
+        sig = f'extern "C" __device__ void coop_{kind}_{cid}({params}, unsigned char* smem, long long soff)'
+        code, body, thread = "", _items_ref("x", "items", t, items) + _clamp(lay.size), ""
         if self.layouts.collectives[cid].needs_storage:
-            cub_type = f"cub::BlockStore<{t}, {self.threads}, {items}, cub::BLOCK_STORE_WARP_TRANSPOSE>"
-            alias = f"coop_store_{cid}_t"
-            code += f"using {alias} = {cub_type};\n" + self.storage(cid, cub_type)
-            body = (
-                _storage_ref(cid)
-                + _items_ref("x", "items", t, items)
-                + _clamp(lay.size)
-                + f"  if (v == {full}) {alias}(s.temp).Store(a + offset, x);\n"
-                + f"  else {alias}(s.temp).Store(a + offset, x, int(v));\n"
-            )
+            cub_type = f"cub::Block{verb}<{t}, {self.threads}, {items}, cub::BLOCK_{kind.upper()}_WARP_TRANSPOSE>"
+            alias = f"coop_{kind}_{cid}_t"
+            code = f"using {alias} = {cub_type};\n" + self.storage(cid, cub_type)
+            call, body = f"{alias}(s.temp).{verb}", _storage_ref(cid) + body
         else:
-            body = (
-                _items_ref("x", "items", t, items)
-                + _clamp(lay.size)
-                + f"  if (v == {full}) cub::StoreDirectStriped<{self.threads}>(int(threadIdx.x), a + offset, x);\n"
-                + f"  else cub::StoreDirectStriped<{self.threads}>(int(threadIdx.x), a + offset, x, int(v));\n"
-            )
+            call, thread = f"cub::{verb}DirectStriped<{self.threads}>", "int(threadIdx.x), "
+        body += (
+            f"  if (v == {full}) {call}({thread}a + offset, x);\n"
+            f"  else {call}({thread}a + offset, x, int(v){guarded_extra});\n"
+        )
         self.parts.append(code + sig + " {\n" + body + "}\n")
 
     def scan(self, s: ir.TileScan) -> None:
