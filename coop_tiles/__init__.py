@@ -43,12 +43,15 @@ from .lang.builtins import (
     sqrt,
     where,
 )
+from .runtime.autotune import Autotuner, Config, autotune
 from .runtime.compiler import CompiledKernel
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Autotuner",
     "CompileError",
+    "Config",
     "CompiledKernel",
     "DivergenceError",
     "JITFunction",
@@ -59,6 +62,7 @@ __all__ = [
     "TileTypeError",
     "TileValueError",
     "abs",
+    "autotune",
     "cdiv",
     "constexpr",
     "cos",

@@ -33,6 +33,7 @@ class JITFunction:
         self._kernels: dict[tuple, launcher.PreparedLaunch] = {}
         self._interpreting: bool | None = None
         self._fast: Callable[..., bool] | None = None
+        self._hooks: list[Callable[[CompiledKernel, Any, int], None]] = []
         self._constexpr_names = [p for p in self.parsed.params if p in self.parsed.constexprs]
         self._constexpr_set = set(self._constexpr_names)
         self._runtime_names = [p for p in self.parsed.params if p not in self.parsed.constexprs]
@@ -110,7 +111,16 @@ class JITFunction:
     def _compile(self, sig: Signature) -> CompiledKernel:
         if self._cache is None:
             self._cache = DiskCache()
-        return compile_kernel(self.fn, sig, self._cache)
+        kernel = compile_kernel(self.fn, sig, self._cache)
+        for hook in self._hooks:
+            kernel.add_pre_launch_hook(hook)
+        return kernel
+
+    def add_pre_launch_hook(self, hook: Callable[[CompiledKernel, Any, int], None]) -> None:
+        """Run `hook(kernel, function, device_id)` once per compiled kernel and device, before its
+        first launch: for setting function attributes (cuKernelSetAttribute) and the like.
+        Applies to kernels compiled after this call."""
+        self._hooks.append(hook)
 
     # ----- launching -----------------------------------------------------------------------------
     def run(self, grid: Any, stream: Any, args: tuple, kwargs: dict) -> None:

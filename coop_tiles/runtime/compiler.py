@@ -46,9 +46,15 @@ class CompiledKernel:
     cubin: bytes
     _ltoirs: Callable[[], list[tuple[str, bytes]]] = field(repr=False)
     _ptx: bytes | None = field(default=None, repr=False)
-    #: cuda.core Kernel per device id, and LaunchConfig per grid, filled by the launcher.
+    #: cuda.core Kernel per device id, filled by the launcher.
     loaded: dict = field(default_factory=dict, repr=False)
-    launch_configs: dict = field(default_factory=dict, repr=False)
+    #: `hook(kernel, loaded_function, device_id)` run once per device before the first launch.
+    pre_launch_hooks: list[Callable[[CompiledKernel, Any, int], None]] = field(default_factory=list, repr=False)
+
+    def add_pre_launch_hook(self, hook: Callable[[CompiledKernel, Any, int], None]) -> None:
+        """Run `hook(kernel, function, device_id)` once on each device, before the first launch there
+        (the runtime's own dynamic shared memory opt-in is such a hook)."""
+        self.pre_launch_hooks.append(hook)
 
     @property
     def shared_bytes(self) -> int:
@@ -162,4 +168,8 @@ def compile_kernel(fn: Callable, sig: Signature, cache: DiskCache | None = None)
         if isinstance(e, CompileError):
             e.message += " (generated code was rejected: this is a coop_tiles bug, please report it)"
         raise
-    return CompiledKernel(sig, program, plan, shims.source, body.source, shims.kernel_name, cubin, ltoirs)
+    kernel = CompiledKernel(sig, program, plan, shims.source, body.source, shims.kernel_name, cubin, ltoirs)
+    from .launcher import opt_in_dynamic_shared_memory
+
+    kernel.add_pre_launch_hook(opt_in_dynamic_shared_memory)
+    return kernel

@@ -58,11 +58,24 @@ def max_shared_optin(device_id: int) -> int:
 
 
 def load(kernel: CompiledKernel, device_id: int) -> Any:
-    """The cuda.core Kernel for `kernel` on `device_id`, opted into its dynamic shared memory."""
+    """The cuda.core Kernel for `kernel` on `device_id`; runs its pre-launch hooks once first."""
     loaded = kernel.loaded.get(device_id)
     if loaded is not None:
         return loaded
+    compiled = _core().ObjectCode.from_cubin(kernel.cubin).get_kernel(kernel.kernel_name)
+    for hook in kernel.pre_launch_hooks:
+        hook(kernel, compiled, device_id)
+    kernel.loaded[device_id] = compiled
+    return compiled
+
+
+def opt_in_dynamic_shared_memory(kernel: CompiledKernel, compiled: Any, device_id: int) -> None:
+    """Pre-launch hook every kernel gets: above the 48 KiB static limit, opt the function into
+    its dynamic shared memory (and the largest shared-memory carveout), up to the device's
+    opt-in maximum; past it, a SharedMemoryError naming the collectives that need the memory."""
     shared = kernel.shared_bytes
+    if shared <= STATIC_SHARED_LIMIT:
+        return
     limit = max_shared_optin(device_id)
     if shared > limit:
         regions = sorted(kernel.plan.carve.regions.values(), key=lambda r: -r.size)
@@ -75,19 +88,18 @@ def load(kernel: CompiledKernel, device_id: int) -> Any:
             f"{kernel.program.name} needs {shared} bytes of shared memory per block, more than this device's "
             f"limit of {limit}; largest users: {users}. Use smaller tiles or fewer threads per block"
         )
-    core = _core()
-    compiled = core.ObjectCode.from_cubin(kernel.cubin).get_kernel(kernel.kernel_name)
-    if shared > STATIC_SHARED_LIMIT:
-        from cuda.bindings import driver
+    from cuda.bindings import driver
 
-        attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        (err,) = driver.cuKernelSetAttribute(attr, shared, compiled.handle, device_id)
+    attrs = driver.CUfunction_attribute
+    for attr, value in (
+        (attrs.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, shared),
+        (attrs.CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, 100),
+    ):
+        (err,) = driver.cuKernelSetAttribute(attr, value, compiled.handle, device_id)
         if err != driver.CUresult.CUDA_SUCCESS:
             raise SharedMemoryError(
                 f"could not opt {kernel.program.name} into {shared} bytes of dynamic shared memory: {err.name}"
             )
-    kernel.loaded[device_id] = compiled
-    return compiled
 
 
 CUPY, TORCH = 1, 2

@@ -1,0 +1,296 @@
+"""`@ct.autotune`: measure configurations on first use, remember the best on disk.
+
+Timings are cached per configuration (keyed by program source, key values, argument types,
+device, arch, toolchain and the config itself), so editing the config list re-measures only
+the new configs, and a second process with the same key measures nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import LaunchError, TileError
+from . import launcher, toolchain
+from .cache import DiskCache, make_key
+
+
+@dataclass(frozen=True)
+class Config:
+    """One candidate: threads per block and constexpr values, e.g. ``Config(block_threads=128, TILE=2048)``."""
+
+    block_threads: int | None = None
+    constexprs: tuple[tuple[str, Any], ...] = ()
+
+    def __init__(self, block_threads: int | None = None, **constexprs: Any):
+        object.__setattr__(self, "block_threads", block_threads)
+        object.__setattr__(self, "constexprs", tuple(sorted(constexprs.items())))
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return dict(self.constexprs)
+
+    def __str__(self) -> str:
+        parts = [f"block_threads={self.block_threads}"] + [f"{k}={v!r}" for k, v in self.constexprs]
+        return f"Config({', '.join(parts)})"
+
+
+@dataclass
+class Trial:
+    config: Config
+    ms: float | None
+    reason: str | None = None  # why the config was skipped, when it was
+    cached: bool = False
+
+
+def time_with_events(launch: Callable[[], None], stream: int, warmup: int = 3, reps: int = 10) -> float:
+    """Median milliseconds of `launch()` on `stream`, from CUDA events, after `warmup` runs."""
+    from cuda.bindings import driver
+
+    def check(result):
+        err = result[0] if isinstance(result, tuple) else result
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise LaunchError(f"CUDA event call failed: {err.name}")
+        return result[1] if isinstance(result, tuple) and len(result) > 1 else None
+
+    start = check(driver.cuEventCreate(0))
+    stop = check(driver.cuEventCreate(0))
+    try:
+        for _ in range(warmup):
+            launch()
+        times = []
+        for _ in range(reps):
+            check(driver.cuEventRecord(start, stream))
+            launch()
+            check(driver.cuEventRecord(stop, stream))
+            check(driver.cuEventSynchronize(stop))
+            times.append(check(driver.cuEventElapsedTime(start, stop)))
+        return statistics.median(times)
+    finally:
+        driver.cuEventDestroy(start)
+        driver.cuEventDestroy(stop)
+
+
+def _zero(array: Any) -> None:
+    if hasattr(array, "zero_"):
+        array.zero_()
+    elif hasattr(array, "fill"):
+        array.fill(0)
+    else:
+        array[:] = 0
+
+
+def _copy(array: Any) -> Any:
+    return array.clone() if hasattr(array, "clone") else array.copy()
+
+
+def _restore(array: Any, saved: Any) -> None:
+    if hasattr(array, "copy_"):
+        array.copy_(saved)
+    else:
+        array[...] = saved
+
+
+@dataclass
+class Autotuner:
+    """Wraps a JITFunction: ``tuned[grid](*args, **constexprs)`` launches the best config for the key."""
+
+    kernel: Any  # JITFunction
+    configs: list[Config]
+    key: list[str]
+    reset: list[str] = field(default_factory=list)
+    restore: list[str] = field(default_factory=list)
+    progress: bool | None = None
+    warmup: int = 3
+    reps: int = 10
+    #: `timer(launch, stream, config) -> ms`; replace it to test tuning without a GPU.
+    timer: Callable[[Callable[[], None], int, Config], float] | None = None
+    _best: dict[tuple, Config] = field(default_factory=dict, repr=False)
+    _variants: dict[int | None, Any] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.configs:
+            raise TileError("ct.autotune needs at least one ct.Config")
+        params = self.kernel.parsed.params
+        for name in (*self.key, *self.reset, *self.restore):
+            if name not in params:
+                raise TileError(f"ct.autotune names {name!r}, which is not a parameter of {self.kernel.__name__}")
+        self.__name__ = self.kernel.__name__
+
+    # ----- the key and the cache -------------------------------------------------------------------
+    def _values(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        values = dict(zip(self.kernel.parsed.params, args))
+        values.update(kwargs)
+        return values
+
+    def _key_value(self, value: Any) -> Any:
+        if isinstance(value, (bool, int, float, str)) or value is None:
+            return value
+        dtype = getattr(value, "dtype", None)
+        return f"array<{dtype}>" if dtype is not None else repr(value)
+
+    def tuning_key(self, args: tuple, kwargs: dict, device: str, arch: str) -> tuple:
+        values = self._values(args, kwargs)
+        keyed = tuple((k, self._key_value(values[k])) for k in self.key)
+        types = tuple(
+            (name, self._key_value(v) if not isinstance(v, (int, float, bool)) else type(v).__name__)
+            for name, v in values.items()
+        )
+        return (self.kernel.parsed.source_hash, keyed, types, device, arch)
+
+    def _entry_key(self, tuning_key: tuple, config: Config) -> str:
+        return make_key("autotune", tuning_key, str(config), toolchain.versions())
+
+    # ----- choosing ------------------------------------------------------------------------------
+    def variant(self, block_threads: int | None) -> Any:
+        if block_threads not in self._variants:
+            from ..jit import JITFunction
+
+            variant = JITFunction(self.kernel.fn, block_threads=block_threads, interpret=False)
+            variant._hooks = list(self.kernel._hooks)
+            self._variants[block_threads] = variant
+        return self._variants[block_threads]
+
+    def best_config(
+        self, grid: Any, stream: Any, args: tuple, kwargs: dict, *, device: str | None = None, arch: str | None = None
+    ) -> Config:
+        """The fastest config for these arguments: from memory, the disk cache, or by measuring."""
+        if device is None or arch is None:
+            dev = launcher.current_device()
+            device = device or dev.name
+            arch = arch or launcher.device_arch(dev.device_id)
+        tuning_key = self.tuning_key(args, kwargs, device, arch)
+        best = self._best.get(tuning_key)
+        if best is not None:
+            return best
+        cache = DiskCache()
+        trials, todo = [], []
+        for config in self.configs:
+            cached = cache.get("autotune", self._entry_key(tuning_key, config))
+            if cached is not None:
+                trials.append(Trial(config, cached.get("ms"), cached.get("reason"), cached=True))
+            else:
+                todo.append(config)
+        if todo:
+            trials += self._measure(todo, grid, stream, args, kwargs, arch)
+            for t in trials[len(trials) - len(todo) :]:
+                cache.put("autotune", self._entry_key(tuning_key, t.config), {"ms": t.ms, "reason": t.reason})
+        ok = [t for t in trials if t.ms is not None]
+        if not ok:
+            reasons = "; ".join(f"{t.config}: {t.reason}" for t in trials)
+            raise TileError(f"no autotuning config of {self.__name__} could run: {reasons}")
+        best = min(ok, key=lambda t: t.ms).config
+        self._report(trials, best)
+        self._best[tuning_key] = best
+        return best
+
+    def _measure(
+        self, configs: list[Config], grid: Any, stream: Any, args: tuple, kwargs: dict, arch: str
+    ) -> list[Trial]:
+        values = self._values(args, kwargs)
+        saved = {name: _copy(values[name]) for name in self.restore}
+        bar = self._progress(len(configs))
+        trials = []
+        try:
+            for config in configs:
+                trials.append(self._trial(config, grid, stream, args, kwargs, values, saved, arch))
+                if bar is not None:
+                    bar.update(1)
+        finally:
+            if bar is not None:
+                bar.close()
+            for name, copy in saved.items():
+                _restore(values[name], copy)
+            for name in self.reset:
+                _zero(values[name])
+        return trials
+
+    def _trial(
+        self, config: Config, grid: Any, stream: Any, args: tuple, kwargs: dict, values: dict, saved: dict, arch: str
+    ) -> Trial:
+        variant = self.variant(config.block_threads)
+        merged = {**kwargs, **config.kwargs}
+
+        def run() -> None:
+            for name, copy in saved.items():
+                _restore(values[name], copy)
+            for name in self.reset:
+                _zero(values[name])
+            variant.run(grid, stream, args, merged)
+
+        try:  # a config that cannot compile, load or launch is skipped, with the reason
+            variant.compile(*args, arch=arch, **merged)
+            timer = self.timer or (lambda launch, s, _: time_with_events(launch, s, self.warmup, self.reps))
+            return Trial(config, timer(run, self._stream_handle(stream, args), config))
+        except TileError as e:
+            return Trial(config, None, f"{type(e).__name__}: {e.message}")
+
+    def _stream_handle(self, stream: Any, args: tuple) -> int:
+        libraries = 0
+        for a in args:
+            module = type(a).__module__.split(".")[0]
+            libraries |= launcher.LIBRARY_BITS.get(module, 0)
+        return launcher.stream_handle(stream, libraries)
+
+    def _progress(self, total: int):
+        show = self.progress if self.progress is not None else sys.stderr.isatty()
+        if not show:
+            return None
+        from tqdm import tqdm
+
+        return tqdm(total=total, desc=f"autotuning {self.__name__}", unit="config", leave=False)
+
+    def _report(self, trials: list[Trial], best: Config) -> None:
+        if os.environ.get("COOP_TILES_PRINT_AUTOTUNING", "") in ("", "0"):
+            return
+        print(f"coop_tiles autotuning {self.__name__}:", file=sys.stderr)
+        for t in trials:
+            result = f"{t.ms:.4f} ms" if t.ms is not None else f"skipped ({t.reason})"
+            print(f"  {t.config}: {result}{' (cached)' if t.cached else ''}", file=sys.stderr)
+        print(f"  best: {best}", file=sys.stderr)
+
+    # ----- launching -------------------------------------------------------------------------------
+    def __getitem__(self, launch: Any) -> Callable[..., None]:
+        bound = self.kernel[launch]  # parses grid and stream the same way as a plain kernel
+        grid, stream = bound.grid, bound.stream
+
+        def run(*args: Any, **kwargs: Any) -> None:
+            try:
+                config = self.best_config(grid, stream, args, kwargs)
+            except TileError as e:
+                raise e.with_traceback(None) from None
+            self.variant(config.block_threads)[grid, stream](*args, **kwargs, **config.kwargs)
+
+        return run
+
+
+def autotune(
+    configs: Sequence[Config],
+    key: Sequence[str] = (),
+    reset: Sequence[str] = (),
+    restore: Sequence[str] = (),
+    *,
+    progress: bool | None = None,
+    warmup: int = 3,
+    reps: int = 10,
+) -> Callable[[Any], Autotuner]:
+    """Autotune a ``@ct.jit`` program over `configs`, per value of the `key` arguments.
+
+    ``reset`` arguments are zeroed and ``restore`` arguments restored before every trial, so
+    tuning never corrupts outputs; the best config per key is kept in the disk cache.
+    ``progress`` shows a progress bar (default: when stderr is a terminal);
+    ``COOP_TILES_PRINT_AUTOTUNING=1`` prints every timing and the choice.
+    """
+
+    def wrap(kernel: Any) -> Autotuner:
+        from ..jit import JITFunction
+
+        if not isinstance(kernel, JITFunction):
+            raise TileError("@ct.autotune goes above @ct.jit")
+        return Autotuner(kernel, list(configs), list(key), list(reset), list(restore), progress, warmup, reps)
+
+    return wrap

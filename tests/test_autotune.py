@@ -1,0 +1,135 @@
+"""Autotuning with the timer replaced (no GPU): choice, per-config cache, second process, damage."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import coop_tiles as ct
+from coop_tiles import tile
+
+FAKE_MS = {(64, 512): 3.0, (128, 512): 1.0, (128, 1024): 2.0, (256, 1024): 0.5}
+
+
+@ct.jit
+def add_one(x, out, n, TILE: ct.constexpr):
+    base = ct.program_id(0) * TILE
+    tile.store(out, base, tile.load(x, base, TILE, valid=n - base) + 1, valid=n - base)
+
+
+class FakeTimer:
+    """Times a config by a table instead of running it; records what it was asked to time."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, launch, stream, config):
+        self.calls.append(config)
+        return FAKE_MS[(config.block_threads, config.kwargs["TILE"])]
+
+
+def tuner(configs, timer, **kwargs):
+    t = ct.autotune(configs=configs, key=["n"], **kwargs)(add_one)
+    t.timer = timer
+    return t
+
+
+CONFIGS = [
+    ct.Config(block_threads=64, TILE=512),
+    ct.Config(block_threads=128, TILE=512),
+    ct.Config(block_threads=128, TILE=1024),
+]
+
+
+def choose(t, n=1000, out=None):
+    x = np.zeros(n, np.float32)
+    out = np.zeros(n, np.float32) if out is None else out
+    return t.best_config(ct.cdiv(n, 512), None, (x, out, n), {}, device="Fake GPU", arch="sm_90")
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("COOP_TILES_CACHE_DIR", str(tmp_path))
+
+
+def test_picks_the_fastest_and_remembers_it():
+    timer = FakeTimer()
+    t = tuner(CONFIGS, timer)
+    assert choose(t) == ct.Config(block_threads=128, TILE=512)
+    assert len(timer.calls) == 3
+    assert choose(t) == ct.Config(block_threads=128, TILE=512)
+    assert len(timer.calls) == 3  # in memory now
+    assert choose(t, n=2000) == ct.Config(block_threads=128, TILE=512)
+    assert len(timer.calls) == 6  # a new key value is tuned on its own
+
+
+def test_editing_the_config_list_keeps_timings_of_unchanged_configs():
+    timer = FakeTimer()
+    choose(tuner(CONFIGS, timer))
+    timer2 = FakeTimer()
+    extended = CONFIGS[1:] + [ct.Config(block_threads=256, TILE=1024)]
+    assert choose(tuner(extended, timer2)) == ct.Config(block_threads=256, TILE=1024)
+    assert timer2.calls == [ct.Config(block_threads=256, TILE=1024)]
+
+
+def test_configs_that_fail_are_skipped_with_a_reason(capsys, monkeypatch):
+    monkeypatch.setenv("COOP_TILES_PRINT_AUTOTUNING", "1")
+    timer = FakeTimer()
+    bad = ct.Config(block_threads=100, TILE=512)
+    assert choose(tuner([bad] + CONFIGS, timer)) == ct.Config(block_threads=128, TILE=512)
+    err = capsys.readouterr().err
+    assert "Config(block_threads=100, TILE=512): skipped (TileValueError: block_threads must be a multiple of 32" in err
+    assert "best: Config(block_threads=128, TILE=512)" in err
+    with pytest.raises(ct.TileError, match="no autotuning config of add_one could run"):
+        choose(tuner([bad], FakeTimer()), n=77)
+
+
+def test_damaged_entries_are_remeasured(tmp_path):
+    timer = FakeTimer()
+    choose(tuner(CONFIGS, timer))
+    entries = sorted((tmp_path / "autotune").iterdir())
+    assert len(entries) == 3
+    entries[0].write_bytes(b"garbage")
+    timer2 = FakeTimer()
+    choose(tuner(CONFIGS, timer2))
+    assert len(timer2.calls) == 1
+
+
+def test_reset_and_restore_leave_outputs_as_the_contract_says():
+    timer = FakeTimer()
+    out = np.full(1000, 7, np.float32)
+    choose(tuner(CONFIGS, timer, reset=["out"]), out=out)
+    assert not out.any()
+    out = np.full(1000, 7, np.float32)
+    choose(tuner(CONFIGS, FakeTimer(), restore=["out"]), n=999, out=out[:999])
+    assert (out == 7).all()
+
+
+def test_bad_parameter_names_are_rejected():
+    with pytest.raises(ct.TileError, match="names 'm', which is not a parameter of add_one"):
+        ct.autotune(configs=CONFIGS, key=["m"])(add_one)
+
+
+SECOND_PROCESS = """
+import sys
+sys.path.insert(0, {tests!r})
+import test_autotune as t
+timer = t.FakeTimer()
+best = t.choose(t.tuner(t.CONFIGS, timer))
+print(len(timer.calls), best)
+"""
+
+
+def test_a_second_process_does_not_retune(tmp_path):
+    env = dict(os.environ, COOP_TILES_CACHE_DIR=str(tmp_path))
+    script = SECOND_PROCESS.format(tests=str(Path(__file__).parent))
+    runs = [
+        subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+        for _ in range(2)
+    ]
+    assert runs[0].stdout.split()[0] == "3"
+    assert runs[1].stdout.split()[0] == "0"
+    assert "TILE=512" in runs[1].stdout
