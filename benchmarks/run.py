@@ -101,6 +101,48 @@ def bandwidth_rows(sizes: list[int]) -> list[dict]:
     return rows
 
 
+FIXED_BLOCKS = (128, 256, 512, 1024)
+
+
+def block_size_rows(log2n: int) -> list[dict]:
+    """Each bandwidth kernel with the runtime's block size against every fixed choice."""
+    import cupy as cp
+
+    n = 1 << log2n
+    rows = []
+    for dtype in (np.int32, np.float32):
+        x = cp.asarray(np.random.default_rng(0).integers(0, 8, n).astype(dtype))
+        y = cp.empty_like(x)
+        grid = ct.cdiv(n, TILE)
+        partial = cp.empty(grid, dtype)
+        for name, kernel, out in (("scan", tile_cumsum, y), ("sum", tile_sum, partial)):
+            auto_ms = cuda_time_ms(lambda: kernel[grid](x, out, n, TILE=TILE))
+            fixed = {}
+            for threads in FIXED_BLOCKS:
+                pinned = ct.jit(kernel.fn, block_threads=threads)
+                fixed[threads] = cuda_time_ms(lambda: pinned[grid](x, out, n, TILE=TILE))
+            chosen = next(
+                p.kernel for p in kernel._kernels.values() if p.kernel.signature.params[0][1].dtype == np.dtype(dtype)
+            )
+            best = min(fixed, key=fixed.get)
+            rows.append(
+                {
+                    "kernel": name,
+                    "n": f"2^{log2n}",
+                    "dtype": np.dtype(dtype).name,
+                    "chosen": chosen.block_threads,
+                    "choice": str(chosen.block_choice),
+                    "auto_ms": auto_ms,
+                    "fixed": fixed,
+                    "best": best,
+                    "ratio": fixed[best] / auto_ms,
+                }
+            )
+        x = y = partial = None
+        cp.get_default_memory_pool().free_all_blocks()
+    return rows
+
+
 def _launch_kernels(arity: int):
     """The same do-nothing kernel with `arity` array arguments, in coop_tiles, Numba and CuPy."""
     import cupy as cp
@@ -196,7 +238,7 @@ def compile_rows(arch: str) -> dict:
     return {"cold_s": runs[0]["compile_s"], "warm_s": runs[1]["compile_s"], "import_s": runs[1]["import_s"]}
 
 
-def render(device: str, bandwidth: list[dict], launches: list[dict], compiles: dict) -> str:
+def render(device: str, bandwidth: list[dict], launches: list[dict], compiles: dict, blocks: list[dict]) -> str:
     today = datetime.date.today().isoformat()
     lines = [
         "# Benchmarks",
@@ -238,6 +280,26 @@ def render(device: str, bandwidth: list[dict], launches: list[dict], compiles: d
         )
     lines += [
         "",
+        "## Block size chosen by the runtime (`block_threads=None`) against fixed choices",
+        "",
+        "Times in ms; the ratio is the best fixed time over the runtime's (100% = as fast as the best).",
+        "",
+        "| kernel | n | dtype | chosen | runtime ms | "
+        + " | ".join(f"{b} threads" for b in FIXED_BLOCKS)
+        + " | best fixed / runtime |",
+        "|---|---|---|---|---|" + "---|" * len(FIXED_BLOCKS) + "---|",
+    ]
+    for r in blocks:
+        fixed = " | ".join(f"{r['fixed'][b]:.3f}" for b in FIXED_BLOCKS)
+        lines.append(
+            f"| {r['kernel']} | {r['n']} | {r['dtype']} | {r['chosen']} | {r['auto_ms']:.3f} | {fixed} | "
+            f"**{r['ratio']:.1%}** |"
+        )
+    if blocks:
+        lines += ["", f"How the first was chosen: {blocks[0]['choice']}."]
+    lines += ["", "Bar (issue 3): the runtime's choice within 10% of the best fixed choice.", ""]
+    lines += [
+        "",
         "## Compile time (load → scan → store, fresh processes)",
         "",
         "| cold compile (NVRTC + Numba + nvJitLink) | warm start from the disk cache | warm / cold | "
@@ -263,9 +325,10 @@ def main() -> None:
     device = props["name"].decode()
     arch = f"sm_{props['major']}{props['minor']}"
     bandwidth = bandwidth_rows([24] if args.quick else [26, 28])
+    blocks = [row for log2n in ([24] if args.quick else [26, 28]) for row in block_size_rows(log2n)]
     launches = launch_rows()
     compiles = compile_rows(arch)
-    text = render(device, bandwidth, launches, compiles)
+    text = render(device, bandwidth, launches, compiles, blocks)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text)
     print(text)

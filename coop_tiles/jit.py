@@ -12,7 +12,7 @@ from .errors import LaunchError, TileError
 from .lang import interpreter
 from .lang.source import parse_function
 from .lang.types import ArrayType, ScalarType
-from .runtime import arguments, launcher
+from .runtime import arguments, blockdims, launcher
 from .runtime.cache import DiskCache
 from .runtime.compiler import CompiledKernel, Signature, compile_kernel
 from .runtime.fastpath import make_fast_path
@@ -169,7 +169,7 @@ class JITFunction:
         """Compile (or fetch) and load the kernel of a new signature, and prepare its launches."""
         device = launcher.current_device()
         sig = self._signature(list(runtime), constexprs, launcher.device_arch(device.device_id))
-        kernel = self._compile(sig)
+        kernel = self._compile(sig) if self.block_threads is not None else blockdims.select(self, sig, device)
         dtypes = [None if isinstance(t, ArrayType) else t.dtype for _, t in sig.params]
         return launcher.PreparedLaunch(kernel, launcher.load(kernel, device.device_id), dtypes)
 

@@ -19,7 +19,7 @@ def tutorials_on_path(monkeypatch):
 def test_tutorial_runs(path, capsys):
     runpy.run_path(str(path), run_name="__main__")
     out = capsys.readouterr().out
-    assert "matches" in out
+    assert "matches" in out or (path.stem == "06_autotune" and "every config compiles" in out)
 
 
 def test_tutorial_kernels_compile_without_gpu():

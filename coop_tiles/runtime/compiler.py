@@ -51,6 +51,9 @@ class CompiledKernel:
     #: `hook(kernel, loaded_function, device_id)` run once per device before the first launch.
     pre_launch_hooks: list[Callable[[CompiledKernel, Any, int], None]] = field(default_factory=list, repr=False)
 
+    #: how threads per block were chosen at the first launch, when `block_threads=None`.
+    block_choice: Any = field(default=None, repr=False)
+
     def add_pre_launch_hook(self, hook: Callable[[CompiledKernel, Any, int], None]) -> None:
         """Run `hook(kernel, function, device_id)` once on each device, before the first launch there
         (the runtime's own dynamic shared memory opt-in is such a hook)."""

@@ -1,0 +1,87 @@
+"""Choosing threads per block (`block_threads=None`) from the compiled kernel and the occupancy API.
+
+The rule, per specialisation, at its first launch on a device:
+
+1. Compile with the planner's default (min(256, largest tile rounded up to a warp), more
+   threads when a tile would need over 32 items per thread), load it, and read its
+   registers per thread, its TempStorage bytes and, from the occupancy API, how many blocks
+   fit on a multiprocessor.
+2. If those blocks keep at least half of the multiprocessor's thread slots busy, keep it:
+   enough warps are resident to hide memory latency, and more items per thread means more
+   independent loads in flight per thread.
+3. Otherwise (registers or shared memory limit residency) also compile each other power of
+   two from 64 to 1024 threads that keeps at most 32 items per thread, and take the one with
+   the highest occupancy (ties go to the size closest to the default).
+
+The choice and the numbers behind it are kept on the kernel (`kernel.block_choice`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import TileError
+from ..planner.layout import MAX_ITEMS_PER_THREAD
+from . import launcher
+from .compiler import CompiledKernel, Signature
+
+MIN_OCCUPANCY = 0.5
+CANDIDATES = (64, 128, 256, 512, 1024)
+
+
+@dataclass(frozen=True)
+class Measured:
+    block_threads: int
+    registers: int
+    shared_bytes: int
+    blocks_per_sm: int
+    occupancy: float  # resident threads / the multiprocessor's maximum
+
+
+@dataclass(frozen=True)
+class BlockChoice:
+    block_threads: int
+    reason: str
+    measured: tuple[Measured, ...]
+
+    def __str__(self) -> str:
+        rows = ", ".join(
+            f"{m.block_threads} threads: {m.registers} regs, {m.shared_bytes} B smem, {m.occupancy:.0%} occupancy"
+            for m in self.measured
+        )
+        return f"{self.block_threads} threads per block ({self.reason}; {rows})"
+
+
+def measure(kernel: CompiledKernel, function: Any, device: Any) -> Measured:
+    regs = function.attributes.num_regs
+    regs = regs() if callable(regs) else regs
+    blocks = function.occupancy.max_active_blocks_per_multiprocessor(kernel.block_threads, kernel.shared_bytes)
+    occupancy = blocks * kernel.block_threads / device.properties.max_threads_per_multiprocessor
+    return Measured(kernel.block_threads, int(regs), kernel.shared_bytes, blocks, occupancy)
+
+
+def select(jit: Any, sig: Signature, device: Any) -> CompiledKernel:
+    """The kernel for `sig` (whose block_threads is None) with threads per block chosen by the rule."""
+    default = jit._compile(sig)
+    first = measure(default, launcher.load(default, device.device_id), device)
+    if first.occupancy >= MIN_OCCUPANCY:
+        default.block_choice = BlockChoice(first.block_threads, "default rule, occupancy is enough", (first,))
+        return default
+    largest = max((t.size for t in default.plan.tiles.values()), default=1)
+    measured, kernels = [first], {first.block_threads: default}
+    for threads in CANDIDATES:
+        if threads == first.block_threads or -(-largest // threads) > MAX_ITEMS_PER_THREAD:
+            continue
+        if threads > max(32, -(-largest // 32) * 32):
+            continue
+        try:
+            candidate = jit._compile(Signature(sig.params, sig.constexprs, threads, sig.arch))
+            measured.append(measure(candidate, launcher.load(candidate, device.device_id), device))
+            kernels[threads] = candidate
+        except TileError:
+            continue  # e.g. more shared memory than the device has at this size
+    best = max(measured, key=lambda m: (m.occupancy, -abs(m.block_threads - first.block_threads)))
+    chosen = kernels[best.block_threads]
+    chosen.block_choice = BlockChoice(best.block_threads, "highest occupancy", tuple(measured))
+    return chosen
