@@ -9,7 +9,8 @@ source scripts/gpu-env.sh
 out="${OUT:-gpu-reports}"
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/device.txt"
-python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tee "$out/gpu-tests.log"
+# the GPU suite, plus the tutorials (which run on the GPU when there is one)
+python3 -m pytest -q -p no:cacheprovider tests/test_gpu*.py tests/test_tutorials.py 2>&1 | tee "$out/gpu-tests.log"
 status=${PIPESTATUS[0]}
 if [ "${1:-}" != "--tests" ]; then
     python3 benchmarks/run.py --out docs/benchmarks.md 2>&1 | tee "$out/benchmarks.log"
