@@ -92,3 +92,26 @@ def test_more_shared_memory_than_the_device_has_is_a_clear_error():
     x = cp.zeros(n, cp.float64)
     with pytest.raises(ct.SharedMemoryError, match=r"needs \d+ bytes of shared memory per block, more than .* limit"):
         huge[ct.cdiv(n, tile_size)](x, x, n, TILE=tile_size, OP="add", EXCLUSIVE=False)
+
+
+@ct.jit
+def scalars_out(out, a, b, c, d, e, f):
+    out[0] = a
+    out[1] = b
+    out[2] = c
+    out[3] = d
+    out[4] = e
+    if f:
+        out[5] = 1
+
+
+def test_every_scalar_parameter_kind_reaches_the_kernel():
+    cp = pytest.importorskip("cupy")
+    out = cp.zeros(6, cp.float64)
+    scalars_out[1](out, np.float32(1.5), np.uint8(250), np.int16(-300), 2**40 + 3, -2.25, True)
+    np.testing.assert_array_equal(out.get(), [1.5, 250, -300, 2**40 + 3, -2.25, 1])
+    out.fill(0)
+    scalars_out[1](out, np.float32(-0.5), np.uint8(1), np.int16(7), -(2**62), 1e300, False)
+    np.testing.assert_array_equal(out.get(), [-0.5, 1, 7, -(2**62), 1e300, 0])
+    with pytest.raises(ct.LaunchError, match="does not fit"):
+        scalars_out[1](out, np.float32(0), np.uint8(0), np.int16(0), 2**63, 0.0, False)
