@@ -133,3 +133,16 @@ def test_a_second_process_does_not_retune(tmp_path):
     assert runs[0].stdout.split()[0] == "3"
     assert runs[1].stdout.split()[0] == "0"
     assert "TILE=512" in runs[1].stdout
+
+
+def test_concurrent_tuning_processes_agree(tmp_path):
+    env = dict(os.environ, COOP_TILES_CACHE_DIR=str(tmp_path))
+    script = SECOND_PROCESS.format(tests=str(Path(__file__).parent))
+    procs = [
+        subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True) for _ in range(3)
+    ]
+    outputs = [p.communicate(timeout=300)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert {o.split(maxsplit=1)[1].strip() for o in outputs} == {"Config(block_threads=128, TILE=512)"}
+    after = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert after.stdout.split()[0] == "0"

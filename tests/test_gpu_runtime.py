@@ -115,3 +115,25 @@ def test_every_scalar_parameter_kind_reaches_the_kernel():
     np.testing.assert_array_equal(out.get(), [-0.5, 1, 7, -(2**62), 1e300, 0])
     with pytest.raises(ct.LaunchError, match="does not fit"):
         scalars_out[1](out, np.float32(0), np.uint8(0), np.int16(0), 2**63, 0.0, False)
+
+
+class DLPackOnly:
+    """An array that offers only DLPack (no __cuda_array_interface__)."""
+
+    def __init__(self, array):
+        self._array = array
+
+    def __dlpack__(self, **kwargs):
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+def test_dlpack_only_arrays():
+    cp = pytest.importorskip("cupy")
+    n = 1000
+    x = cp.arange(n, dtype=cp.float32)
+    out = cp.zeros(n, cp.float32)
+    vector_add[ct.cdiv(n, 256)](DLPackOnly(x), DLPackOnly(x), DLPackOnly(out), n, TILE=256)
+    np.testing.assert_array_equal(out.get(), 2 * np.arange(n, dtype=np.float32))

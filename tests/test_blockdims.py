@@ -1,0 +1,65 @@
+"""The block-size rule (block_threads=None), with the occupancy numbers faked (no GPU)."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from programs import scaled_cumsum
+
+import coop_tiles as ct
+from coop_tiles.lang.types import WEAK_FLOAT, WEAK_INT, ArrayType
+from coop_tiles.runtime import blockdims, launcher
+from coop_tiles.runtime.compiler import Signature
+
+SIG = Signature(
+    (
+        ("x", ArrayType(np.dtype(np.int32))),
+        ("y", ArrayType(np.dtype(np.float64))),
+        ("n", WEAK_INT),
+        ("alpha", WEAK_FLOAT),
+    ),
+    (("TILE", 4096),),
+    None,
+    "sm_90",
+)
+DEVICE = SimpleNamespace(device_id=0, properties=SimpleNamespace(max_threads_per_multiprocessor=2048))
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """Occupancy by block size from a table; loading is a no-op."""
+    table = {}
+    monkeypatch.setattr(launcher, "load", lambda kernel, device_id: kernel)
+
+    def measure(kernel, function, device):
+        blocks = table[kernel.block_threads]
+        return blockdims.Measured(
+            kernel.block_threads, 64, kernel.shared_bytes, blocks, blocks * kernel.block_threads / 2048
+        )
+
+    monkeypatch.setattr(blockdims, "measure", measure)
+    return table
+
+
+def test_default_is_kept_when_occupancy_is_enough(fake_gpu):
+    fake_gpu.update({256: 4})  # 1024 of 2048 thread slots
+    kernel = blockdims.select(ct.jit(scaled_cumsum.fn), SIG, DEVICE)
+    assert kernel.block_threads == 256
+    assert kernel.block_choice.reason == "default rule, occupancy is enough"
+    assert [m.block_threads for m in kernel.block_choice.measured] == [256]
+
+
+def test_low_occupancy_tries_every_candidate_and_takes_the_best(fake_gpu):
+    fake_gpu.update({128: 6, 256: 2, 512: 1, 1024: 0})  # 128 threads: 768 resident, the most
+    kernel = blockdims.select(ct.jit(scaled_cumsum.fn), SIG, DEVICE)
+    assert kernel.block_threads == 128
+    assert kernel.block_choice.reason == "highest occupancy"
+    # 64 threads would need 64 items per thread: not a candidate.
+    assert sorted(m.block_threads for m in kernel.block_choice.measured) == [128, 256, 512, 1024]
+    assert "128 threads per block" in str(kernel.block_choice)
+
+
+def test_ties_go_to_the_size_closest_to_the_default(fake_gpu):
+    fake_gpu.update({128: 4, 256: 1, 512: 1, 1024: 0})  # 128 and 512 both 512 resident threads
+    kernel = blockdims.select(ct.jit(scaled_cumsum.fn), SIG, DEVICE)
+    assert kernel.block_threads == 128
