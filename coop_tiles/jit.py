@@ -150,7 +150,7 @@ class JITFunction:
         for name, value in zip(self._runtime_names, runtime):
             key, item, library = _classify(value, name)
             keys.append(key)
-            values.append(item)
+            values += item
             libraries |= library
         for name in self._constexpr_names:
             keys.append(constexprs[name])
@@ -170,7 +170,9 @@ class JITFunction:
         device = launcher.current_device()
         sig = self._signature(list(runtime), constexprs, launcher.device_arch(device.device_id))
         kernel = self._compile(sig) if self.block_threads is not None else blockdims.select(self, sig, device)
-        dtypes = [None if isinstance(t, ArrayType) else t.dtype for _, t in sig.params]
+        dtypes = []  # per C parameter: an array is its pointer (None) and its int64 length
+        for _, t in sig.params:
+            dtypes += [None, np.dtype(np.int64)] if isinstance(t, ArrayType) else [t.dtype]
         return launcher.PreparedLaunch(kernel, launcher.load(kernel, device.device_id), dtypes)
 
 
@@ -193,34 +195,34 @@ class _Launch:
         kernel.run(self.grid, self.stream, args, kwargs)
 
 
-def _scalar(value: Any, name: str) -> tuple[Any, Any, int]:
-    return type(value), value, 0
+def _scalar(value: Any, name: str) -> tuple[Any, tuple, int]:
+    return type(value), (value,), 0
 
 
-def _numpy_scalar(value: Any, name: str) -> tuple[Any, Any, int]:
-    return ("scalar", value.dtype), value, 0
+def _numpy_scalar(value: Any, name: str) -> tuple[Any, tuple, int]:
+    return ("scalar", value.dtype), (value,), 0
 
 
-def _array(value: Any, name: str) -> tuple[Any, Any, int]:
+def _array(value: Any, name: str) -> tuple[Any, tuple, int]:
     arr = arguments.device_array(value, name)
     if arr is None:
         arguments.arg_type(value, name)  # raises a LaunchError naming the argument
-        return type(value), value, 0
-    return arr.dtype, arr.ptr, launcher.LIBRARY_BITS.get(arr.library, 0)
+        return type(value), (value,), 0
+    return arr.dtype, (arr.ptr, arr.size), launcher.LIBRARY_BITS.get(arr.library, 0)
 
 
-def _cupy_array(value: Any, name: str) -> tuple[Any, Any, int]:
+def _cupy_array(value: Any, name: str) -> tuple[Any, tuple, int]:
     # An unsupported dtype makes a new key, and the signature check on that miss rejects it.
     if not value._c_contiguous:
         return _array(value, name)  # raises the non-contiguous error
-    return value.dtype, value.data.ptr, launcher.CUPY
+    return value.dtype, (value.data.ptr, value.size), launcher.CUPY
 
 
 _classifiers: dict[type, Callable] = {int: _scalar, float: _scalar, bool: _scalar}
 
 
-def _classify(value: Any, name: str) -> tuple[Any, Any, int]:
-    """(type key, pointer or scalar, array-library bit) of one launch argument."""
+def _classify(value: Any, name: str) -> tuple[Any, tuple, int]:
+    """(type key, C parameter values: (pointer, length) or (scalar,), array-library bit) of an argument."""
     classify = _classifiers.get(type(value)) or _classifier(type(value))
     return classify(value, name)
 

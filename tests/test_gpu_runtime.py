@@ -5,6 +5,7 @@ import pytest
 from programs import tile_scan, vector_add
 
 import coop_tiles as ct
+from coop_tiles import tile
 
 pytestmark = pytest.mark.gpu
 
@@ -137,3 +138,27 @@ def test_dlpack_only_arrays():
     out = cp.zeros(n, cp.float32)
     vector_add[ct.cdiv(n, 256)](DLPackOnly(x), DLPackOnly(x), DLPackOnly(out), n, TILE=256)
     np.testing.assert_array_equal(out.get(), 2 * np.arange(n, dtype=np.float32))
+
+
+@ct.jit
+def out_of_range(x, out, n, TILE: ct.constexpr):
+    base = ct.program_id(0) * TILE
+    t = tile.load(x, base, TILE, valid=n - base, other=-1)  # n is larger than x
+    tile.store(out, base, t, valid=n - base)  # and than out
+    out[0] = x[n + 5]  # past the end: reads 0
+    x[n + 5] = 3.0  # past the end: skipped
+
+
+def test_accesses_past_the_end_of_an_array_are_masked_not_faults():
+    cp = pytest.importorskip("cupy")
+
+    x = cp.arange(100, dtype=cp.float32) + 1
+    out = cp.zeros(90, cp.float32)
+    out_of_range[4](x, out, 1000, TILE=64)
+    cp.cuda.runtime.deviceSynchronize()  # a fault would surface here
+    expected = np.arange(1, 91, dtype=np.float32)
+    expected[0] = 0
+    np.testing.assert_array_equal(out.get(), expected)
+    np.testing.assert_array_equal(x.get(), np.arange(100, dtype=np.float32) + 1)
+    with pytest.raises(ct.TileValueError, match="touches elements"):  # the interpreter reports it
+        ct.jit(out_of_range.fn, interpret=True)[4](x.get(), out.get(), 1000, TILE=64)

@@ -46,3 +46,16 @@ def test_scan_semantics_match_definitions():
     np.testing.assert_array_equal(s.data, [2, 3, 3, 4, 4])
     assert total == 5
     assert tile.scan(t, op="min", exclusive=True).data[0] == np.iinfo(np.int32).max
+
+
+def test_interpreter_rejects_out_of_range_scalar_indexes():
+    @ct.jit(interpret=True)
+    def k(x, i):
+        x[0] = x[i]
+
+    x = np.arange(4, dtype=np.float32)
+    k[1](x, 3)
+    assert x[0] == 3
+    for bad in (4, -1):
+        with pytest.raises(ct.TileValueError, match=f"index {bad} is outside an array of 4 elements"):
+            k[1](x, bad)

@@ -196,11 +196,14 @@ class _BodyWriter:
         self.line(depth, f"{s.out.name} = np.int64({source}.{'xyz'[s.axis]})")
 
     def s_ArrayRead(self, s: ir.ArrayRead, depth: int) -> None:
-        self.line(depth, f"{s.out.name} = {s.array.name}[{self.operand(s.index, False)}]")
+        index, array = self.operand(s.index, False), s.array.name
+        zero = literal(0, s.out.type.dtype)
+        self.line(depth, f"{s.out.name} = {array}[{index}] if {index} >= 0 and {index} < {array}_len else {zero}")
 
     def s_ArrayWrite(self, s: ir.ArrayWrite, depth: int) -> None:
-        self.line(depth, "if tid == 0:")
-        self.line(depth + 1, f"{s.array.name}[{self.operand(s.index, False)}] = {self.operand(s.value, False)}")
+        index, array = self.operand(s.index, False), s.array.name
+        self.line(depth, f"if tid == 0 and {index} >= 0 and {index} < {array}_len:")
+        self.line(depth + 1, f"{array}[{index}] = {self.operand(s.value, False)}")
 
     def s_Copy(self, s: ir.Copy, depth: int) -> None:
         src_dt, dst_dt = s.src.type.dtype, s.out.type.dtype
@@ -237,13 +240,14 @@ class _BodyWriter:
             "int64",
             "int64",
             t,
+            "int64",
             "CPointer(uint8)",
             "int64",
         )
         self.line(
             depth,
             f"{name}(ptr({s.out.name}), {s.array.name}, {self.operand(s.offset, False)}, "
-            f"{self._valid(s.valid, s.out.type.size)}, {self.operand(s.other, False)}, smem, "
+            f"{self._valid(s.valid, s.out.type.size)}, {self.operand(s.other, False)}, {s.array.name}_len, smem, "
             f"{self.offset(s.cid)})",
         )
 
@@ -256,13 +260,15 @@ class _BodyWriter:
             "int64",
             "int64",
             f"CPointer({t})",
+            "int64",
             "CPointer(uint8)",
             "int64",
         )
         self.line(
             depth,
             f"{name}({s.array.name}, {self.operand(s.offset, False)}, "
-            f"{self._valid(s.valid, s.tile.type.size)}, ptr({s.tile.name}), smem, {self.offset(s.cid)})",
+            f"{self._valid(s.valid, s.tile.type.size)}, ptr({s.tile.name}), {s.array.name}_len, smem, "
+            f"{self.offset(s.cid)})",
         )
 
     def s_TileScan(self, s: ir.TileScan, depth: int) -> None:
@@ -306,10 +312,14 @@ class _BodyWriter:
 def generate_body(program: ir.Program, plan: Plan, function: str) -> BodySource:
     """Numba source of `function(smem, *params)`, the program body called by the C++ entry."""
     writer = _BodyWriter(program, plan)
-    params = []
+    params, param_types = [], []
     for name, t in program.params:
         is_bool = isinstance(t, ScalarType) and t.dtype == np.bool_
         params.append(f"a_{name}_u8" if is_bool else f"a_{name}")
+        param_types.append(param_numba_type(t))
+        if isinstance(t, ArrayType):  # its length: accesses outside the array are masked
+            params.append(f"a_{name}_len")
+            param_types.append("int64")
     writer.line(0, f"def {function}({', '.join(['smem', *params])}):")
     writer.line(1, "tid = np.int64(cuda.threadIdx.x)")
     declared: set[str] = set()
@@ -325,6 +335,4 @@ def generate_body(program: ir.Program, plan: Plan, function: str) -> BodySource:
     writer.stmts(program.body, 1)
     unique = tuple(dict.fromkeys(writer.shims))
     header = "# coop_tiles program body (generated; see .plan for layouts and barriers)\n"
-    return BodySource(
-        header + "\n".join(writer.lines) + "\n", function, unique, tuple(param_numba_type(t) for _, t in program.params)
-    )
+    return BodySource(header + "\n".join(writer.lines) + "\n", function, unique, tuple(param_types))

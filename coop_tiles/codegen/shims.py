@@ -75,11 +75,12 @@ def storage_query_source(decls: dict[int, str]) -> str:
     return "\n".join(parts)
 
 
-def c_param_type(t: ArrayType | ScalarType) -> str:
-    """The C type of a kernel parameter: arrays by pointer, bools as one byte."""
+def c_params(name: str, t: ArrayType | ScalarType) -> list[tuple[str, str]]:
+    """(C type, name) of the kernel parameters of one argument: an array is its pointer and its
+    length in elements (so no access can leave it), a bool one byte."""
     if isinstance(t, ArrayType):
-        return f"{cxx_name(t.dtype)}*"
-    return "cuda::std::uint8_t" if t.dtype == np.bool_ else cxx_name(t.dtype)
+        return [(f"{cxx_name(t.dtype)}*", f"a_{name}"), ("long long", f"a_{name}_len")]
+    return [("cuda::std::uint8_t" if t.dtype == np.bool_ else cxx_name(t.dtype), f"a_{name}")]
 
 
 def _items_ref(var: str, ptr: str, t: str, items: int) -> str:
@@ -96,7 +97,13 @@ def _storage_ref(cid: int) -> str:
 
 
 def _clamp(size: int) -> str:
-    return f"  const long long v = valid < 0 ? 0 : (valid > {size} ? {size} : valid);\n"
+    """`v`: how many leading elements are valid: `valid` clamped to [0, size], and never past the
+    end of the array (a tile starting outside the array has none)."""
+    return (
+        f"  long long v = valid < 0 ? 0 : (valid > {size} ? {size} : valid);\n"
+        "  const long long room = (offset < 0 || offset >= len) ? 0 : len - offset;\n"
+        "  if (v > room) v = room;\n"
+    )
 
 
 def _index(arrangement: str, threads: int, items: int) -> str:
@@ -134,7 +141,10 @@ class _ShimWriter:
         lay = self.layouts.tiles[tile]
         items, full = lay.items_per_thread, self.threads * lay.items_per_thread
         verb = kind.capitalize()  # Load / Store
-        sig = f'extern "C" __device__ void coop_{kind}_{cid}({params}, unsigned char* smem, long long soff)'
+        sig = (
+            f'extern "C" __device__ void coop_{kind}_{cid}({params}, long long len, unsigned char* smem, '
+            "long long soff)"
+        )
         code, body, thread = "", _items_ref("x", "items", t, items) + _clamp(lay.size), ""
         if self.layouts.collectives[cid].needs_storage:
             cub_type = f"cub::Block{verb}<{t}, {self.threads}, {items}, cub::BLOCK_{kind.upper()}_WARP_TRANSPOSE>"
@@ -222,9 +232,10 @@ def generate_shims(program: ir.Program, layouts: LayoutPlan) -> ShimSource:
         if handler is not None:
             handler(s)
     kernel, body = f"coop_kernel_{program.name}", f"coop_body_{program.name}"
-    params = [f"{c_param_type(t)} a_{name}" for name, t in program.params]
-    body_params = ", ".join(["unsigned char*"] + [c_param_type(t) for _, t in program.params])
-    args = ", ".join(["coop_smem"] + [f"a_{name}" for name, _ in program.params])
+    flat = [p for name, t in program.params for p in c_params(name, t)]
+    params = [f"{c_type} {name}" for c_type, name in flat]
+    body_params = ", ".join(["unsigned char*"] + [c_type for c_type, _ in flat])
+    args = ", ".join(["coop_smem"] + [name for _, name in flat])
     entry = (
         f'extern "C" __device__ void {body}({body_params});\n'
         f'extern "C" __global__ void __launch_bounds__({layouts.block_threads}) {kernel}({", ".join(params)}) {{\n'

@@ -125,6 +125,25 @@ for _name, _fn in {"neg": operator.neg, "pos": operator.pos, "invert": operator.
 Tile.__hash__ = None  # type: ignore[assignment]
 
 
+class CheckedArray(np.ndarray):
+    """An array argument in the interpreter: `x[i]` outside the array raises instead of wrapping
+    (compiled kernels mask such accesses; the interpreter reports them)."""
+
+    def _check(self, index: Any) -> None:
+        if isinstance(index, (int, np.integer)) and not 0 <= index < self.size:
+            from ..errors import TileValueError
+
+            raise TileValueError(f"index {int(index)} is outside an array of {self.size} elements")
+
+    def __getitem__(self, index: Any) -> Any:
+        self._check(index)
+        return super().__getitem__(index)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        self._check(index)
+        super().__setitem__(index, value)
+
+
 def _grid3(grid: tuple[int, ...]) -> tuple[int, int, int]:
     return tuple(grid) + (1,) * (3 - len(grid))  # type: ignore[return-value]
 
@@ -134,6 +153,7 @@ def run(fn: Callable, grid: tuple[int, ...], args: tuple, constexprs: dict[str, 
     for a in args:
         if hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray):
             raise LaunchError("the interpreter runs on the CPU and takes NumPy arrays, got a device array")
+    args = tuple(a.view(CheckedArray) if type(a) is np.ndarray else a for a in args)
     dims = _grid3(grid)
     for pid in itertools.product(*(range(d) for d in reversed(dims))):
         token = _state.set(ProgramState(tuple(reversed(pid)), dims))  # type: ignore[arg-type]

@@ -24,6 +24,7 @@ _TORCH_DTYPES: dict[Any, np.dtype] = {}
 class DeviceArray:
     ptr: int
     dtype: np.dtype
+    size: int  # elements: the kernel masks every access past it
     library: str  # "cupy", "torch" or "other": which library's current stream is the default
 
 
@@ -54,7 +55,7 @@ def _torch_dtype(t) -> np.dtype:
 def _from_cupy(a) -> DeviceArray:
     if not a.flags.c_contiguous:
         raise LaunchError("is not contiguous; pass a contiguous array (cupy.ascontiguousarray)")
-    return DeviceArray(a.data.ptr, a.dtype, "cupy")
+    return DeviceArray(a.data.ptr, a.dtype, a.size, "cupy")
 
 
 def _from_torch(t) -> DeviceArray:
@@ -62,7 +63,7 @@ def _from_torch(t) -> DeviceArray:
         raise LaunchError("is a PyTorch tensor on the CPU; move it to the GPU with .cuda()")
     if not t.is_contiguous():
         raise LaunchError("is not contiguous; pass t.contiguous()")
-    return DeviceArray(t.data_ptr(), _torch_dtype(t), "torch")
+    return DeviceArray(t.data_ptr(), _torch_dtype(t), t.numel(), "torch")
 
 
 def _from_interface(a) -> DeviceArray:
@@ -76,7 +77,8 @@ def _from_interface(a) -> DeviceArray:
             step *= extent
         if any(s != e for s, e, n in zip(strides, reversed(expected), shape) if n > 1):
             raise LaunchError("is not contiguous (its strides are not C order)")
-    return DeviceArray(int(cai["data"][0] or 0), dtype, "other")
+    size = int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
+    return DeviceArray(int(cai["data"][0] or 0), dtype, size, "other")
 
 
 def _from_dlpack(a) -> DeviceArray:
