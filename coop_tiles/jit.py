@@ -159,11 +159,7 @@ class JITFunction:
         if prepared is None:
             prepared = self._kernels[key] = self._prepare(runtime, constexprs)
         if grid[0] and grid[1] and grid[2]:
-            if stream is None:
-                handle = launcher.stream_handle(None, libraries) if libraries else 0
-            else:
-                handle = launcher.stream_handle(stream, libraries)
-            prepared.launch(grid[0], grid[1], grid[2], handle, *values)
+            prepared.launch(grid[0], grid[1], grid[2], launcher.stream_handle(stream, libraries), *values)
 
     def _prepare(self, runtime: Any, constexprs: dict) -> launcher.PreparedLaunch:
         """Compile (or fetch) and load the kernel of a new signature, and prepare its launches."""
