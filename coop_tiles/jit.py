@@ -166,9 +166,7 @@ class JITFunction:
         device = launcher.current_device()
         sig = self._signature(list(runtime), constexprs, launcher.device_arch(device.device_id))
         kernel = self._compile(sig) if self.block_threads is not None else blockdims.select(self, sig, device)
-        dtypes = []  # per C parameter: an array is its pointer (None) and its int64 length
-        for _, t in sig.params:
-            dtypes += [None, np.dtype(np.int64)] if isinstance(t, ArrayType) else [t.dtype]
+        dtypes = [None if isinstance(t, ArrayType) else t.dtype for _, t in sig.params]
         return launcher.PreparedLaunch(kernel, launcher.load(kernel, device.device_id), dtypes)
 
 
@@ -192,18 +190,18 @@ class _Launch:
 
 
 def _scalar(value: Any, name: str) -> tuple[Any, tuple, int]:
-    return type(value), (value,), 0
+    return type(value), (value, 0), 0
 
 
 def _numpy_scalar(value: Any, name: str) -> tuple[Any, tuple, int]:
-    return ("scalar", value.dtype), (value,), 0
+    return ("scalar", value.dtype), (value, 0), 0
 
 
 def _array(value: Any, name: str) -> tuple[Any, tuple, int]:
     arr = arguments.device_array(value, name)
     if arr is None:
         arguments.arg_type(value, name)  # raises a LaunchError naming the argument
-        return type(value), (value,), 0
+        return type(value), (value, 0), 0
     return arr.dtype, (arr.ptr, arr.size), launcher.LIBRARY_BITS.get(arr.library, 0)
 
 
@@ -218,7 +216,7 @@ _classifiers: dict[type, Callable] = {int: _scalar, float: _scalar, bool: _scala
 
 
 def _classify(value: Any, name: str) -> tuple[Any, tuple, int]:
-    """(type key, C parameter values: (pointer, length) or (scalar,), array-library bit) of an argument."""
+    """(type key, (pointer, length) or (scalar, unused), array-library bit) of one launch argument."""
     classify = _classifiers.get(type(value)) or _classifier(type(value))
     return classify(value, name)
 

@@ -38,11 +38,11 @@ def generate_source(runtime_names: list[str], constexpr_names: list[str]) -> str
         lines += [
             f"    t{i} = type(v{i})",
             f"    if t{i} is CUPY_ARRAY and v{i}._c_contiguous:",
-            f"        k{i} = v{i}.dtype.num; r{i} = (v{i}.data.ptr, v{i}.size); libs |= CUPY",
+            f"        k{i} = v{i}.dtype.num; p{i} = v{i}.data.ptr; q{i} = v{i}.size; libs |= CUPY",
             f"    elif t{i} is int or t{i} is float:",
-            f"        k{i} = t{i}; r{i} = (v{i},)",
+            f"        k{i} = t{i}; p{i} = v{i}; q{i} = 0",
             "    else:",
-            f"        k{i}, r{i}, l{i} = classify(v{i}, {name!r}); libs |= l{i}",
+            f"        k{i}, (p{i}, q{i}), l{i} = classify(v{i}, {name!r}); libs |= l{i}",
         ]
     key = ", ".join([f"k{i}" for i in range(n)] + [f"c{j}" for j in range(len(constexpr_names))])
     lines.append(f"    key = ({key},)")
@@ -53,7 +53,7 @@ def generate_source(runtime_names: list[str], constexpr_names: list[str]) -> str
     lines.append("        handle = cupy_stream().ptr if libs == CUPY else (current_stream(libs) if libs else 0)")
     lines.append("    else:")
     lines.append("        handle = stream_handle(stream, libs)")
-    lines.append(f"    prepared.launch(grid, 1, 1, handle{''.join(f', *r{i}' for i in range(n))})")
+    lines.append(f"    prepared.launch(grid, 1, 1, handle{''.join(f', p{i}, q{i}' for i in range(n))})")
     lines.append("    return True")
     return "\n".join(lines) + "\n"
 

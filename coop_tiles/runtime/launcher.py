@@ -168,8 +168,9 @@ class PreparedLaunch:
 
     Arguments are packed into a preallocated buffer of 8-byte slots (one per parameter,
     little-endian, so a narrower parameter reads the low bytes of its slot), and the kernel
-    is launched with `cuLaunchKernel` on that buffer. `launch(g0, g1, g2, stream, *values)`
+    is launched with `cuLaunchKernel` on that buffer. `launch(g0, g1, g2, stream, ...)`
     is generated for the parameter list, so a launch is one pack and one driver call.
+    Each argument arrives as two values: (pointer, length) for an array, (value, 0) for a scalar.
     When CuPy is loaded its thin `cupy.cuda.driver.launchKernel` wrapper is used (about
     0.6 us cheaper per launch than cuda.bindings'); otherwise cuda.bindings'.
     """
@@ -181,14 +182,19 @@ class PreparedLaunch:
         import threading
 
         self.kernel = kernel
-        count = max(1, len(param_dtypes))
+        # C parameters: an array (dtype None) is its pointer and its int64 length, a scalar itself.
+        count = max(1, sum(2 if dt is None else 1 for dt in param_dtypes))
         self.slots = (ctypes.c_uint64 * count)()
         self.pointers = (ctypes.c_void_p * count)(*(ctypes.addressof(self.slots) + 8 * i for i in range(count)))
         # One struct.pack_into writes every argument: pointers and unsigned/bool as Q, signed
-        # integers as q, float64 as d, float32 as f plus 4 bytes of padding.
-        codes = []
-        for dt in param_dtypes:
-            if dt is None or dt.kind in "ub":
+        # integers and lengths as q, float64 as d, float32 as f plus 4 bytes of padding.
+        codes, packed = [], []
+        for i, dt in enumerate(param_dtypes):
+            packed.append(f"p{i}")
+            if dt is None:
+                codes.append("Qq")
+                packed.append(f"q{i}")
+            elif dt.kind in "ub":
                 codes.append("Q")
             elif dt.kind == "i":
                 codes.append("q")
@@ -203,13 +209,15 @@ class PreparedLaunch:
             "PACK": struct.Struct("<" + "".join(codes)).pack_into,
             "SLOTS": self.slots,
         }
-        params = "".join(f", r{i}" for i in range(len(param_dtypes)))
+        # launch() takes two values per argument (an array's pointer and length; a scalar and an
+        # unused 0), so the per-kernel fast path passes them without building tuples.
+        params = "".join(f", p{i}, q{i}" for i in range(len(param_dtypes)))
         body = [f"def launch(g0, g1, g2, stream{params}):", "    with LOCK:"]
         if param_dtypes:
             namespace["PACK_ERROR"] = struct.error
             body += [
                 "        try:",
-                f"            PACK(SLOTS, 0{params})",
+                f"            PACK(SLOTS, 0, {', '.join(packed)})",
                 "        except PACK_ERROR as e:",
                 "            fail(f'an argument does not fit its parameter type ({e})')",
             ]
