@@ -15,7 +15,7 @@ from .lang.types import ArrayType, ScalarType
 from .runtime import arguments, blockdims, launcher
 from .runtime.cache import DiskCache
 from .runtime.compiler import CompiledKernel, Signature, compile_kernel
-from .runtime.fastpath import make_fast_path
+from .runtime.fastpath import c_fast_path, make_fast_path
 
 
 def _interpret_env() -> bool:
@@ -33,6 +33,7 @@ class JITFunction:
         self._kernels: dict[tuple, launcher.PreparedLaunch] = {}
         self._interpreting: bool | None = None
         self._fast: Callable[..., bool] | None = None
+        self._c_fast: Callable[..., bool] | None = None
         self._hooks: list[Callable[[CompiledKernel, Any, int], None]] = []
         self._constexpr_names = [p for p in self.parsed.params if p in self.parsed.constexprs]
         self._constexpr_set = set(self._constexpr_names)
@@ -134,6 +135,7 @@ class JITFunction:
                 return
             if self._fast is None:
                 self._fast = make_fast_path(self._runtime_names, self._constexpr_names, _classify)
+                self._c_fast = c_fast_path(self._runtime_names, self._constexpr_names)
             if self._fast(self, grid, stream, args, kwargs):
                 return
             if len(args) == self._n_runtime and kwargs.keys() == self._constexpr_set:
@@ -180,6 +182,8 @@ class _Launch:
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         kernel = self.kernel
+        if kernel._c_fast is not None and kernel._c_fast(kernel, self.grid, self.stream, args, kwargs):
+            return
         if kernel._fast is not None:
             try:
                 if kernel._fast(kernel, self.grid, self.stream, args, kwargs):

@@ -9,5 +9,7 @@ if ls .whl/*.whl >/dev/null 2>&1; then
 else
     export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 fi
+# the optional C launch fast path, built in place (coop_tiles works without it)
+python3 setup.py -q build_ext --inplace >/dev/null 2>&1 || echo "note: C launch fast path not built" >&2
 export PYTHONUNBUFFERED=1
 export COOP_TILES_CACHE_DIR="${COOP_TILES_CACHE_DIR:-/tmp/coop_tiles_cache}"

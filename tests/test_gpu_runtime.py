@@ -162,3 +162,18 @@ def test_accesses_past_the_end_of_an_array_are_masked_not_faults():
     np.testing.assert_array_equal(x.get(), np.arange(100, dtype=np.float32) + 1)
     with pytest.raises(ct.TileValueError, match="index 1005 is outside an array of 100 elements"):
         ct.jit(out_of_range.fn, interpret=True)[4](x.get(), out.get(), 1000, TILE=64)
+
+
+def test_c_launch_fast_path_is_taken_and_correct():
+    cp = pytest.importorskip("cupy")
+    pytest.importorskip("coop_tiles.runtime._claunch")
+    kernel = ct.jit(vector_add.fn)
+    n = 5000
+    x, out = cp.arange(n, dtype=cp.float32), cp.zeros(n, cp.float32)
+    kernel[ct.cdiv(n, 512)](x, x, out, n, TILE=512)  # the first call compiles through the Python path
+    assert kernel._c_fast is not None
+    y = cp.ones(n, dtype=cp.float32)
+    launched = kernel._c_fast(kernel, ct.cdiv(n, 512), None, (x, y, out, n), {"TILE": 512})
+    assert launched
+    np.testing.assert_array_equal(out.get(), np.arange(n, dtype=np.float32) + 1)
+    assert not kernel._c_fast(kernel, 3, None, (x, y, out, 2.5), {"TILE": 512})  # new signature: Python path

@@ -32,3 +32,12 @@ def test_arguments_are_packed_into_typed_slots():
     assert struct.unpack("<d", slots[5])[0] == -2.5
     assert struct.unpack("<Q", slots[6])[0] == 0x2000 and struct.unpack("<q", slots[7])[0] == 456
     assert seen["launch"] == (7, 2, 1, 128, 4096, 99)
+
+
+def test_c_fast_path_declines_without_a_driver_or_a_match():
+    import pytest
+
+    claunch = pytest.importorskip("coop_tiles.runtime._claunch")
+    # No prepared kernel for this key (and on a machine without a GPU, no driver): not launched.
+    assert claunch.fast_launch({}, ("TILE",), list, object, 4, None, (1, 2.0), {"TILE": 8}) is False
+    assert claunch.fast_launch({}, (), list, object, 4, None, (), {}) is False

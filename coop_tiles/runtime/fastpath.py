@@ -72,3 +72,21 @@ def make_fast_path(runtime_names: list[str], constexpr_names: list[str], classif
     }
     exec(compile(generate_source(runtime_names, constexpr_names), "<coop_tiles launch fast path>", "exec"), namespace)
     return namespace["fast"]
+
+
+def c_fast_path(runtime_names: list[str], constexpr_names: list[str]) -> Callable[..., bool] | None:
+    """The C fast path (the optional `_claunch` extension) bound to this kernel, when it was built
+    and CuPy is loaded; None otherwise (the generated Python fast path then does the work)."""
+    cupy = sys.modules.get("cupy")
+    if cupy is None or len(runtime_names) > 64:
+        return None
+    try:
+        from ._claunch import fast_launch
+    except ImportError:
+        return None
+    names, array_type, current = tuple(constexpr_names), cupy.ndarray, cupy.cuda.get_current_stream
+
+    def fast(jit: Any, grid: Any, stream: Any, args: tuple, kwargs: dict) -> bool:
+        return fast_launch(jit._kernels, names, array_type, current, grid, stream, args, kwargs)
+
+    return fast

@@ -243,6 +243,25 @@ class PreparedLaunch:
             ]
         exec(compile("\n".join(body) + "\n", f"<coop_tiles launch of {kernel.program.name}>", "exec"), namespace)
         self.launch = namespace["launch"]
+        # The C fast path (_claunch.c) packs into its own buffer while holding the GIL.
+        self.c_slots = (ctypes.c_uint64 * count)()
+        self.c_pointers = (ctypes.c_void_p * count)(*(ctypes.addressof(self.c_slots) + 8 * i for i in range(count)))
+        kinds = bytes(
+            ord(
+                "A"
+                if dt is None
+                else ("Q" if dt.kind in "ub" else "q" if dt.kind == "i" else "d" if dt.itemsize == 8 else "f")
+            )
+            for dt in param_dtypes
+        )
+        self.c_info = (
+            int(compiled.handle),
+            kernel.block_threads,
+            kernel.shared_bytes,
+            ctypes.addressof(self.c_slots),
+            ctypes.addressof(self.c_pointers),
+            kinds,
+        )
 
     def _fail(self, err: Any) -> None:
         raise LaunchError(f"launching {self.kernel.program.name} failed: {getattr(err, 'name', err)}")
