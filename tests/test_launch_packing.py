@@ -39,5 +39,6 @@ def test_c_fast_path_declines_without_a_driver_or_a_match():
 
     claunch = pytest.importorskip("coop_tiles.runtime._claunch")
     # No prepared kernel for this key (and on a machine without a GPU, no driver): not launched.
-    assert claunch.fast_launch({}, ("TILE",), list, object, 4, None, (1, 2.0), {"TILE": 8}) is False
-    assert claunch.fast_launch({}, (), list, object, 4, None, (), {}) is False
+    memo = [None, None, None]
+    assert claunch.fast_launch({}, ("TILE",), list, object, 4, None, (1, 2.0), {"TILE": 8}, memo) is False
+    assert claunch.fast_launch({}, (), list, object, 4, None, (), {}, memo) is False

@@ -85,8 +85,9 @@ def c_fast_path(runtime_names: list[str], constexpr_names: list[str]) -> Callabl
     except ImportError:
         return None
     names, array_type, current = tuple(constexpr_names), cupy.ndarray, cupy.cuda.get_current_stream
+    memo = [None, None, None]  # the last call's signature tokens and launch info (see _claunch.c)
 
     def fast(jit: Any, grid: Any, stream: Any, args: tuple, kwargs: dict) -> bool:
-        return fast_launch(jit._kernels, names, array_type, current, grid, stream, args, kwargs)
+        return fast_launch(jit._kernels, names, array_type, current, grid, stream, args, kwargs, memo)
 
     return fast
