@@ -305,12 +305,13 @@ class Builder:
             )
         if isinstance(cond, Const):
             return cond
-        value = self.scalar(cond, f"the condition of `{what}`")
-        return (
-            value
-            if value.type.dtype == np.bool_
-            else self.map_op("ne", (value, ir.Lit(0, WEAK_INT)), BOOL, value.type.dtype)
-        )
+        return self.truth(self.scalar(cond, f"the condition of `{what}`"))
+
+    def truth(self, value: ir.Value) -> ir.Value:
+        """A scalar as a bool, as Python's truth test does (`value != 0`)."""
+        if value.type.dtype == np.bool_:
+            return value
+        return self.map_op("ne", (value, ir.Lit(0, WEAK_INT)), BOOL, value.type.dtype)
 
     def inline(self, helper: Callable, args: tuple, kwargs: dict, node: ast.AST) -> Any:
         """Inline a plain Python helper function called from the tile program."""
@@ -549,10 +550,7 @@ def _expr_boolop(b: Builder, e: ast.BoolOp) -> Any:
             continue
         if isinstance(value, ir.Var) and isinstance(value.type, TileType):
             raise TileTypeError("`and`/`or`/`not` need scalars; combine boolean tiles with & and |")
-        cond = b.scalar(value, "an operand of and/or")
-        cond = (
-            cond if cond.type.dtype == np.bool_ else b.map_op("ne", (cond, ir.Lit(0, WEAK_INT)), BOOL, cond.type.dtype)
-        )
+        cond = b.truth(b.scalar(value, "an operand of and/or"))
         result = cond if result is None else b.map_op(name, (result, cond), BOOL, np.dtype(np.bool_))
     return result if result is not None else Const(isinstance(e.op, ast.And))
 

@@ -163,6 +163,20 @@ def normalize_grid(grid: Any, constexprs: dict[str, Any]) -> tuple[int, int, int
     return tuple(grid) + (1,) * (3 - len(grid))  # type: ignore[return-value]
 
 
+#: struct codes of each parameter-slot kind: an array (pointer and int64 length), unsigned or
+#: bool, signed, float64, float32 (padded to its 8-byte slot). _claunch.c reads the same kinds.
+SLOT_CODES = {"A": "Qq", "Q": "Q", "q": "q", "d": "d", "f": "f4x"}
+
+
+def _slot_kind(dt: Any) -> str:
+    """The slot kind of an argument: `dt` is None for an array, else the scalar's dtype."""
+    if dt is None:
+        return "A"
+    if dt.kind in "ub":
+        return "Q"
+    return "q" if dt.kind == "i" else ("d" if dt.itemsize == 8 else "f")
+
+
 class PreparedLaunch:
     """Everything a launch of one specialisation needs, prepared once.
 
@@ -188,18 +202,9 @@ class PreparedLaunch:
         self.pointers = (ctypes.c_void_p * count)(*(ctypes.addressof(self.slots) + 8 * i for i in range(count)))
         # One struct.pack_into writes every argument: pointers and unsigned/bool as Q, signed
         # integers and lengths as q, float64 as d, float32 as f plus 4 bytes of padding.
-        codes, packed = [], []
-        for i, dt in enumerate(param_dtypes):
-            packed.append(f"p{i}")
-            if dt is None:
-                codes.append("Qq")
-                packed.append(f"q{i}")
-            elif dt.kind in "ub":
-                codes.append("Q")
-            elif dt.kind == "i":
-                codes.append("q")
-            else:
-                codes.append("d" if dt.itemsize == 8 else "f4x")
+        kinds = [_slot_kind(dt) for dt in param_dtypes]
+        codes = [SLOT_CODES[k] for k in kinds]
+        packed = [f"p{i}, q{i}" if k == "A" else f"p{i}" for i, k in enumerate(kinds)]
         namespace: dict[str, Any] = {
             "LOCK": threading.Lock(),
             "P": ctypes.addressof(self.pointers),
@@ -246,21 +251,13 @@ class PreparedLaunch:
         # The C fast path (_claunch.c) packs into its own buffer while holding the GIL.
         self.c_slots = (ctypes.c_uint64 * count)()
         self.c_pointers = (ctypes.c_void_p * count)(*(ctypes.addressof(self.c_slots) + 8 * i for i in range(count)))
-        kinds = bytes(
-            ord(
-                "A"
-                if dt is None
-                else ("Q" if dt.kind in "ub" else "q" if dt.kind == "i" else "d" if dt.itemsize == 8 else "f")
-            )
-            for dt in param_dtypes
-        )
         self.c_info = (
             int(compiled.handle),
             kernel.block_threads,
             kernel.shared_bytes,
             ctypes.addressof(self.c_slots),
             ctypes.addressof(self.c_pointers),
-            kinds,
+            "".join(kinds).encode(),
         )
 
     def _fail(self, err: Any) -> None:
