@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -15,15 +16,17 @@ from .lang.types import ArrayType, ScalarType
 from .runtime import arguments, blockdims, launcher
 from .runtime.cache import DiskCache
 from .runtime.compiler import CompiledKernel, Signature, compile_kernel
-from .runtime.fastpath import c_fast_path, make_fast_path
+from .runtime.fastpath import KernelBase, enable_c_launch, make_fast_path
 
 
 def _interpret_env() -> bool:
     return os.environ.get("COOP_TILES_INTERPRET", "").strip().lower() not in ("", "0", "false", "no")
 
 
-class JITFunction:
-    """A compiled-on-demand tile program. Launch with ``kernel[grid](*args, **constexprs)``."""
+class JITFunction(KernelBase):
+    """A compiled-on-demand tile program. Launch with ``kernel[grid](*args, **constexprs)``.
+
+    ``kernel[grid]`` comes from `KernelBase`: the C launch path when it was built, else Python."""
 
     def __init__(self, fn: Callable, *, block_threads: int | None = None, interpret: bool | None = None):
         self.fn = fn
@@ -33,7 +36,7 @@ class JITFunction:
         self._kernels: dict[tuple, launcher.PreparedLaunch] = {}
         self._interpreting: bool | None = None
         self._fast: Callable[..., bool] | None = None
-        self._c_fast: Callable[..., bool] | None = None
+        self._fast_knows_cupy = False
         self._hooks: list[Callable[[CompiledKernel, Any, int], None]] = []
         self._constexpr_names = [p for p in self.parsed.params if p in self.parsed.constexprs]
         self._constexpr_set = set(self._constexpr_names)
@@ -50,15 +53,16 @@ class JITFunction:
     def __call__(self, *args: Any, **kwargs: Any) -> None:
         raise LaunchError(f"launch a tile program with a grid: {self.__name__}[grid](...)")
 
-    def __getitem__(self, launch: Any) -> _Launch:
-        """``kernel[grid]`` or ``kernel[grid, stream]``; pass a raw int stream handle with a tuple
-        or callable grid (``kernel[(n,), handle]``), since ``kernel[4, 2]`` is a 2-D grid."""
-        grid, stream = launch, None
+    @staticmethod
+    def _split_launch(launch: Any) -> tuple[Any, Any]:
+        """(grid, stream) of ``kernel[grid]`` or ``kernel[grid, stream]``; pass a raw int stream
+        handle with a tuple or callable grid (``kernel[(n,), handle]``), since ``kernel[4, 2]``
+        is a 2-D grid."""
         if isinstance(launch, tuple) and len(launch) == 2:
             first, second = launch
             if isinstance(first, tuple) or callable(first) or not isinstance(second, int) or second is None:
-                grid, stream = first, second
-        return _Launch(self, grid, stream)
+                return first, second
+        return launch, None
 
     # ----- arguments -----------------------------------------------------------------------------
     def _bind(self, args: tuple, kwargs: dict) -> tuple[list[Any], dict[str, Any]]:
@@ -133,9 +137,11 @@ class JITFunction:
                 runtime, constexprs = self._bind(args, kwargs)
                 interpreter.run(self.fn, launcher.normalize_grid(grid, constexprs), tuple(args), kwargs)
                 return
-            if self._fast is None:
+            if self._fast is None or (not self._fast_knows_cupy and "cupy" in sys.modules):
+                # (again once CuPy is imported: the fast paths read CuPy arrays inline)
+                self._fast_knows_cupy = "cupy" in sys.modules
                 self._fast = make_fast_path(self._runtime_names, self._constexpr_names, _classify)
-                self._c_fast = c_fast_path(self._runtime_names, self._constexpr_names)
+                enable_c_launch(self)
             if self._fast(self, grid, stream, args, kwargs):
                 return
             if len(args) == self._n_runtime and kwargs.keys() == self._constexpr_set:
@@ -170,27 +176,6 @@ class JITFunction:
         kernel = self._compile(sig) if self.block_threads is not None else blockdims.select(self, sig, device)
         dtypes = [None if isinstance(t, ArrayType) else t.dtype for _, t in sig.params]
         return launcher.PreparedLaunch(kernel, launcher.load(kernel, device.device_id), dtypes)
-
-
-class _Launch:
-    """A kernel bound to a grid and stream; calling it launches."""
-
-    __slots__ = ("kernel", "grid", "stream")
-
-    def __init__(self, kernel: JITFunction, grid: Any, stream: Any):
-        self.kernel, self.grid, self.stream = kernel, grid, stream
-
-    def __call__(self, *args: Any, **kwargs: Any) -> None:
-        kernel = self.kernel
-        if kernel._c_fast is not None and kernel._c_fast(kernel, self.grid, self.stream, args, kwargs):
-            return
-        if kernel._fast is not None:
-            try:
-                if kernel._fast(kernel, self.grid, self.stream, args, kwargs):
-                    return
-            except TileError as e:
-                raise e.with_traceback(None) from None
-        kernel.run(self.grid, self.stream, args, kwargs)
 
 
 def _scalar(value: Any, name: str) -> tuple[Any, tuple, int]:

@@ -1,8 +1,14 @@
 """Runtime behaviour on a GPU: array libraries, streams, dynamic shared memory (needs a GPU)."""
 
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
 import numpy as np
 import pytest
-from programs import tile_scan, vector_add
+from programs import ref_scaled_cumsum as scaled_cumsum_reference
+from programs import scaled_cumsum, tile_scan, vector_add
 
 import coop_tiles as ct
 from coop_tiles import tile
@@ -164,16 +170,79 @@ def test_accesses_past_the_end_of_an_array_are_masked_not_faults():
         ct.jit(out_of_range.fn, interpret=True)[4](x.get(), out.get(), 1000, TILE=64)
 
 
-def test_c_launch_fast_path_is_taken_and_correct():
+def test_c_launch_path_is_taken_and_correct():
     cp = pytest.importorskip("cupy")
-    pytest.importorskip("coop_tiles.runtime._claunch")
+    claunch = pytest.importorskip("coop_tiles.runtime._claunch")
     kernel = ct.jit(vector_add.fn)
     n = 5000
     x, out = cp.arange(n, dtype=cp.float32), cp.zeros(n, cp.float32)
-    kernel[ct.cdiv(n, 512)](x, x, out, n, TILE=512)  # the first call compiles through the Python path
-    assert kernel._c_fast is not None
+    kernel[ct.cdiv(n, 512)](x, x, out, n, TILE=512)  # the first call compiles through run()
+    assert isinstance(kernel[1], claunch.BoundLaunch)
+    fallbacks = []
+    run = kernel.run
+    kernel.run = lambda *call: fallbacks.append(call[0]) or run(*call)  # the C path's fallback
     y = cp.ones(n, dtype=cp.float32)
-    launched = kernel._c_fast(kernel, ct.cdiv(n, 512), None, (x, y, out, n), {"TILE": 512})
-    assert launched
-    np.testing.assert_array_equal(out.get(), np.arange(n, dtype=np.float32) + 1)
-    assert not kernel._c_fast(kernel, 3, None, (x, y, out, 2.5), {"TILE": 512})  # new signature: Python path
+    for _ in range(2):  # the second call reuses the first's remembered signature
+        kernel[ct.cdiv(n, 512)](x, y, out, n, TILE=512)
+        np.testing.assert_array_equal(out.get(), np.arange(n, dtype=np.float32) + 1)
+        out.fill(0)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:  # the current CuPy stream, read through CuPy's C API
+        _captured(stream, lambda: kernel[ct.cdiv(n, 512)](y, y, out, n, TILE=512))
+    np.testing.assert_array_equal(out.get(), np.full(n, 2, np.float32))
+    assert fallbacks == []
+    kernel[3](x, y, out, 2, TILE=256)  # a new constexpr: compiled through run(), then launched in C
+    kernel[3](x, y, out, 2, TILE=256)
+    assert fallbacks == [3]
+    assert out.get()[:2].tolist() == [1, 2]
+
+
+def test_c_launch_path_hands_the_driver_one_parameter_buffer_of_arrays_ints_and_floats():
+    cp = pytest.importorskip("cupy")
+    pytest.importorskip("coop_tiles.runtime._claunch")
+    kernel = ct.jit(scaled_cumsum.fn)
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal(5000)
+    y = cp.zeros(5000)
+    kernel[ct.cdiv(5000, 1024)](cp.asarray(x), y, 5000, 0.5, TILE=1024)  # compiles through run()
+    (prepared,) = kernel._kernels.values()
+    assert prepared.c_info[6] == 8 * 6  # x and y (pointer, length), n, alpha: all 8-byte parameters
+    fallbacks = []
+    run = kernel.run
+    kernel.run = lambda *call: fallbacks.append(call) or run(*call)
+    for n, alpha in [(4999, -1.25), (1, 3.0), (3000, 1e-3)]:
+        y.fill(0)
+        kernel[ct.cdiv(n, 1024)](cp.asarray(x), y, n, alpha, TILE=1024)
+        expected = np.zeros(5000)
+        scaled_cumsum_reference(x, expected, n, alpha, 1024)
+        np.testing.assert_allclose(y.get(), expected, rtol=1e-12, atol=1e-12)
+    assert fallbacks == []
+
+
+def test_cupy_imported_after_the_first_launch():
+    """A kernel first launched before CuPy was imported then launches CuPy arrays, through the
+    fast paths rebuilt for CuPy, on CuPy's current stream."""
+    pytest.importorskip("cupy")
+    pytest.importorskip("torch")
+    script = textwrap.dedent(
+        """
+        import sys, torch, numpy as np
+        sys.path.insert(0, "tests")
+        from programs import vector_add
+        import coop_tiles as ct
+        t = torch.arange(300, dtype=torch.float32, device="cuda")
+        out = torch.zeros(300, device="cuda")
+        vector_add[1](t, t, out, 300, TILE=512)
+        assert "cupy" not in sys.modules
+        import cupy as cp
+        x, o = cp.arange(300, dtype=cp.float32), cp.zeros(300, cp.float32)
+        for _ in range(3):
+            vector_add[1](x, x, o, 300, TILE=512)
+        np.testing.assert_array_equal(o.get(), 2 * np.arange(300, dtype=np.float32))
+        np.testing.assert_array_equal(out.cpu().numpy(), 2 * np.arange(300, dtype=np.float32))
+        print("ok")
+        """
+    )
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]

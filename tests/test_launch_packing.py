@@ -1,11 +1,16 @@
-"""The launch parameter buffer: every argument lands in its 8-byte slot, typed (no GPU needed)."""
+"""The launch path without a GPU: the parameter buffer's typed slots, `kernel[grid]` binding,
+and the C launch path falling back to `run`."""
 
 import ctypes
 import struct
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
+from programs import vector_add
 
+from coop_tiles.jit import JITFunction
+from coop_tiles.runtime import fastpath
 from coop_tiles.runtime.launcher import PreparedLaunch
 
 
@@ -32,13 +37,62 @@ def test_arguments_are_packed_into_typed_slots():
     assert struct.unpack("<d", slots[5])[0] == -2.5
     assert struct.unpack("<Q", slots[6])[0] == 0x2000 and struct.unpack("<q", slots[7])[0] == 456
     assert seen["launch"] == (7, 2, 1, 128, 4096, 99)
+    assert prepared.c_info[6] == 0  # narrower parameters: the C path passes one pointer per parameter
+    wide = PreparedLaunch(kernel, SimpleNamespace(handle=0), [None, np.dtype(np.int64), np.dtype(np.float64), None])
+    assert wide.c_info[6] == 8 * 6  # all 8 bytes wide: the slots are the kernel's parameter layout
 
 
-def test_c_fast_path_declines_without_a_driver_or_a_match():
-    import pytest
+def _recording_kernel(base: type) -> type:
+    """A KernelBase subclass whose `run` (what the launch path falls back to) records its call."""
 
+    class Recorder(base):
+        def __init__(self):
+            self.calls = []
+
+        _split_launch = staticmethod(JITFunction._split_launch)
+
+        def run(self, grid, stream, args, kwargs):
+            self.calls.append((grid, stream, args, kwargs))
+
+    return Recorder
+
+
+@pytest.mark.parametrize("base", ["c", "python"])
+def test_kernel_subscript_binds_grid_and_stream_and_falls_back_to_run(base):
+    if base == "c":
+        base_class = pytest.importorskip("coop_tiles.runtime._claunch").KernelBase
+    else:
+        base_class = fastpath._PythonKernelBase
+    kernel = _recording_kernel(base_class)()
+    bound = kernel[4]
+    assert (bound.kernel, bound.grid, bound.stream) == (kernel, 4, None)
+    assert (kernel[(2, 3), 7].grid, kernel[(2, 3), 7].stream) == ((2, 3), 7)
+    assert (kernel[4, 2].grid, kernel[4, 2].stream) == ((4, 2), None)  # a 2-D grid, not a stream
+    kernel._fast = None
+    # Nothing prepared (and on a machine without a GPU, no driver): the call goes to run() whole.
+    kernel[4](1, 2.0, TILE=8)
+    kernel[(2, 3), 7]()
+    assert kernel.calls == [(4, None, (1, 2.0), {"TILE": 8}), ((2, 3), 7, (), {})]
+
+
+def test_c_launch_path_is_only_enabled_for_array_classes_it_can_read():
     claunch = pytest.importorskip("coop_tiles.runtime._claunch")
-    # No prepared kernel for this key (and on a machine without a GPU, no driver): not launched.
-    memo = [None, None, None]
-    assert claunch.fast_launch({}, ("TILE",), list, object, 4, None, (1, 2.0), {"TILE": 8}, memo) is False
-    assert claunch.fast_launch({}, (), list, object, 4, None, (), {}, memo) is False
+    kernel = _recording_kernel(claunch.KernelBase)()
+    # NumPy arrays have no C-level `_c_contiguous`: the C path stays off and calls go to run().
+    assert kernel._enable_c_launch({}, ("TILE",), np.ndarray, None, None) is False
+    with pytest.raises(TypeError):
+        kernel._enable_c_launch([], ("TILE",), np.ndarray, None, None)
+    kernel[1](np.zeros(3), TILE=2)
+    assert len(kernel.calls) == 1
+
+
+def test_a_kernel_with_the_c_base_is_garbage_collected():
+    import gc
+    import weakref
+
+    kernel = JITFunction(vector_add.fn)
+    kernel._self = kernel  # a reference cycle through the instance dict
+    ref = weakref.ref(kernel)
+    del kernel
+    gc.collect()
+    assert ref() is None

@@ -1,26 +1,37 @@
-/* The optional C launch fast path of coop_tiles (see fastpath.py for the Python one).
+/* The optional C launch path of coop_tiles (fastpath.py has the Python one it stands in for).
  *
- * fast_launch(kernels, constexpr_names, cupy_ndarray, get_current_stream, grid, stream, args, kwargs, memo)
- * handles the common call: CuPy arrays, Python ints and floats, constexprs by keyword, an int
- * grid, a None or int stream. It builds the same cache key as the Python fast path, looks the
- * prepared launch up in `kernels`, writes the arguments into its parameter buffer and calls
- * cuLaunchKernel, all while holding the GIL (so no other thread can touch the buffer). It
- * returns True when it launched and False for anything else, which the Python path then
- * handles and reports. `memo` (a list of 3) keeps the last call's per-argument tokens (the
- * dtype object of an array, the type of a scalar, then the constexpr values) and its
- * prepared launch info: a call whose tokens are identical skips building and hashing the
- * key. libcuda is opened on first use, so importing needs no driver.
+ * KernelBase is the base class of JITFunction. `kernel[grid]` (mp_subscript) returns a
+ * BoundLaunch, and calling that (vectorcall) handles the common call without running any
+ * Python code: CuPy arrays, Python ints and floats positional, constexprs by keyword, an int
+ * grid, a None or int stream. It reads each argument's signature tokens (an array's dtype
+ * object, a scalar's type, then the constexpr values); when they are the very objects of this
+ * kernel's previous launch it reuses that launch's prepared facts, else it builds the same key
+ * as the Python path and looks the PreparedLaunch up in `kernels`. It then writes the
+ * arguments into the prepared parameter buffer and calls cuLaunchKernel, all while holding the
+ * GIL (so no other thread touches the buffer). Anything else (a new signature, another array
+ * type, a failed launch) goes to the Python method `run(grid, stream, args, kwargs)`, which
+ * compiles, reports errors and launches. libcuda is opened on first use, so importing needs
+ * no driver.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <dlfcn.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <structmember.h>
+
+#define MAX_ARGS 64
 
 typedef int (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
                          void **, void **);
+typedef intptr_t (*stream_fn)(void);
+/* cuLaunchKernel's `extra` markers, as cuda.h defines them */
+#define CU_LAUNCH_PARAM_END ((void *)0x00)
+#define CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
+#define CU_LAUNCH_PARAM_BUFFER_SIZE ((void *)0x02)
 static launch_fn cu_launch = NULL;
-static PyObject *s_c_contiguous, *s_dtype, *s_num, *s_data, *s_ptr, *s_size, *s_c_info;
+static PyObject *s_c_contiguous, *s_dtype, *s_num, *s_data, *s_ptr, *s_size, *s_c_info, *s_run, *s_split_launch;
 
 static int load_driver(void) {
     if (cu_launch) return 1;
@@ -30,181 +41,445 @@ static int load_driver(void) {
     return cu_launch != NULL;
 }
 
-/* attribute `name` of `obj` as an integer; 0 on success */
-static int int_attr(PyObject *obj, PyObject *name, long long *out) {
-    PyObject *v = PyObject_GetAttr(obj, name);
+/* A getset attribute's getter, taken once from the class so that reading it skips the lookup. */
+typedef struct {
+    getter get;
+    void *closure;
+} Getter;
+
+static int find_getter(PyObject *type, PyObject *name, Getter *out) {
+    PyObject *descr = PyObject_GetAttr(type, name);
+    if (!descr) return -1;
+    int ok = Py_IS_TYPE(descr, &PyGetSetDescr_Type) && ((PyGetSetDescrObject *)descr)->d_getset->get;
+    if (ok) {
+        out->get = ((PyGetSetDescrObject *)descr)->d_getset->get;
+        out->closure = ((PyGetSetDescrObject *)descr)->d_getset->closure;
+    }
+    Py_DECREF(descr);
+    if (!ok) PyErr_Format(PyExc_TypeError, "%R is not a C attribute", name);
+    return ok ? 0 : -1;
+}
+
+/* `obj.<attr>` as an integer through its getter; 0 on success */
+static int int_of(Getter g, PyObject *obj, long long *out) {
+    PyObject *v = g.get(obj, g.closure);
     if (!v) return -1;
     *out = PyLong_AsLongLong(v);
     Py_DECREF(v);
     return (*out == -1 && PyErr_Occurred()) ? -1 : 0;
 }
 
-#define MAX_ARGS 64
+/* ----- KernelBase ------------------------------------------------------------------------ */
 
-static PyObject *fast_launch(PyObject *self, PyObject *const *a, Py_ssize_t nargs) {
-    if (nargs != 9 || !load_driver()) Py_RETURN_FALSE;
-    PyObject *kernels = a[0], *names = a[1], *cupy_type = a[2], *get_stream = a[3];
-    PyObject *grid = a[4], *stream = a[5], *args = a[6], *kwargs = a[7], *memo = a[8];
-    if (!PyLong_CheckExact(grid) || !PyTuple_CheckExact(args) || !PyDict_Check(kwargs) ||
-        !PyTuple_CheckExact(names) || !PyList_CheckExact(memo) || PyList_GET_SIZE(memo) != 3)
-        Py_RETURN_FALSE;
-    Py_ssize_t n = PyTuple_GET_SIZE(args), nc = PyTuple_GET_SIZE(names);
-    if (n > MAX_ARGS || nc > MAX_ARGS || PyDict_GET_SIZE(kwargs) != nc) Py_RETURN_FALSE;
-    long long g0 = PyLong_AsLongLong(grid);
-    if (g0 <= 0 || g0 > 0x7fffffffLL) { PyErr_Clear(); Py_RETURN_FALSE; }
+typedef struct {
+    PyObject_HEAD
+    /* set by _enable_c_launch; kernels is NULL until then */
+    PyObject *kernels; /* dict: signature key -> PreparedLaunch */
+    PyObject *names;   /* tuple of the constexpr parameter names, in order */
+    PyObject *array_type;
+    PyObject *pointer_type; /* the class of array.data */
+    PyObject *get_stream;   /* cupy.cuda.get_current_stream, when stream_ptr is NULL */
+    stream_fn stream_ptr;   /* CuPy's C function for the current stream's handle, or NULL */
+    Getter contiguous, dtype, data, ptr, size;
+    /* the previous launch: its tokens (strong references) and its prepared facts */
+    Py_ssize_t memo_count; /* -1: none */
+    PyObject *memo_tokens[2 * MAX_ARGS];
+    PyObject *memo_prepared; /* keeps the buffers below alive */
+    void *function;
+    unsigned block, shared;
+    unsigned char *slots;
+    void **params;
+    size_t buffer_size; /* the slots' size when they are the kernel's exact parameter layout, else 0 */
+    char kinds[MAX_ARGS];
+} KernelBase;
+
+static void forget(KernelBase *self) {
+    for (Py_ssize_t i = 0; i < self->memo_count; i++) Py_CLEAR(self->memo_tokens[i]);
+    self->memo_count = -1;
+    Py_CLEAR(self->memo_prepared);
+}
+
+static PyObject *kernel_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    KernelBase *self = (KernelBase *)type->tp_alloc(type, 0);
+    if (self) self->memo_count = -1;
+    return (PyObject *)self;
+}
+
+static int kernel_traverse(KernelBase *self, visitproc visit, void *arg) {
+    Py_VISIT(self->kernels);
+    Py_VISIT(self->names);
+    Py_VISIT(self->array_type);
+    Py_VISIT(self->pointer_type);
+    Py_VISIT(self->get_stream);
+    Py_VISIT(self->memo_prepared);
+    for (Py_ssize_t i = 0; i < self->memo_count; i++) Py_VISIT(self->memo_tokens[i]);
+    return 0;
+}
+
+static int kernel_clear(KernelBase *self) {
+    forget(self);
+    Py_CLEAR(self->kernels);
+    Py_CLEAR(self->names);
+    Py_CLEAR(self->array_type);
+    Py_CLEAR(self->pointer_type);
+    Py_CLEAR(self->get_stream);
+    return 0;
+}
+
+static void kernel_dealloc(KernelBase *self) {
+    PyObject_GC_UnTrack(self);
+    kernel_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* _enable_c_launch(kernels, names, array_type, get_stream, stream_capi): the C path launches
+ * from now on. stream_capi is a capsule holding `intptr_t (void)` that returns the current
+ * stream's handle, or None. */
+static PyObject *kernel_enable(KernelBase *self, PyObject *const *a, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyDict_Check(a[0]) || !PyTuple_Check(a[1]) || !PyType_Check(a[2])) {
+        PyErr_SetString(PyExc_TypeError, "_enable_c_launch(kernels: dict, names: tuple, array_type, get_stream, capi)");
+        return NULL;
+    }
+    if (PyTuple_GET_SIZE(a[1]) > MAX_ARGS) Py_RETURN_FALSE;
+    Getter contiguous, dtype, data, size;
+    if (find_getter(a[2], s_c_contiguous, &contiguous) || find_getter(a[2], s_dtype, &dtype) ||
+        find_getter(a[2], s_data, &data) || find_getter(a[2], s_size, &size))
+        goto unsupported;
+    stream_fn stream_ptr = NULL;
+    if (a[4] != Py_None) {
+        const char *name = PyCapsule_GetName(a[4]);
+        if (name && strcmp(name, "intptr_t (void)") == 0) stream_ptr = (stream_fn)PyCapsule_GetPointer(a[4], name);
+        PyErr_Clear();
+    }
+    Py_INCREF(a[0]);
+    Py_INCREF(a[1]);
+    Py_INCREF(a[2]);
+    Py_INCREF(a[3]);
+    kernel_clear(self);
+    self->kernels = a[0];
+    self->names = a[1];
+    self->array_type = a[2];
+    self->get_stream = a[3];
+    self->stream_ptr = stream_ptr;
+    self->contiguous = contiguous;
+    self->dtype = dtype;
+    self->data = data;
+    self->size = size;
+    self->ptr.get = NULL; /* found on the first array's `.data`, whose class is then remembered */
+    Py_RETURN_TRUE;
+unsupported:
+    PyErr_Clear();
+    Py_RETURN_FALSE;
+}
+
+static PyObject *kernel_forget(KernelBase *self, PyObject *unused) {
+    forget(self);
+    Py_RETURN_NONE;
+}
+
+/* the memo's prepared facts, from PreparedLaunch.c_info; 0 on success */
+static int remember(KernelBase *self, PyObject *prepared, PyObject *const *tokens, Py_ssize_t count, Py_ssize_t n) {
+    PyObject *info = PyObject_GetAttr(prepared, s_c_info);
+    if (!info) return -1;
+    int bad = !PyTuple_CheckExact(info) || PyTuple_GET_SIZE(info) != 7;
+    void *function = NULL, *slots = NULL, *params = NULL;
+    unsigned long block = 0, shared = 0;
+    size_t buffer_size = 0;
+    PyObject *kinds = NULL;
+    if (!bad) {
+        function = PyLong_AsVoidPtr(PyTuple_GET_ITEM(info, 0));
+        block = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(info, 1));
+        shared = PyLong_AsUnsignedLong(PyTuple_GET_ITEM(info, 2));
+        slots = PyLong_AsVoidPtr(PyTuple_GET_ITEM(info, 3));
+        params = PyLong_AsVoidPtr(PyTuple_GET_ITEM(info, 4));
+        kinds = PyTuple_GET_ITEM(info, 5);
+        buffer_size = PyLong_AsSize_t(PyTuple_GET_ITEM(info, 6));
+        bad = PyErr_Occurred() || !PyBytes_CheckExact(kinds) || PyBytes_GET_SIZE(kinds) != n;
+    }
+    if (bad) {
+        Py_DECREF(info);
+        return -1;
+    }
+    forget(self);
+    memcpy(self->kinds, PyBytes_AS_STRING(kinds), (size_t)n);
+    Py_DECREF(info);
+    self->function = function;
+    self->block = (unsigned)block;
+    self->shared = (unsigned)shared;
+    self->slots = (unsigned char *)slots;
+    self->params = (void **)params;
+    self->buffer_size = buffer_size;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        Py_INCREF(tokens[i]);
+        self->memo_tokens[i] = tokens[i];
+    }
+    self->memo_count = count;
+    Py_INCREF(prepared);
+    self->memo_prepared = prepared;
+    return 0;
+}
+
+/* Launch the common call. 1: launched; 0: not handled (no error set), the Python path runs. */
+static int try_launch(KernelBase *self, PyObject *grid, PyObject *stream, PyObject *const *args, Py_ssize_t n,
+                      PyObject *kwnames) {
+    if (!self->kernels || !PyLong_CheckExact(grid) || n > MAX_ARGS || !load_driver()) return 0;
+    Py_ssize_t nc = PyTuple_GET_SIZE(self->names);
+    if ((kwnames ? PyTuple_GET_SIZE(kwnames) : 0) != nc) return 0;
+    int overflow;
+    long long g0 = PyLong_AsLongLongAndOverflow(grid, &overflow);
+    if (overflow || g0 <= 0 || g0 > 0x7fffffffLL) return 0;
 
     unsigned long long first[MAX_ARGS], second[MAX_ARGS];
     double reals[MAX_ARGS];
-    int is_real[MAX_ARGS];
-    PyObject *tokens[MAX_ARGS + MAX_ARGS]; /* borrowed: dtype objects, types, constexpr values */
-    PyObject *dtypes[MAX_ARGS];             /* borrowed from tokens for cupy arrays, else NULL */
-    int uses_cupy = 0;
-    PyObject *key = NULL, *info = NULL;
+    PyObject *tokens[2 * MAX_ARGS]; /* borrowed: dtype objects, types, constexpr values */
+    int uses_array = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        PyObject *v = PyTuple_GET_ITEM(args, i);
+        PyObject *v = args[i];
         PyTypeObject *t = Py_TYPE(v);
-        is_real[i] = 0;
-        dtypes[i] = NULL;
-        if ((PyObject *)t == cupy_type) {
-            long long contiguous, ptr, size;
-            PyObject *dtype = NULL, *data = NULL;
-            if (int_attr(v, s_c_contiguous, &contiguous) || !contiguous) goto fallback;
-            dtype = PyObject_GetAttr(v, s_dtype); /* NumPy's builtin dtypes are singletons */
-            if (!dtype) goto fallback;
-            dtypes[i] = tokens[i] = dtype;
+        if ((PyObject *)t == self->array_type) {
+            PyObject *flag = self->contiguous.get(v, self->contiguous.closure);
+            if (!flag) goto decline;
+            Py_DECREF(flag); /* a bool singleton */
+            if (flag != Py_True) return 0;
+            PyObject *dtype = self->dtype.get(v, self->dtype.closure);
+            if (!dtype) goto decline;
             Py_DECREF(dtype); /* still referenced by the array */
-            data = PyObject_GetAttr(v, s_data);
-            if (!data || int_attr(data, s_ptr, &ptr)) { Py_XDECREF(data); goto fallback; }
+            tokens[i] = dtype;
+            PyObject *data = self->data.get(v, self->data.closure);
+            if (!data) goto decline;
+            long long ptr, size;
+            if (!self->ptr.get) {
+                if (find_getter((PyObject *)Py_TYPE(data), s_ptr, &self->ptr)) {
+                    self->ptr.get = NULL;
+                    Py_DECREF(data);
+                    goto decline;
+                }
+                self->pointer_type = (PyObject *)Py_TYPE(data);
+                Py_INCREF(self->pointer_type);
+            }
+            int bad = (PyObject *)Py_TYPE(data) != self->pointer_type || int_of(self->ptr, data, &ptr);
             Py_DECREF(data);
-            if (int_attr(v, s_size, &size)) goto fallback;
+            if (bad || int_of(self->size, v, &size)) goto decline;
             first[i] = (unsigned long long)ptr;
             second[i] = (unsigned long long)size;
-            uses_cupy = 1;
+            uses_array = 1;
         } else if (t == &PyLong_Type) {
-            long long value = PyLong_AsLongLong(v);
-            if (value == -1 && PyErr_Occurred()) goto fallback;
+            long long value = PyLong_AsLongLongAndOverflow(v, &overflow);
+            if (overflow || (value == -1 && PyErr_Occurred())) goto decline;
             first[i] = (unsigned long long)value;
             tokens[i] = (PyObject *)&PyLong_Type;
         } else if (t == &PyFloat_Type) {
             reals[i] = PyFloat_AS_DOUBLE(v);
-            is_real[i] = 1;
             tokens[i] = (PyObject *)&PyFloat_Type;
         } else {
-            goto fallback;
+            return 0;
         }
     }
+    /* constexprs: each name once, by keyword (interned names compare by identity) */
     for (Py_ssize_t j = 0; j < nc; j++) {
-        PyObject *value = PyDict_GetItemWithError(kwargs, PyTuple_GET_ITEM(names, j));
-        if (!value) goto fallback;
-        tokens[n + j] = value;
+        PyObject *name = PyTuple_GET_ITEM(self->names, j);
+        Py_ssize_t found = -1;
+        for (Py_ssize_t m = 0; m < nc && found < 0; m++)
+            if (PyTuple_GET_ITEM(kwnames, m) == name) found = m;
+        for (Py_ssize_t m = 0; m < nc && found < 0; m++)
+            if (PyUnicode_Compare(PyTuple_GET_ITEM(kwnames, m), name) == 0) found = m;
+        if (found < 0) goto decline;
+        tokens[n + j] = args[n + found];
     }
-    /* the last call's signature, if every token is the same object */
-    PyObject *last = PyList_GET_ITEM(memo, 0);
-    if (last != Py_None && PyTuple_CheckExact(last) && PyTuple_GET_SIZE(last) == n + nc) {
-        Py_ssize_t i = 0;
-        while (i < n + nc && PyTuple_GET_ITEM(last, i) == tokens[i]) i++;
-        if (i == n + nc) {
-            info = PyList_GET_ITEM(memo, 2);
-            Py_INCREF(info);
-        }
-    }
-    if (!info) {
-        key = PyTuple_New(n + nc);
-        if (!key) goto fallback;
-        for (Py_ssize_t i = 0; i < n + nc; i++) {
-            PyObject *item;
-            if (i < n && dtypes[i]) {
-                long long num;
-                if (int_attr(dtypes[i], s_num, &num)) goto fallback;
-                item = PyLong_FromLongLong(num);
-                if (!item) goto fallback;
+    Py_ssize_t count = n + nc;
+    int same = self->memo_count == count;
+    for (Py_ssize_t i = 0; same && i < count; i++) same = self->memo_tokens[i] == tokens[i];
+    if (!same) {
+        /* the key the Python path builds: an array's dtype.num, a scalar's type, the constexprs */
+        PyObject *key = PyTuple_New(count);
+        if (!key) goto decline;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            PyObject *item = tokens[i];
+            if (i < n && Py_TYPE(args[i]) == (PyTypeObject *)self->array_type) {
+                item = PyObject_GetAttr(tokens[i], s_num);
+                if (!item) {
+                    Py_DECREF(key);
+                    goto decline;
+                }
             } else {
-                item = tokens[i];
                 Py_INCREF(item);
             }
             PyTuple_SET_ITEM(key, i, item);
         }
-        PyObject *prepared = PyDict_GetItemWithError(kernels, key); /* borrowed */
-        if (!prepared) goto fallback;
-        info = PyObject_GetAttr(prepared, s_c_info);
-        if (!info) goto fallback;
-        PyObject *remembered = PyTuple_New(n + nc);
-        if (!remembered) goto fallback;
-        for (Py_ssize_t i = 0; i < n + nc; i++) {
-            Py_INCREF(tokens[i]);
-            PyTuple_SET_ITEM(remembered, i, tokens[i]);
-        }
-        PyList_SetItem(memo, 0, remembered); /* steals */
-        Py_INCREF(info);
-        PyList_SetItem(memo, 2, info);
+        PyObject *prepared = PyDict_GetItemWithError(self->kernels, key); /* borrowed */
+        Py_DECREF(key);
+        if (!prepared || remember(self, prepared, tokens, count, n)) goto decline;
     }
-    {
-        if (!PyTuple_CheckExact(info) || PyTuple_GET_SIZE(info) != 6) goto fallback;
-        void *function = PyLong_AsVoidPtr(PyTuple_GET_ITEM(info, 0));
-        unsigned block = (unsigned)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(info, 1));
-        unsigned shared = (unsigned)PyLong_AsUnsignedLong(PyTuple_GET_ITEM(info, 2));
-        unsigned char *slots = (unsigned char *)PyLong_AsVoidPtr(PyTuple_GET_ITEM(info, 3));
-        void **params = (void **)PyLong_AsVoidPtr(PyTuple_GET_ITEM(info, 4));
-        PyObject *kinds = PyTuple_GET_ITEM(info, 5);
-        if (PyErr_Occurred() || !PyBytes_CheckExact(kinds) || PyBytes_GET_SIZE(kinds) != n) goto fallback;
-        const char *k = PyBytes_AS_STRING(kinds);
-        /* the key matched, so each argument has the kind its slot expects */
-        size_t offset = 0;
-        for (Py_ssize_t i = 0; i < n; i++) {
-            switch (k[i]) {
-            case 'A':
-                memcpy(slots + offset, &first[i], 8);
-                memcpy(slots + offset + 8, &second[i], 8);
-                offset += 16;
-                break;
-            case 'd':
-                memcpy(slots + offset, &reals[i], 8);
-                offset += 8;
-                break;
-            case 'f': {
-                float f = (float)reals[i];
-                memset(slots + offset, 0, 8);
-                memcpy(slots + offset, &f, 4);
-                offset += 8;
-                break;
-            }
-            default: /* 'q': a signed 64-bit integer */
-                if (is_real[i]) goto fallback;
-                memcpy(slots + offset, &first[i], 8);
-                offset += 8;
-            }
+    /* the tokens matched, so each argument has the kind its slot expects */
+    unsigned char *slot = self->slots;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        switch (self->kinds[i]) {
+        case 'A':
+            memcpy(slot, &first[i], 8);
+            memcpy(slot + 8, &second[i], 8);
+            slot += 16;
+            break;
+        case 'd':
+            memcpy(slot, &reals[i], 8);
+            slot += 8;
+            break;
+        case 'f': {
+            float f = (float)reals[i];
+            memset(slot, 0, 8);
+            memcpy(slot, &f, 4);
+            slot += 8;
+            break;
         }
-        long long handle = 0;
-        if (stream == Py_None) {
-            if (uses_cupy) {
-                PyObject *s = PyObject_CallNoArgs(get_stream);
-                if (!s || int_attr(s, s_ptr, &handle)) { Py_XDECREF(s); goto fallback; }
-                Py_DECREF(s);
-            }
-        } else if (PyLong_CheckExact(stream)) {
-            handle = PyLong_AsLongLong(stream);
-        } else {
-            goto fallback;
+        case 'q': /* a Python int, always an int64 parameter */
+            if (tokens[i] != (PyObject *)&PyLong_Type) return 0;
+            memcpy(slot, &first[i], 8);
+            slot += 8;
+            break;
+        default:
+            return 0;
         }
-        int err = cu_launch(function, (unsigned)g0, 1, 1, block, 1, 1, shared, (void *)(intptr_t)handle, params, NULL);
-        Py_DECREF(info);
-        Py_XDECREF(key);
-        if (err != 0) Py_RETURN_FALSE; /* nothing launched: the Python path launches again and reports */
-        Py_RETURN_TRUE;
     }
-fallback:
+    long long handle = 0;
+    if (stream == Py_None) {
+        if (uses_array) {
+            if (self->stream_ptr) {
+                handle = (long long)self->stream_ptr();
+                if (PyErr_Occurred()) goto decline;
+            } else {
+                PyObject *s = PyObject_CallNoArgs(self->get_stream);
+                PyObject *p = s ? PyObject_GetAttr(s, s_ptr) : NULL;
+                Py_XDECREF(s);
+                if (!p) goto decline;
+                handle = PyLong_AsLongLong(p);
+                Py_DECREF(p);
+                if (handle == -1 && PyErr_Occurred()) goto decline;
+            }
+        }
+    } else if (PyLong_CheckExact(stream)) {
+        handle = PyLong_AsLongLongAndOverflow(stream, &overflow);
+        if (overflow) return 0;
+    } else {
+        return 0;
+    }
+    /* a failed launch launched nothing: the Python path launches again and reports the error */
+    void *stream_handle = (void *)(intptr_t)handle;
+    if (self->buffer_size) {
+        size_t size = self->buffer_size;
+        void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, self->slots, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                         CU_LAUNCH_PARAM_END};
+        return cu_launch(self->function, (unsigned)g0, 1, 1, self->block, 1, 1, self->shared, stream_handle, NULL,
+                         extra) == 0;
+    }
+    return cu_launch(self->function, (unsigned)g0, 1, 1, self->block, 1, 1, self->shared, stream_handle,
+                     self->params, NULL) == 0;
+decline:
     PyErr_Clear();
-    Py_XDECREF(info);
-    Py_XDECREF(key);
-    Py_RETURN_FALSE;
+    return 0;
 }
 
-static PyMethodDef methods[] = {
-    {"fast_launch", (PyCFunction)(void (*)(void))fast_launch, METH_FASTCALL, "Launch the common call; False if not."},
-    {NULL, NULL, 0, NULL},
+/* ----- BoundLaunch: `kernel[grid]` or `kernel[grid, stream]` ----------------------------------- */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    KernelBase *kernel;
+    PyObject *grid, *stream;
+} BoundLaunch;
+
+static PyObject *bound_vectorcall(BoundLaunch *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (try_launch(self->kernel, self->grid, self->stream, args, n, kwnames)) Py_RETURN_NONE;
+    PyObject *positional = PyTuple_New(n), *keywords = PyDict_New(), *result = NULL;
+    if (!positional || !keywords) goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_INCREF(args[i]);
+        PyTuple_SET_ITEM(positional, i, args[i]);
+    }
+    for (Py_ssize_t j = 0; kwnames && j < PyTuple_GET_SIZE(kwnames); j++)
+        if (PyDict_SetItem(keywords, PyTuple_GET_ITEM(kwnames, j), args[n + j])) goto done;
+    result = PyObject_CallMethodObjArgs((PyObject *)self->kernel, s_run, self->grid, self->stream, positional,
+                                        keywords, NULL);
+done:
+    Py_XDECREF(positional);
+    Py_XDECREF(keywords);
+    return result;
+}
+
+static void bound_dealloc(BoundLaunch *self) {
+    Py_DECREF(self->kernel);
+    Py_DECREF(self->grid);
+    Py_DECREF(self->stream);
+    PyObject_Free(self);
+}
+
+static PyMemberDef bound_members[] = {
+    {"kernel", T_OBJECT, offsetof(BoundLaunch, kernel), READONLY, "the tile program"},
+    {"grid", T_OBJECT, offsetof(BoundLaunch, grid), READONLY, "the grid, as given"},
+    {"stream", T_OBJECT, offsetof(BoundLaunch, stream), READONLY, "the stream, or None for the current one"},
+    {NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_claunch", NULL, -1, methods};
+static PyTypeObject BoundLaunchType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "coop_tiles.runtime._claunch.BoundLaunch",
+    .tp_basicsize = sizeof(BoundLaunch),
+    .tp_dealloc = (destructor)bound_dealloc,
+    .tp_vectorcall_offset = offsetof(BoundLaunch, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "A tile program bound to a grid and stream; calling it launches.",
+    .tp_members = bound_members,
+};
+
+static PyObject *bind(KernelBase *kernel, PyObject *grid, PyObject *stream) {
+    BoundLaunch *self = PyObject_New(BoundLaunch, &BoundLaunchType);
+    if (!self) return NULL;
+    self->vectorcall = (vectorcallfunc)bound_vectorcall;
+    Py_INCREF(kernel);
+    Py_INCREF(grid);
+    Py_INCREF(stream);
+    self->kernel = kernel;
+    self->grid = grid;
+    self->stream = stream;
+    return (PyObject *)self;
+}
+
+/* kernel[launch]: an int is a 1-D grid; anything else is split by the Python `_split_launch`. */
+static PyObject *kernel_subscript(KernelBase *self, PyObject *launch) {
+    if (PyLong_CheckExact(launch)) return bind(self, launch, Py_None);
+    PyObject *pair = PyObject_CallMethodOneArg((PyObject *)self, s_split_launch, launch);
+    if (!pair) return NULL;
+    PyObject *result = NULL;
+    if (PyTuple_CheckExact(pair) && PyTuple_GET_SIZE(pair) == 2)
+        result = bind(self, PyTuple_GET_ITEM(pair, 0), PyTuple_GET_ITEM(pair, 1));
+    else
+        PyErr_SetString(PyExc_TypeError, "_split_launch must return (grid, stream)");
+    Py_DECREF(pair);
+    return result;
+}
+
+static PyMappingMethods kernel_mapping = {.mp_subscript = (binaryfunc)kernel_subscript};
+
+static PyMethodDef kernel_methods[] = {
+    {"_enable_c_launch", (PyCFunction)(void (*)(void))kernel_enable, METH_FASTCALL,
+     "Launch common calls in C from now on; False if this array class is not supported."},
+    {"_forget_c_launch", (PyCFunction)kernel_forget, METH_NOARGS, "Drop the remembered previous launch."},
+    {NULL},
+};
+
+static PyTypeObject KernelBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "coop_tiles.runtime._claunch.KernelBase",
+    .tp_basicsize = sizeof(KernelBase),
+    .tp_dealloc = (destructor)kernel_dealloc,
+    .tp_as_mapping = &kernel_mapping,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The C launch path under a tile program: kernel[grid] and the call that launches.",
+    .tp_traverse = (traverseproc)kernel_traverse,
+    .tp_clear = (inquiry)kernel_clear,
+    .tp_methods = kernel_methods,
+    .tp_new = kernel_new,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_claunch", NULL, -1, NULL};
 
 PyMODINIT_FUNC PyInit__claunch(void) {
     s_c_contiguous = PyUnicode_InternFromString("_c_contiguous");
@@ -214,5 +489,15 @@ PyMODINIT_FUNC PyInit__claunch(void) {
     s_ptr = PyUnicode_InternFromString("ptr");
     s_size = PyUnicode_InternFromString("size");
     s_c_info = PyUnicode_InternFromString("c_info");
-    return PyModule_Create(&module);
+    s_run = PyUnicode_InternFromString("run");
+    s_split_launch = PyUnicode_InternFromString("_split_launch");
+    if (PyType_Ready(&KernelBaseType) < 0 || PyType_Ready(&BoundLaunchType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    if (PyModule_AddObjectRef(m, "KernelBase", (PyObject *)&KernelBaseType) < 0 ||
+        PyModule_AddObjectRef(m, "BoundLaunch", (PyObject *)&BoundLaunchType) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

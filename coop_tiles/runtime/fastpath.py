@@ -13,9 +13,18 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import TileError
+
 
 class _NeverMatches:
     pass
+
+
+def _cupy_current_stream() -> Any:
+    """CuPy's current stream, for a fast path generated before CuPy was imported."""
+    import cupy
+
+    return cupy.cuda.get_current_stream()
 
 
 def generate_source(runtime_names: list[str], constexpr_names: list[str]) -> str:
@@ -64,7 +73,7 @@ def make_fast_path(runtime_names: list[str], constexpr_names: list[str], classif
     cupy = sys.modules.get("cupy")
     namespace: dict[str, Any] = {
         "CUPY_ARRAY": getattr(cupy, "ndarray", _NeverMatches),
-        "cupy_stream": cupy.cuda.get_current_stream if cupy is not None else None,
+        "cupy_stream": cupy.cuda.get_current_stream if cupy is not None else _cupy_current_stream,
         "CUPY": launcher.CUPY,
         "classify": classify,
         "current_stream": launcher.current_stream,
@@ -74,20 +83,54 @@ def make_fast_path(runtime_names: list[str], constexpr_names: list[str], classif
     return namespace["fast"]
 
 
-def c_fast_path(runtime_names: list[str], constexpr_names: list[str]) -> Callable[..., bool] | None:
-    """The C fast path (the optional `_claunch` extension) bound to this kernel, when it was built
-    and CuPy is loaded; None otherwise (the generated Python fast path then does the work)."""
-    cupy = sys.modules.get("cupy")
-    if cupy is None or len(runtime_names) > 64:
-        return None
+def _cupy_stream_capi() -> Any:
+    """CuPy's C function for the current stream's handle (a Cython capsule), or None."""
     try:
-        from ._claunch import fast_launch
+        from cupy_backends.cuda import stream
     except ImportError:
         return None
-    names, array_type, current = tuple(constexpr_names), cupy.ndarray, cupy.cuda.get_current_stream
-    memo = [None, None, None]  # the last call's signature tokens and launch info (see _claunch.c)
+    return getattr(stream, "__pyx_capi__", {}).get("get_current_stream_ptr")
 
-    def fast(jit: Any, grid: Any, stream: Any, args: tuple, kwargs: dict) -> bool:
-        return fast_launch(jit._kernels, names, array_type, current, grid, stream, args, kwargs, memo)
 
-    return fast
+def enable_c_launch(jit: Any) -> bool:
+    """Let the C launch path (the optional `_claunch` extension) launch `jit`'s common calls, when
+    the extension was built and CuPy is loaded; otherwise the generated Python fast path does."""
+    cupy = sys.modules.get("cupy")
+    if cupy is None or not hasattr(jit, "_enable_c_launch") or len(jit._runtime_names) > 64:
+        return False
+    names = tuple(sys.intern(name) for name in jit._constexpr_names)
+    stream_capi = _cupy_stream_capi()
+    return jit._enable_c_launch(jit._kernels, names, cupy.ndarray, cupy.cuda.get_current_stream, stream_capi)
+
+
+class _Launch:
+    """A kernel bound to a grid and stream; calling it launches (the Python `kernel[grid]`)."""
+
+    __slots__ = ("kernel", "grid", "stream")
+
+    def __init__(self, kernel: Any, grid: Any, stream: Any):
+        self.kernel, self.grid, self.stream = kernel, grid, stream
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        kernel = self.kernel
+        if kernel._fast is not None:
+            try:
+                if kernel._fast(kernel, self.grid, self.stream, args, kwargs):
+                    return
+            except TileError as e:
+                raise e.with_traceback(None) from None
+        kernel.run(self.grid, self.stream, args, kwargs)
+
+
+class _PythonKernelBase:
+    """`kernel[grid]` without the C extension."""
+
+    def __getitem__(self, launch: Any) -> _Launch:
+        grid, stream = (launch, None) if type(launch) is int else self._split_launch(launch)
+        return _Launch(self, grid, stream)
+
+
+try:
+    from ._claunch import KernelBase
+except ImportError:  # built without a C compiler: kernel[grid] is Python
+    KernelBase = _PythonKernelBase
