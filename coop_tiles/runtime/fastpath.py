@@ -1,10 +1,12 @@
-"""The per-kernel launch fast path: a small function generated for one parameter list.
+"""The launch fast paths: `kernel[grid]`, and the call that launches a prepared specialisation.
 
 Launch overhead is Python overhead, so the common call (runtime arguments positional,
-constexprs by keyword, an int grid) runs through a function unrolled over the kernel's
-parameters, with CuPy arrays and Python scalars classified inline (a CuPy array's key is
-its `dtype.num`: CuPy arrays are always native byte order, and NumPy dtype hashing is slow). Anything unusual returns
-False and takes the general path, which handles (and reports) every case.
+constexprs by keyword, an int grid) runs through a function generated for the kernel's
+parameter list, with CuPy arrays and Python scalars classified inline (a CuPy array's key is
+its `dtype.num`: CuPy arrays are always native byte order, and NumPy dtype hashing is slow).
+When the optional C extension `_claunch` is built, `KernelBase` (JITFunction's base class)
+does the same in C, including `kernel[grid]` itself. Anything unusual takes the general path,
+which handles (and reports) every case.
 """
 
 from __future__ import annotations

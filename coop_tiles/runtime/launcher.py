@@ -248,7 +248,7 @@ class PreparedLaunch:
             ]
         exec(compile("\n".join(body) + "\n", f"<coop_tiles launch of {kernel.program.name}>", "exec"), namespace)
         self.launch = namespace["launch"]
-        # The C fast path (_claunch.c) packs into its own buffer while holding the GIL.
+        # The C launch path (_claunch.c) packs into its own buffer while holding the GIL.
         self.c_slots = (ctypes.c_uint64 * count)()
         self.c_pointers = (ctypes.c_void_p * count)(*(ctypes.addressof(self.c_slots) + 8 * i for i in range(count)))
         # When every parameter is 8 bytes wide, the slots are laid out exactly as the kernel's
