@@ -199,7 +199,7 @@ def host_overheads_us(launches: dict[str, Callable[[], None]], count: int = 2000
 
 def _bare_driver_launch(raw: Any, arrays: tuple) -> Callable[[], None]:
     """cuLaunchKernel of the RawKernel's function on a parameter buffer built once, through CuPy's
-    thinnest driver binding: the floor any Python launch path stands on."""
+    thinnest driver binding: about the least a launch from Python can cost."""
     import ctypes
 
     import cupy as cp
@@ -296,7 +296,7 @@ def render(device: str, bandwidth: list[dict], launches: list[dict], compiles: d
         "A do-nothing kernel with N array arguments (CuPy arrays), launched back to back, each written",
         "as its users write it: `kernel[1](*arrays)`, `raw((1,), (32,), arrays)`, `numba_kernel[1, 32](*arrays)`.",
         "*bare cuLaunchKernel* calls the driver through CuPy's thinnest binding on a parameter buffer",
-        "built once: the floor under any launch from Python. *above the floor* is each path's own cost.",
+        "built once: about the least a launch from Python can cost. *above the floor* is each path's own cost.",
         "",
         "| arrays | coop_tiles µs | CuPy RawKernel µs | Numba µs | bare cuLaunchKernel µs "
         "| coop_tiles / CuPy | above the floor: coop_tiles / CuPy |",
