@@ -12,7 +12,8 @@ def cumsum(x, y, n, TILE: ct.constexpr):
 cumsum[ct.cdiv(n, 4096)](x, y, n, TILE=4096)
 """
 
-from . import tile
+from . import ops, tile
+from .dtypes import bfloat16, float16
 from .errors import (
     CompileError,
     DivergenceError,
@@ -43,13 +44,15 @@ from .lang.builtins import (
     sqrt,
     where,
 )
+from .lang.combine import CombineFunction, combine
 from .runtime.autotune import Autotuner, Config, autotune
-from .runtime.compiler import CompiledKernel
+from .runtime.kernel import CompiledKernel
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Autotuner",
+    "CombineFunction",
     "CompileError",
     "Config",
     "CompiledKernel",
@@ -63,17 +66,21 @@ __all__ = [
     "TileValueError",
     "abs",
     "autotune",
+    "bfloat16",
     "cdiv",
+    "combine",
     "constexpr",
     "cos",
     "exp",
     "exp2",
+    "float16",
     "jit",
     "log",
     "log1p",
     "maximum",
     "minimum",
     "num_programs",
+    "ops",
     "program_id",
     "sigmoid",
     "sin",

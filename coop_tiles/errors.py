@@ -44,10 +44,13 @@ class TileError(Exception):
         return self.details.loc
 
     def locate(self, loc: SourceLocation) -> None:
-        """Attach `loc` if no location is known yet; otherwise record it as an inlining call site."""
+        """Attach `loc` if no location is known yet."""
         if self.details.loc is None:
             self.details.loc = loc
-        elif loc != self.details.loc and loc not in self.details.inlined_from:
+
+    def add_call_site(self, loc: SourceLocation) -> None:
+        """Record the call of a helper (or combine function) the error happened in, innermost first."""
+        if self.details.loc is not None and loc not in self.details.inlined_from:
             self.details.inlined_from.append(loc)
 
     def __str__(self) -> str:

@@ -9,14 +9,42 @@ from typing import Any
 
 import numpy as np
 
-from .errors import LaunchError, TileError
+from . import ops  # noqa: F401 - registers every tile op
+from .errors import LaunchError, SourceLocation, TileError
 from .lang import interpreter
+from .lang.frontend import build_program
 from .lang.source import parse_function
-from .lang.types import ArrayType, ScalarType
+from .lang.types import ArrayType, ScalarType, type_of_python_scalar
 from .runtime import arguments, blockdims, launcher
 from .runtime.cache import DiskCache
-from .runtime.compiler import CompiledKernel, Signature, compile_kernel
+from .runtime.compiler import compile_kernel
 from .runtime.fastpath import KernelBase, enable_c_launch, make_fast_path
+from .runtime.kernel import CompiledKernel, Signature
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
+def caller_location() -> SourceLocation | None:
+    """Where the user's code called into coop_tiles: the first frame outside this package."""
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    import linecache
+
+    text = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+    indent = len(text) - len(text.lstrip())
+    return SourceLocation(frame.f_code.co_filename, frame.f_lineno, indent, None, text)
+
+
+def located_at_caller(e: TileError) -> TileError:
+    """`e` with the user's calling line as its location when it has none (launch mistakes)."""
+    if e.loc is None:
+        loc = caller_location()
+        if loc is not None:
+            e.locate(loc)
+    return e.with_traceback(None)
 
 
 def _interpret_env() -> bool:
@@ -34,6 +62,7 @@ class JITFunction(KernelBase):
         self.interpret = interpret
         self.parsed = parse_function(fn)
         self._kernels: dict[tuple, launcher.PreparedLaunch] = {}
+        self._programs: dict[tuple, Any] = {}  # typed IR per signature, for the interpreter
         self._interpreting: bool | None = None
         self._fast: Callable[..., bool] | None = None
         self._fast_knows_cupy = False
@@ -87,36 +116,40 @@ class JITFunction(KernelBase):
     def _signature(self, runtime: list[Any], constexprs: dict[str, Any], arch: str) -> Signature:
         names = [p for p in self.parsed.params if p not in self.parsed.constexprs]
         types = tuple((n, arguments.arg_type(v, n)) for n, v in zip(names, runtime))
-        for name, value in constexprs.items():
-            try:
-                hash(value)
-            except TypeError:
-                raise LaunchError(f"constexpr {name!r} must be hashable, got {type(value).__name__}") from None
+        self._check_constexprs(constexprs)
         return Signature(types, tuple(sorted(constexprs.items())), self.block_threads, arch)
 
     # ----- compiling -----------------------------------------------------------------------------
     def compile(self, *args: Any, arch: str | None = None, **kwargs: Any) -> CompiledKernel:
         """Compile for these arguments without launching. NumPy arrays stand for device arrays of
         their dtype; with an explicit `arch` (``"sm_90"``) no GPU is needed."""
-        runtime, constexprs = self._bind(args, kwargs)
-        names = [p for p in self.parsed.params if p not in self.parsed.constexprs]
-        types = []
-        for name, value in zip(names, runtime):
-            if isinstance(value, np.ndarray):
-                types.append((name, ArrayType(np.dtype(value.dtype))))
-            elif isinstance(value, (ArrayType, ScalarType)):
-                types.append((name, value))
-            else:
-                types.append((name, arguments.arg_type(value, name)))
-        if arch is None:
-            arch = launcher.device_arch(launcher.current_device().device_id)
-        sig = Signature(tuple(types), tuple(sorted(constexprs.items())), self.block_threads, arch)
-        return self._compile(sig)
+        try:
+            runtime, constexprs = self._bind(args, kwargs)
+            names = [p for p in self.parsed.params if p not in self.parsed.constexprs]
+            types = tuple(
+                (n, v if isinstance(v, (ArrayType, ScalarType)) else host_arg_type(v, n))
+                for n, v in zip(names, runtime)
+            )
+            if arch is None:
+                arch = launcher.device_arch(launcher.current_device().device_id)
+            self._check_constexprs(constexprs)
+            sig = Signature(types, tuple(sorted(constexprs.items())), self.block_threads, arch)
+            return self._compile(sig)
+        except TileError as e:
+            raise located_at_caller(e) from None
+
+    def _check_constexprs(self, constexprs: dict[str, Any]) -> None:
+        for name, value in constexprs.items():
+            try:
+                hash(value)
+            except TypeError:
+                raise LaunchError(f"constexpr {name!r} must be hashable, got {type(value).__name__}") from None
 
     def _compile(self, sig: Signature) -> CompiledKernel:
         if self._cache is None:
             self._cache = DiskCache()
         kernel = compile_kernel(self.fn, sig, self._cache)
+        kernel.add_pre_launch_hook(launcher.opt_in_dynamic_shared_memory)
         for hook in self._hooks:
             kernel.add_pre_launch_hook(hook)
         return kernel
@@ -134,8 +167,7 @@ class JITFunction(KernelBase):
             if self._interpreting is None:  # COOP_TILES_INTERPRET is read at a kernel's first launch
                 self._interpreting = self.interpret if self.interpret is not None else _interpret_env()
             if self._interpreting:
-                runtime, constexprs = self._bind(args, kwargs)
-                interpreter.run(self.fn, launcher.normalize_grid(grid, constexprs), tuple(args), kwargs)
+                self._interpret(grid, args, kwargs)
                 return
             if self._fast is None or (not self._fast_knows_cupy and "cupy" in sys.modules):
                 # (again once CuPy is imported: the fast paths read CuPy arrays inline)
@@ -151,7 +183,24 @@ class JITFunction(KernelBase):
             grid3 = (grid, 1, 1) if type(grid) is int and grid > 0 else launcher.normalize_grid(grid, constexprs)
             self._launch(grid3, stream, runtime, constexprs)
         except TileError as e:
-            raise e.with_traceback(None) from None
+            raise located_at_caller(e) from None
+
+    def _interpret(self, grid: Any, args: tuple, kwargs: dict) -> None:
+        """Run the program's typed IR with NumPy, one program instance at a time."""
+        runtime, constexprs = self._bind(args, kwargs)
+        names = [p for p in self.parsed.params if p not in self.parsed.constexprs]
+        for name, value in zip(names, runtime):
+            if not isinstance(value, np.ndarray) and arguments.device_array(value, name) is not None:
+                raise LaunchError(
+                    f"argument {name!r} is a device array; the interpreter runs on the CPU and takes NumPy arrays"
+                )
+        types = tuple((n, host_arg_type(v, n)) for n, v in zip(names, runtime))
+        self._check_constexprs(constexprs)
+        key = (types, tuple(sorted(constexprs.items())))
+        program = self._programs.get(key)
+        if program is None:
+            program = self._programs[key] = build_program(self.fn, dict(types), constexprs)
+        interpreter.run(program, launcher.normalize_grid(grid, constexprs), list(runtime))
 
     def _launch(self, grid: tuple[int, int, int], stream: Any, runtime: Any, constexprs: dict) -> None:
         keys, values, libraries = [], [], 0
@@ -174,8 +223,7 @@ class JITFunction(KernelBase):
         device = launcher.current_device()
         sig = self._signature(list(runtime), constexprs, launcher.device_arch(device.device_id))
         kernel = self._compile(sig) if self.block_threads is not None else blockdims.select(self, sig, device)
-        dtypes = [None if isinstance(t, ArrayType) else t.dtype for _, t in sig.params]
-        return launcher.PreparedLaunch(kernel, launcher.load(kernel, device.device_id), dtypes)
+        return launcher.PreparedLaunch(kernel, launcher.load(kernel, device.device_id), [t for _, t in sig.params])
 
 
 def _scalar(value: Any, name: str) -> tuple[Any, tuple, int]:
@@ -183,6 +231,8 @@ def _scalar(value: Any, name: str) -> tuple[Any, tuple, int]:
 
 
 def _numpy_scalar(value: Any, name: str) -> tuple[Any, tuple, int]:
+    if value.dtype.itemsize == 2 and value.dtype.kind not in "iu":  # 16-bit floats travel as their bits
+        return ("scalar", value.dtype), (int(np.asarray(value).view(np.uint16)), 0), 0
     return ("scalar", value.dtype), (value, 0), 0
 
 
@@ -191,14 +241,18 @@ def _array(value: Any, name: str) -> tuple[Any, tuple, int]:
     if arr is None:
         arguments.arg_type(value, name)  # raises a LaunchError naming the argument
         return type(value), (value, 0), 0
-    return arr.dtype, (arr.ptr, arr.size), launcher.LIBRARY_BITS.get(arr.library, 0)
+    t = arr.type
+    key = arr.dtype.num if t.ndim == 1 and t.unit_stride else (arr.dtype.num, t.ndim, t.unit_stride)
+    if arr.dtype.num >= 256:  # a user-defined dtype (bfloat16): its num is not unique
+        key = (arr.dtype, t.ndim, t.unit_stride)
+    return key, arr.launch_values(), launcher.LIBRARY_BITS.get(arr.library, 0)
 
 
 def _cupy_array(value: Any, name: str) -> tuple[Any, tuple, int]:
     # An unsupported dtype makes a new key, and the signature check on that miss rejects it.
-    if not value._c_contiguous:
-        return _array(value, name)  # raises the non-contiguous error
-    return value.dtype, (value.data.ptr, value.size), launcher.CUPY
+    if not value._c_contiguous or value.ndim != 1:
+        return _array(value, name)
+    return value.dtype.num, (value.data.ptr, value.size), launcher.CUPY
 
 
 _classifiers: dict[type, Callable] = {int: _scalar, float: _scalar, bool: _scalar}
@@ -220,6 +274,33 @@ def _classifier(cls: type) -> Callable:
         found = _array
     _classifiers[cls] = found
     return found
+
+
+def host_arg_type(value: Any, name: str) -> ArrayType | ScalarType:
+    """The type of an argument of an interpreted launch or of `compile()`: a NumPy array stands
+    for a device array of its dtype, rank and last-axis stride."""
+    if isinstance(value, np.ndarray):
+        if value.ndim == 0:
+            raise LaunchError(f"argument {name!r} is a 0-d array; pass a number, or an array of at least one dimension")
+        dtype = np.dtype(value.dtype)
+        from .dtypes import SUPPORTED
+
+        if dtype not in SUPPORTED:
+            raise LaunchError(
+                f"argument {name!r} has dtype {dtype.name}, which is not supported; use one of "
+                + ", ".join(d.name for d in SUPPORTED)
+            )
+        unit = value.shape[-1] <= 1 or value.strides[-1] == value.itemsize
+        return ArrayType(dtype, value.ndim, unit)
+    if hasattr(value, "__cuda_array_interface__") or hasattr(value, "__dlpack_device__"):
+        return arguments.arg_type(value, name)
+    try:
+        t = type_of_python_scalar(value)
+    except TileError:
+        raise LaunchError(f"argument {name!r} must be an array or a number, got {type(value).__name__}") from None
+    if t.dtype.kind in "iu" and isinstance(value, int) and not -(2**63) <= value < 2**63:
+        raise LaunchError(f"argument {name!r} = {value} does not fit in int64")
+    return t
 
 
 def jit(

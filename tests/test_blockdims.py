@@ -9,7 +9,7 @@ from programs import scaled_cumsum
 import coop_tiles as ct
 from coop_tiles.lang.types import WEAK_FLOAT, WEAK_INT, ArrayType
 from coop_tiles.runtime import blockdims, launcher
-from coop_tiles.runtime.compiler import Signature
+from coop_tiles.runtime.kernel import Signature
 
 SIG = Signature(
     (

@@ -32,22 +32,6 @@ def test_interpreter_rejects_out_of_bounds_loads():
         ct.jit(vector_add.fn, interpret=True)[1](x, x, x, 16, TILE=16)
 
 
-def test_scan_semantics_match_definitions():
-    from coop_tiles import tile
-    from coop_tiles.lang.interpreter import Tile
-
-    t = Tile(np.array([3, 1, 4, 1, 5], np.int32))
-    np.testing.assert_array_equal(tile.scan(t).data, [3, 4, 8, 9, 14])
-    np.testing.assert_array_equal(tile.scan(t, exclusive=True).data, [0, 3, 4, 8, 9])
-    s, total = tile.scan(t, initial=10, return_total=True)
-    np.testing.assert_array_equal(s.data, [13, 14, 18, 19, 24])
-    assert total == 24 and total.dtype == np.int32
-    s, total = tile.scan(t, op="max", exclusive=True, initial=2, return_total=True)
-    np.testing.assert_array_equal(s.data, [2, 3, 3, 4, 4])
-    assert total == 5
-    assert tile.scan(t, op="min", exclusive=True).data[0] == np.iinfo(np.int32).max
-
-
 def test_interpreter_rejects_out_of_range_scalar_indexes():
     @ct.jit(interpret=True)
     def k(x, i):

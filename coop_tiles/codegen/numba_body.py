@@ -1,63 +1,48 @@
-"""The program body as readable Numba Python source.
+"""The program body, and each combine function, as readable Numba Python source. This is the
+only module that writes Numba code.
 
-Each tile is a `cuda.local.array` of its items per thread; element-wise operations are
-loops over those items (unrolled by LLVM, so tiles stay in registers); collectives call
-the C++ shims with the array's data pointer, the TempStorage buffer and the planned byte
-offset; `cuda.syncthreads()` goes exactly where the plan puts barriers.
+Each tile is a `cuda.local.array` of its items per thread (16-bit floats as their bits);
+element-wise operations are loops over those items (unrolled by LLVM, so tiles stay in
+registers); collectives call their C++ shims as their `ShimCall` says, with the TempStorage
+buffer and the planned byte offset; `cuda.syncthreads()` goes exactly where the plan puts
+barriers. Arrays and views are a pointer, an element offset, and per-axis shapes and strides.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..dtypes import numba_name
+from ..dtypes import bfloat16, compute_dtype, float32, is_half, storage_dtype
 from ..lang import ir
 from ..lang.types import ArrayType, ScalarType, TileType
-from ..planner.layout import BLOCKED
+from ..ops.base import ArrayArg, OutArg, ShimCall, TileArg, ValueArg
+from ..ops.elementwise import ELEMENTWISE
 from ..planner.plan import Plan
+from .params import array_parts, kernel_params, numba_storage
+from .shims import combine_symbol, element_index
 
-INFIX = {
-    "add": "+",
-    "sub": "-",
-    "mul": "*",
-    "truediv": "/",
-    "floordiv": "//",
-    "mod": "%",
-    "pow": "**",
-    "and": "&",
-    "or": "|",
-    "xor": "^",
-    "lshift": "<<",
-    "rshift": ">>",
-    "lt": "<",
-    "le": "<=",
-    "gt": ">",
-    "ge": ">=",
-    "eq": "==",
-    "ne": "!=",
-    "land": "and",
-    "lor": "or",
-}
-MATH = {
-    "exp": "math.exp",
-    "log": "math.log",
-    "log1p": "math.log1p",
-    "sqrt": "math.sqrt",
-    "sin": "math.sin",
-    "cos": "math.cos",
-}
+BOOL = np.dtype(np.bool_)
 
 
 @dataclass(frozen=True)
 class ShimDecl:
-    """A shim as Numba declares it: name, return type and argument types (Numba type names)."""
+    """A device function as Numba declares it: name, return type and argument types (Numba names)."""
 
     name: str
     restype: str
     argtypes: tuple[str, ...]
+
+
+#: the 16-bit float conversions the shim translation unit defines
+HALF_DECLS = (
+    ShimDecl("coop_f16_to_f32", "float32", ("uint16",)),
+    ShimDecl("coop_f32_to_f16", "uint16", ("float32",)),
+    ShimDecl("coop_bf16_to_f32", "float32", ("uint16",)),
+    ShimDecl("coop_f32_to_bf16", "uint16", ("float32",)),
+)
 
 
 @dataclass(frozen=True)
@@ -65,23 +50,28 @@ class BodySource:
     source: str
     function: str
     shims: tuple[ShimDecl, ...]
-    #: Numba type names of the body's parameters (after the shared-memory pointer).
+    #: Numba type names of the function's parameters.
     param_types: tuple[str, ...]
+    #: the C symbol it is compiled under
+    abi_name: str = ""
 
 
-def numba_type(dt: np.dtype) -> str:
-    return "boolean" if dt == np.bool_ else dt.name
+def _tag(dt: np.dtype) -> str:
+    return "bf16" if dt == bfloat16 else "f16"
 
 
-def param_numba_type(t: ArrayType | ScalarType) -> str:
-    if isinstance(t, ArrayType):
-        return f"CPointer({numba_type(t.dtype)})"
-    return "uint8" if t.dtype == np.bool_ else numba_type(t.dtype)
+def numba_name(dt: np.dtype) -> str:
+    """The NumPy constructor of a value of `dt` in the body (`np.float32`; 16-bit floats as bits)."""
+    dt = storage_dtype(dt)
+    return "np.bool_" if dt == BOOL else f"np.{dt.name}"
 
 
 def literal(value: object, dt: np.dtype) -> str:
-    if dt == np.bool_:
+    if dt == BOOL:
         return "True" if bool(value) else "False"
+    if is_half(dt):
+        bits = int(np.asarray(value, dtype=np.float64).astype(dt).view(np.uint16))
+        return f"np.uint16({bits})"
     if dt.kind == "f":
         v = float(value)  # type: ignore[arg-type]
         text = (
@@ -92,71 +82,53 @@ def literal(value: object, dt: np.dtype) -> str:
 
 
 def convert(expr: str, src: np.dtype, dst: np.dtype) -> str:
+    """`expr` of `src` as a value of `dst` (16-bit floats convert through float32)."""
     if src == dst:
         return expr
-    if dst == np.bool_:
+    if is_half(src):
+        return convert(f"coop_{_tag(src)}_to_f32({expr})", float32, dst)
+    if is_half(dst):
+        return f"coop_f32_to_{_tag(dst)}({convert(expr, src, float32)})"
+    if dst == BOOL:
         return f"({expr} != 0)"
     return f"{numba_name(dst)}({expr})"
 
 
 def element_expr(op: str, args: list[str], dtypes: list[np.dtype], compute: np.dtype, out: np.dtype) -> str:
     """One element of an element-wise op: operands converted to `compute`, result to `out`."""
-    if op == "where":
-        cond = convert(args[0], dtypes[0], np.dtype(np.bool_))
-        a, b = (convert(x, d, compute) for x, d in zip(args[1:], dtypes[1:]))
-        return convert(f"({a} if {cond} else {b})", compute, out)
     if op == "cast":
         return convert(args[0], dtypes[0], out)
-    xs = [convert(x, d, compute) for x, d in zip(args, dtypes)]
-    one = literal(1, compute)
-    if op in INFIX:
-        expr = f"({xs[0]} {INFIX[op]} {xs[1]})"
-    elif op == "neg":
-        expr = f"(-{xs[0]})"
-    elif op == "pos":
-        expr = xs[0]
-    elif op == "invert":
-        expr = f"(not {xs[0]})" if compute == np.bool_ else f"(~{xs[0]})"
-    elif op == "not":
-        expr = f"(not {xs[0]})"
-    elif op in MATH:
-        expr = f"{MATH[op]}({xs[0]})"
-    elif op == "exp2":
-        expr = f"({literal(2, compute)} ** {xs[0]})"
-    elif op == "abs":
-        expr = f"abs({xs[0]})"
-    elif op == "sigmoid":
-        expr = f"({one} / ({one} + math.exp(-{xs[0]})))"
-    elif op == "softplus":
-        expr = f"({xs[0]} if {xs[0]} > {literal(20, compute)} else math.log1p(math.exp({xs[0]})))"
-    elif op == "minimum":
-        expr = f"({xs[0]} if ({xs[0]} != {xs[0]} or {xs[0]} < {xs[1]}) else {xs[1]})"
-    elif op == "maximum":
-        expr = f"({xs[0]} if ({xs[0]} != {xs[0]} or {xs[0]} > {xs[1]}) else {xs[1]})"
-    else:
-        raise AssertionError(f"no lowering for element-wise op {op!r}")
-    result_dtype = np.dtype(np.bool_) if op in ("lt", "le", "gt", "ge", "eq", "ne", "land", "lor", "not") else compute
-    return convert(expr, result_dtype, out)
+    calc = compute_dtype(compute)
+    xs = [convert(convert(x, d, compute), compute, calc) for x, d in zip(args, dtypes)]
+    if op == "where":
+        xs[0] = convert(args[0], dtypes[0], BOOL)
+    definition = ELEMENTWISE[op]
+    expr = definition.lower(xs, lambda v: literal(v, calc))
+    return convert(expr, BOOL if definition.boolean else calc, out)
 
 
+@dataclass
+class _ArrayParts:
+    ptr: str
+    off: str
+    shapes: list[str]
+    strides: list[str]
+    unit: bool
+
+
+@dataclass
 class _BodyWriter:
-    def __init__(self, program: ir.Program, plan: Plan):
-        self.program = program
-        self.plan = plan
-        self.lines: list[str] = []
-        self.shims: list[ShimDecl] = []
+    plan: Plan | None
+    lines: list[str] = field(default_factory=list)
+    shims: list[ShimDecl] = field(default_factory=lambda: list(HALF_DECLS))
+    arrays: dict[str, _ArrayParts] = field(default_factory=dict)
+    calls: dict[int, ShimCall] = field(default_factory=dict)
 
     def line(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)
 
     def items(self, var: ir.Var) -> int:
         return self.plan.tiles[var.name].items_per_thread
-
-    def element_index(self, var: ir.Var) -> str:
-        lay = self.plan.tiles[var.name]
-        if lay.arrangement == BLOCKED:
-            return f"(tid * {lay.items_per_thread} + i)"
-        return f"(i * {self.plan.block_threads} + tid)"
 
     def operand(self, v: ir.Value, element: bool) -> str:
         if isinstance(v, ir.Lit):
@@ -165,174 +137,233 @@ class _BodyWriter:
             return f"{v.name}[i]"
         return v.name
 
-    def offset(self, cid: int) -> str:
-        region = self.plan.carve.regions.get(cid)
-        return str(region.offset if region else 0)
-
-    def shim(self, name: str, restype: str, *argtypes: str) -> str:
-        self.shims.append(ShimDecl(name, restype, argtypes))
-        return name
+    def declare(self, body: list[ir.Stmt], depth: int) -> None:
+        """Every variable at the top of the function (Numba needs one type per name)."""
+        declared: set[str] = set()
+        for s in ir.walk(body):
+            for out in ir.outputs(s):
+                if out.name in declared or isinstance(s, ir.Param):
+                    continue
+                declared.add(out.name)
+                if isinstance(out.type, TileType):
+                    self.line(depth, f"{out.name} = cuda.local.array({self.items(out)}, {numba_name(out.type.dtype)})")
+                elif isinstance(out.type, ArrayType):
+                    self.line(depth, f"{out.name}_ok = False")
+                    for n in [f"{out.name}_off", *(f"{out.name}_shape{k}" for k in range(out.type.ndim))]:
+                        self.line(depth, f"{n} = np.int64(0)")
+                else:
+                    self.line(depth, f"{out.name} = {literal(0, out.type.dtype)}")
+            if isinstance(s, ir.Collective):
+                for a in self.calls[s.cid].args:
+                    if isinstance(a, OutArg) and a.var.name + "_out" not in declared:
+                        declared.add(a.var.name + "_out")
+                        self.line(depth, f"{a.var.name}_out = cuda.local.array(1, {numba_name(a.var.type.dtype)})")
 
     def stmts(self, body: list[ir.Stmt], depth: int) -> None:
         if not body:
             self.line(depth, "pass")
         for s in body:
-            if self.plan.barrier_before(s):
+            if self.plan is not None and self.plan.barrier_before(s):
                 self.line(depth, "cuda.syncthreads()")
-            getattr(self, "s_" + type(s).__name__)(s, depth)
+            handler = _HANDLERS.get(type(s))
+            if handler is not None:
+                handler(self, s, depth)
+            else:
+                self.call(self.calls[s.cid], s.cid, depth)
 
-    # ----- statements ---------------------------------------------------------------------------
-    def s_Param(self, s: ir.Param, depth: int) -> None:
-        if isinstance(s.out.type, ScalarType) and s.out.type.dtype == np.bool_:
-            self.line(depth, f"{s.out.name} = {s.out.name}_u8 != 0")
+    def call(self, c: ShimCall, cid: int, depth: int) -> None:
+        """A collective: its shim called as its ShimCall describes."""
+        parts, types, after = [], [], []
+        for a in c.args:
+            if isinstance(a, TileArg):
+                parts.append(f"ptr({a.var.name})")
+                types.append(f"CPointer({numba_storage(a.var.type.dtype)})")
+            elif isinstance(a, ValueArg):
+                parts.append(self.operand(a.value, False))
+                types.append(numba_storage(a.value.type.dtype))
+            elif isinstance(a, ArrayArg):
+                p = self.arrays[a.var.name]
+                parts += [p.ptr, p.off, p.shapes[0]] + ([] if p.unit else [p.strides[0]])
+                types += [f"CPointer({numba_storage(a.var.type.dtype)})", "int64", "int64"]
+                types += [] if p.unit else ["int64"]
+            else:
+                assert isinstance(a, OutArg)
+                parts.append(f"ptr({a.var.name}_out)")
+                types.append(f"CPointer({numba_storage(a.var.type.dtype)})")
+                after.append(f"{a.var.name} = {a.var.name}_out[0]")
+        region = self.plan.carve.regions.get(cid)
+        parts += ["smem", str(region.offset if region else 0)]
+        self.shims.append(ShimDecl(c.name, "void", (*types, "CPointer(uint8)", "int64")))
+        self.line(depth, f"{c.name}({', '.join(parts)})")
+        for text in after:
+            self.line(depth, text)
 
-    def s_ScalarOp(self, s: ir.ScalarOp, depth: int) -> None:
-        args = [self.operand(a, False) for a in s.args]
-        expr = element_expr(s.op, args, [a.type.dtype for a in s.args], s.compute, s.out.type.dtype)
-        self.line(depth, f"{s.out.name} = {expr}")
-
-    def s_ProgramId(self, s: ir.ProgramId, depth: int) -> None:
-        source = "cuda.gridDim" if s.count else "cuda.blockIdx"
-        self.line(depth, f"{s.out.name} = np.int64({source}.{'xyz'[s.axis]})")
-
-    def s_ArrayRead(self, s: ir.ArrayRead, depth: int) -> None:
-        index, array = self.operand(s.index, False), s.array.name
-        zero = literal(0, s.out.type.dtype)
-        self.line(depth, f"{s.out.name} = {array}[{index}] if {index} >= 0 and {index} < {array}_len else {zero}")
-
-    def s_ArrayWrite(self, s: ir.ArrayWrite, depth: int) -> None:
-        index, array = self.operand(s.index, False), s.array.name
-        self.line(depth, f"if tid == 0 and {index} >= 0 and {index} < {array}_len:")
-        self.line(depth + 1, f"{array}[{index}] = {self.operand(s.value, False)}")
-
-    def s_Copy(self, s: ir.Copy, depth: int) -> None:
-        src_dt, dst_dt = s.src.type.dtype, s.out.type.dtype
-        if isinstance(s.out.type, TileType):
-            self.line(depth, f"for i in range({self.items(s.out)}):")
-            self.line(depth + 1, f"{s.out.name}[i] = {convert(self.operand(s.src, True), src_dt, dst_dt)}")
-        else:
-            self.line(depth, f"{s.out.name} = {convert(self.operand(s.src, False), src_dt, dst_dt)}")
-
-    def s_TileFull(self, s: ir.TileFull, depth: int) -> None:
-        self.line(depth, f"for i in range({self.items(s.out)}):")
-        self.line(depth + 1, f"{s.out.name}[i] = {self.operand(s.value, False)}")
-
-    def s_TileArange(self, s: ir.TileArange, depth: int) -> None:
-        self.line(depth, f"for i in range({self.items(s.out)}):")
-        self.line(depth + 1, f"{s.out.name}[i] = {numba_name(s.out.type.dtype)}({self.element_index(s.out)})")
-
-    def s_TileMap(self, s: ir.TileMap, depth: int) -> None:
-        args = [self.operand(a, True) for a in s.args]
-        expr = element_expr(s.op, args, [a.type.dtype for a in s.args], s.compute, s.out.type.dtype)
-        self.line(depth, f"for i in range({self.items(s.out)}):")
-        self.line(depth + 1, f"{s.out.name}[i] = {expr}")
-
-    def _valid(self, v: ir.Value | None, size: int) -> str:
-        return str(size) if v is None else self.operand(v, False)
-
-    def s_TileLoad(self, s: ir.TileLoad, depth: int) -> None:
-        t = numba_type(s.out.type.dtype)
-        name = self.shim(
-            f"coop_load_{s.cid}",
-            "void",
-            f"CPointer({t})",
-            f"CPointer({t})",
-            "int64",
-            "int64",
-            t,
-            "int64",
-            "CPointer(uint8)",
-            "int64",
-        )
-        self.line(
-            depth,
-            f"{name}(ptr({s.out.name}), {s.array.name}, {self.operand(s.offset, False)}, "
-            f"{self._valid(s.valid, s.out.type.size)}, {self.operand(s.other, False)}, {s.array.name}_len, smem, "
-            f"{self.offset(s.cid)})",
-        )
-
-    def s_TileStore(self, s: ir.TileStore, depth: int) -> None:
-        t, a = numba_type(s.tile.type.dtype), numba_type(s.array.type.dtype)
-        name = self.shim(
-            f"coop_store_{s.cid}",
-            "void",
-            f"CPointer({a})",
-            "int64",
-            "int64",
-            f"CPointer({t})",
-            "int64",
-            "CPointer(uint8)",
-            "int64",
-        )
-        self.line(
-            depth,
-            f"{name}({s.array.name}, {self.operand(s.offset, False)}, "
-            f"{self._valid(s.valid, s.tile.type.size)}, ptr({s.tile.name}), {s.array.name}_len, smem, "
-            f"{self.offset(s.cid)})",
-        )
-
-    def s_TileScan(self, s: ir.TileScan, depth: int) -> None:
-        dt = s.src.type.dtype
-        t = numba_type(dt)
-        name = self.shim(f"coop_scan_{s.cid}", t, f"CPointer({t})", f"CPointer({t})", t, "CPointer(uint8)", "int64")
-        initial = self.operand(s.initial, False) if s.initial is not None else literal(0, dt)
-        target = s.total.name if s.total is not None else "_"
-        self.line(
-            depth, f"{target} = {name}(ptr({s.src.name}), ptr({s.out.name}), {initial}, smem, {self.offset(s.cid)})"
-        )
-
-    def s_TileReduce(self, s: ir.TileReduce, depth: int) -> None:
-        t = numba_type(s.src.type.dtype)
-        name = self.shim(f"coop_reduce_{s.cid}", t, f"CPointer({t})", "CPointer(uint8)", "int64")
-        self.line(depth, f"{s.out.name} = {name}(ptr({s.src.name}), smem, {self.offset(s.cid)})")
-
-    def s_If(self, s: ir.If, depth: int) -> None:
-        self.line(depth, f"if {self.operand(s.cond, False)}:")
-        self.stmts(s.then, depth + 1)
-        if s.orelse:
-            self.line(depth, "else:")
-            self.stmts(s.orelse, depth + 1)
-
-    def s_ForRange(self, s: ir.ForRange, depth: int) -> None:
-        bounds = ", ".join(self.operand(v, False) for v in (s.start, s.stop, s.step))
-        self.line(depth, f"for {s.var.name} in range({bounds}):")
-        self.stmts(s.body, depth + 1)
-
-    def s_While(self, s: ir.While, depth: int) -> None:
-        self.line(depth, "while True:")
-        self.stmts(s.cond_body, depth + 1)
-        self.line(depth + 1, f"if not {self.operand(s.cond, False)}:")
-        self.line(depth + 2, "break")
-        self.stmts(s.body, depth + 1)
-
-    def s_Return(self, s: ir.Return, depth: int) -> None:
-        self.line(depth, "return")
+    def address(self, array: ir.Var, indices: tuple[ir.Value, ...]) -> tuple[str, str]:
+        """(in-range condition, element expression) of `array[indices]`."""
+        p = self.arrays[array.name]
+        idx = [self.operand(i, False) for i in indices]
+        ok = " and ".join(f"{i} >= 0 and {i} < {n}" for i, n in zip(idx, p.shapes))
+        offset = " + ".join([p.off, *(i if s == "1" else f"{i} * {s}" for i, s in zip(idx, p.strides))])
+        return ok, f"{p.ptr}[{offset}]"
 
 
-def generate_body(program: ir.Program, plan: Plan, function: str) -> BodySource:
+# ----- generic statements -------------------------------------------------------------------------
+def _param(w: _BodyWriter, s: ir.Param, depth: int) -> None:
+    if isinstance(s.out.type, ScalarType) and s.out.type.dtype == BOOL:
+        w.line(depth, f"{s.out.name} = {s.out.name}_u8 != 0")
+
+
+def _scalar_op(w: _BodyWriter, s: ir.ScalarOp, depth: int) -> None:
+    args = [w.operand(a, False) for a in s.args]
+    expr = element_expr(s.op, args, [a.type.dtype for a in s.args], s.compute, s.out.type.dtype)
+    w.line(depth, f"{s.out.name} = {expr}")
+
+
+def _tile_map(w: _BodyWriter, s: ir.TileMap, depth: int) -> None:
+    args = [w.operand(a, True) for a in s.args]
+    expr = element_expr(s.op, args, [a.type.dtype for a in s.args], s.compute, s.out.type.dtype)
+    w.line(depth, f"for i in range({w.items(s.out)}):")
+    w.line(depth + 1, f"{s.out.name}[i] = {expr}")
+
+
+def _copy(w: _BodyWriter, s: ir.Copy, depth: int) -> None:
+    src_dt, dst_dt = s.src.type.dtype, s.out.type.dtype
+    if isinstance(s.out.type, TileType):
+        w.line(depth, f"for i in range({w.items(s.out)}):")
+        w.line(depth + 1, f"{s.out.name}[i] = {convert(w.operand(s.src, True), src_dt, dst_dt)}")
+    else:
+        w.line(depth, f"{s.out.name} = {convert(w.operand(s.src, False), src_dt, dst_dt)}")
+
+
+def _program_id(w: _BodyWriter, s: ir.ProgramId, depth: int) -> None:
+    source = "cuda.gridDim" if s.count else "cuda.blockIdx"
+    w.line(depth, f"{s.out.name} = np.int64({source}.{'xyz'[s.axis]})")
+
+
+def _array_view(w: _BodyWriter, s: ir.ArrayView, depth: int) -> None:
+    base = w.arrays[s.array.name]
+    k = len(s.indices)
+    ok, element = w.address(s.array, s.indices)
+    offset = element[len(base.ptr) + 1 : -1]
+    name = s.out.name
+    w.line(depth, f"{name}_ok = {ok}")
+    w.line(depth, f"{name}_off = ({offset}) if {name}_ok else np.int64(0)")
+    shapes = [f"{name}_shape{j}" for j in range(s.out.type.ndim)]
+    for j, n in enumerate(shapes):
+        w.line(depth, f"{n} = {base.shapes[k + j]} if {name}_ok else np.int64(0)")
+    w.arrays[name] = _ArrayParts(base.ptr, f"{name}_off", shapes, base.strides[k:], base.unit)
+
+
+def _array_shape(w: _BodyWriter, s: ir.ArrayShape, depth: int) -> None:
+    w.line(depth, f"{s.out.name} = np.int64({w.arrays[s.array.name].shapes[s.axis]})")
+
+
+def _array_read(w: _BodyWriter, s: ir.ArrayRead, depth: int) -> None:
+    ok, element = w.address(s.array, s.indices)
+    w.line(depth, f"{s.out.name} = {element} if {ok} else {literal(0, s.out.type.dtype)}")
+
+
+def _array_write(w: _BodyWriter, s: ir.ArrayWrite, depth: int) -> None:
+    ok, element = w.address(s.array, s.indices)
+    w.line(depth, f"if tid == 0 and {ok}:")
+    w.line(depth + 1, f"{element} = {w.operand(s.value, False)}")
+
+
+def _if(w: _BodyWriter, s: ir.If, depth: int) -> None:
+    w.line(depth, f"if {w.operand(s.cond, False)}:")
+    w.stmts(s.then, depth + 1)
+    if s.orelse:
+        w.line(depth, "else:")
+        w.stmts(s.orelse, depth + 1)
+
+
+def _for(w: _BodyWriter, s: ir.ForRange, depth: int) -> None:
+    bounds = ", ".join(w.operand(v, False) for v in (s.start, s.stop, s.step))
+    w.line(depth, f"for {s.var.name} in range({bounds}):")
+    w.stmts(s.body, depth + 1)
+
+
+def _while(w: _BodyWriter, s: ir.While, depth: int) -> None:
+    w.line(depth, "while True:")
+    w.stmts(s.cond_body, depth + 1)
+    w.line(depth + 1, f"if not {w.operand(s.cond, False)}:")
+    w.line(depth + 2, "break")
+    w.stmts(s.body, depth + 1)
+
+
+def _return(w: _BodyWriter, s: ir.Return, depth: int) -> None:
+    w.line(depth, "return")
+
+
+def _tile_full(w: _BodyWriter, s, depth: int) -> None:
+    w.line(depth, f"for i in range({w.items(s.out)}):")
+    w.line(depth + 1, f"{s.out.name}[i] = {w.operand(s.value, False)}")
+
+
+def _tile_arange(w: _BodyWriter, s, depth: int) -> None:
+    index = element_index(w.plan.tiles[s.out.name], w.plan.block_threads).replace("int(threadIdx.x)", "tid")
+    w.line(depth, f"for i in range({w.items(s.out)}):")
+    w.line(depth + 1, f"{s.out.name}[i] = {convert(f'np.int64({index})', np.dtype(np.int64), s.out.type.dtype)}")
+
+
+def _handlers() -> dict:
+    from ..ops.construct import TileArange, TileFull
+
+    return {
+        ir.Param: _param,
+        ir.ScalarOp: _scalar_op,
+        ir.TileMap: _tile_map,
+        ir.Copy: _copy,
+        ir.ProgramId: _program_id,
+        ir.ArrayView: _array_view,
+        ir.ArrayShape: _array_shape,
+        ir.ArrayRead: _array_read,
+        ir.ArrayWrite: _array_write,
+        ir.If: _if,
+        ir.ForRange: _for,
+        ir.While: _while,
+        ir.Return: _return,
+        TileFull: _tile_full,
+        TileArange: _tile_arange,
+    }
+
+
+_HANDLERS = _handlers()
+
+
+def generate_body(program: ir.Program, plan: Plan, calls: dict[int, ShimCall], function: str) -> BodySource:
     """Numba source of `function(smem, *params)`, the program body called by the C++ entry."""
-    writer = _BodyWriter(program, plan)
-    params, param_types = [], []
+    w = _BodyWriter(plan, calls=calls)
+    params, param_types = ["smem"], ["CPointer(uint8)"]
     for name, t in program.params:
-        is_bool = isinstance(t, ScalarType) and t.dtype == np.bool_
-        params.append(f"a_{name}_u8" if is_bool else f"a_{name}")
-        param_types.append(param_numba_type(t))
-        if isinstance(t, ArrayType):  # its length: accesses outside the array are masked
-            params.append(f"a_{name}_len")
-            param_types.append("int64")
-    writer.line(0, f"def {function}({', '.join(['smem', *params])}):")
-    writer.line(1, "tid = np.int64(cuda.threadIdx.x)")
-    declared: set[str] = set()
-    for s in program.walk():
-        out = getattr(s, "out", None)
-        if isinstance(out, ir.Var) and out.name not in declared and not isinstance(s, ir.Param):
-            declared.add(out.name)
-            if isinstance(out.type, TileType):
-                items = plan.tiles[out.name].items_per_thread
-                writer.line(1, f"{out.name} = cuda.local.array({items}, {numba_name(out.type.dtype)})")
-            elif out.name.startswith(("v_", "h")):
-                writer.line(1, f"{out.name} = {literal(0, out.type.dtype)}")
-    writer.stmts(program.body, 1)
-    unique = tuple(dict.fromkeys(writer.shims))
+        for p in kernel_params(f"a_{name}", t):
+            is_bool = isinstance(t, ScalarType) and t.dtype == BOOL
+            params.append(f"{p.name}_u8" if is_bool else p.name)
+            param_types.append(p.numba)
+        if isinstance(t, ArrayType):
+            shapes, strides = array_parts(f"a_{name}", t)
+            w.arrays[f"a_{name}"] = _ArrayParts(f"a_{name}", "0", shapes, strides, t.unit_stride)
+    w.line(0, f"def {function}({', '.join(params)}):")
+    w.line(1, "tid = np.int64(cuda.threadIdx.x)")
+    w.declare(program.body, 1)
+    w.stmts(program.body, 1)
     header = "# coop_tiles program body (generated; see .plan for layouts and barriers)\n"
-    return BodySource(header + "\n".join(writer.lines) + "\n", function, unique, tuple(param_types))
+    return BodySource(header + "\n".join(w.lines) + "\n", function, tuple(dict.fromkeys(w.shims)), tuple(param_types))
+
+
+def generate_combine(combine: ir.Combine) -> BodySource:
+    """Numba source of a combine function: operands by value, results through pointers (the C
+    functor in the shims calls it inside CUB; LTO inlines it)."""
+    w = _BodyWriter(None)
+    k = len(combine.dtypes)
+    results = [f"r{i}" for i in range(k)]
+    w.line(0, f"def {combine.name}({', '.join([p.name for p in combine.params] + results)}):")
+    w.declare(combine.body, 1)
+    w.stmts(combine.body, 1)
+    for r, value in zip(results, combine.results):
+        w.line(1, f"{r}[0] = {w.operand(value, False)}")
+    types = [numba_storage(p.type.dtype) for p in combine.params] + [
+        f"CPointer({numba_storage(d)})" for d in combine.dtypes
+    ]
+    source = "# coop_tiles combine function (generated)\n" + "\n".join(w.lines) + "\n"
+    return BodySource(source, combine.name, HALF_DECLS, tuple(types), combine_symbol(combine.name))

@@ -1,21 +1,22 @@
-"""The kernel's one C++ translation unit: CUB shims per collective, and the `__global__` entry.
+"""The kernel's one C++ translation unit: the CUB shim of each collective, and the `__global__` entry.
 
-Shims are `extern "C"` device functions with plain C parameters; each receives the shared
-TempStorage buffer and its byte offset as arguments, so this source does not depend on the
-carve plan: it is compiled once to PTX (to read every TempStorage's `sizeof`/`alignof`)
-and once to LTO-IR, and both results are cached by source.
+Each op writes its own shim through a `ShimWriter` (`TileOp.lower`); this module owns what they
+share: the shim signature derived from the op's `ShimCall`, TempStorage declarations, items
+references, and the entry. Shims receive the shared TempStorage buffer and their byte offset
+as arguments, so this source does not depend on the carve plan: it is compiled once to PTX
+(to read every TempStorage's `sizeof`/`alignof`) and once to LTO-IR, both cached by source.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..dtypes import cxx_identity, cxx_name
 from ..lang import ir
-from ..lang.types import ArrayType, ScalarType
-from ..planner.layout import BLOCKED, LayoutPlan
+from ..lang.types import ArrayType
+from ..ops.base import ArrayArg, OutArg, ShimCall, TileArg, ValueArg, op_of
+from ..planner.layout import BLOCKED, CollectiveChoice, LayoutPlan, TileLayout
+from .params import kernel_params
 
 HEADERS = """\
 #include <cub/block/block_load.cuh>
@@ -24,6 +25,8 @@ HEADERS = """\
 #include <cub/block/block_reduce.cuh>
 #include <cuda/std/cstdint>
 #include <cuda/std/limits>
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
 """
 
 FUNCTORS = """\
@@ -43,15 +46,13 @@ template <class T, class Op> struct carry {
 }  // namespace coop
 """
 
-OP_FUNCTORS = {
-    "add": "coop::add",
-    "mul": "coop::mul",
-    "max": "coop::max",
-    "min": "coop::min",
-    "and": "coop::bit_and",
-    "or": "coop::bit_or",
-    "xor": "coop::bit_xor",
-}
+#: 16-bit floats live as their bits in the body; it converts through these (round to nearest even).
+HALF_CONVERSIONS = """\
+extern "C" __device__ float coop_f16_to_f32(cuda::std::uint16_t b) { return __half2float(__ushort_as_half(b)); }
+extern "C" __device__ cuda::std::uint16_t coop_f32_to_f16(float f) { return __half_as_ushort(__float2half_rn(f)); }
+extern "C" __device__ float coop_bf16_to_f32(cuda::std::uint16_t b) { return __bfloat162float(__ushort_as_bfloat16(b)); }
+extern "C" __device__ cuda::std::uint16_t coop_f32_to_bf16(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+"""
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,8 @@ class ShimSource:
     body_name: str
     #: each collective's TempStorage declaration (`@` for its id): the key of its queried size.
     storage_decls: dict[int, str]
+    #: the body's call of each collective's shim, by collective id
+    calls: dict[int, ShimCall]
 
 
 def storage_query_source(decls: dict[int, str]) -> str:
@@ -75,25 +78,9 @@ def storage_query_source(decls: dict[int, str]) -> str:
     return "\n".join(parts)
 
 
-def c_params(name: str, t: ArrayType | ScalarType) -> list[tuple[str, str]]:
-    """(C type, name) of the kernel parameters of one argument: an array is its pointer and its
-    length in elements (so no access can leave it), a bool one byte."""
-    if isinstance(t, ArrayType):
-        return [(f"{cxx_name(t.dtype)}*", f"a_{name}"), ("long long", f"a_{name}_len")]
-    return [("cuda::std::uint8_t" if t.dtype == np.bool_ else cxx_name(t.dtype), f"a_{name}")]
-
-
-def _items_ref(var: str, ptr: str, t: str, items: int) -> str:
-    return f"  {t} (&{var})[{items}] = *reinterpret_cast<{t}(*)[{items}]>({ptr});\n"
-
-
-def _storage_decl(temp_type: str, extra: str = "") -> str:
-    """The TempStorage struct of one collective, with `@` standing for its collective id."""
-    return f"struct coop_storage_@ {{ typename {temp_type}::TempStorage temp; {extra}}};\n"
-
-
-def _storage_ref(cid: int) -> str:
-    return f"  coop_storage_{cid}& s = *reinterpret_cast<coop_storage_{cid}*>(smem + soff);\n"
+def combine_symbol(name: str) -> str:
+    """The C symbol of a combine function's compiled body."""
+    return f"coop_{name}"
 
 
 def _clamp(size: int) -> str:
@@ -101,146 +88,124 @@ def _clamp(size: int) -> str:
     end of the array (a tile starting outside the array has none)."""
     return (
         f"  long long v = valid < 0 ? 0 : (valid > {size} ? {size} : valid);\n"
-        "  const long long room = (offset < 0 || offset >= len) ? 0 : len - offset;\n"
+        "  const long long room = (offset < 0 || offset >= a_len) ? 0 : a_len - offset;\n"
         "  if (v > room) v = room;\n"
     )
 
 
-def _index(arrangement: str, threads: int, items: int) -> str:
-    if arrangement == BLOCKED:
-        return f"(int(threadIdx.x) * {items} + i)"
+def element_index(lay: TileLayout, threads: int) -> str:
+    """The C++ index of item `i` of this thread in the tile."""
+    if lay.arrangement == BLOCKED:
+        return f"(int(threadIdx.x) * {lay.items_per_thread} + i)"
     return f"(i * {threads} + int(threadIdx.x))"
 
 
-class _ShimWriter:
+class ShimWriter:
+    """What an op's `lower` writes through: the layouts, and the shim's pieces."""
+
     def __init__(self, layouts: LayoutPlan):
         self.layouts = layouts
         self.threads = layouts.block_threads
         self.parts: list[str] = []
         self.storage_decls: dict[int, str] = {}
 
+    def layout(self, var: ir.Var) -> TileLayout:
+        return self.layouts.tiles[var.name]
+
+    def choice(self, cid: int) -> CollectiveChoice:
+        return self.layouts.collectives[cid]
+
+    def element_index(self, var: ir.Var) -> str:
+        return element_index(self.layout(var), self.threads)
+
+    def identity(self, op: str, dt) -> str:
+        return cxx_identity(op, dt)
+
+    def combine_symbol(self, name: str) -> str:
+        return combine_symbol(name)
+
     def storage(self, cid: int, temp_type: str, extra: str = "") -> str:
-        decl = _storage_decl(temp_type, extra)
+        """Declare collective `cid`'s TempStorage struct (its size is queried from PTX)."""
+        decl = f"struct coop_storage_@ {{ typename {temp_type}::TempStorage temp; {extra}}};\n"
         self.storage_decls[cid] = decl
         return decl.replace("@", str(cid))
 
-    def load(self, s: ir.TileLoad) -> None:
-        t = cxx_name(s.out.type.dtype)
-        params = f"{t}* items, const {t}* a, long long offset, long long valid, {t} other"
-        self.transfer(s.cid, "load", s.out.name, t, params, guarded_extra=", other")
+    @staticmethod
+    def storage_ref(cid: int) -> str:
+        return f"  coop_storage_{cid}& s = *reinterpret_cast<coop_storage_{cid}*>(smem + soff);\n"
 
-    def store(self, s: ir.TileStore) -> None:
-        t, a_t = cxx_name(s.tile.type.dtype), cxx_name(s.array.type.dtype)
-        params = f"{a_t}* a, long long offset, long long valid, {t}* items"
-        self.transfer(s.cid, "store", s.tile.name, t, params, guarded_extra="")
+    def items_ref(self, var: str, ptr: str, tile: ir.Var, items: int) -> str:
+        t = cxx_name(tile.type.dtype)
+        return f"  {t} (&{var})[{items}] = *reinterpret_cast<{t}(*)[{items}]>({ptr});\n"
 
-    def transfer(self, cid: int, kind: str, tile: str, t: str, params: str, guarded_extra: str) -> None:
-        """A load or store shim: BlockLoad/BlockStore WARP_TRANSPOSE, or direct striped with no storage.
+    def define(self, call: ShimCall, code: str, body: str) -> None:
+        """Append `code` and the shim `call.name` with the parameters its arguments give, then `body`."""
+        params = []
+        for a in call.args:
+            if isinstance(a, ArrayArg):
+                params += [
+                    f"{cxx_name(a.var.type.dtype)}* {a.name}",
+                    f"long long {a.name}_off",
+                    f"long long {a.name}_len",
+                ]
+                if not a.var.type.unit_stride:
+                    params.append(f"long long {a.name}_stride")
+            elif isinstance(a, ValueArg):
+                params.append(f"{cxx_name(a.value.type.dtype)} {a.name}")
+            else:
+                assert isinstance(a, (TileArg, OutArg))
+                params.append(f"{cxx_name(a.var.type.dtype)}* {a.name}")
+        params += ["unsigned char* smem", "long long soff"]
+        self.parts.append(f'{code}extern "C" __device__ void {call.name}({", ".join(params)}) {{\n{body}}}\n')
 
-        A full tile takes CUB's unguarded path; a partial one (valid < size) the guarded one."""
-        lay = self.layouts.tiles[tile]
+    def transfer(self, call: ShimCall, cid: int, kind: str, tile: ir.Var, array: ArrayType, guarded_extra: str) -> None:
+        """A load or store shim: BlockLoad/BlockStore WARP_TRANSPOSE, direct striped (no storage),
+        or element by element over a strided view. A full tile takes CUB's unguarded path."""
+        lay = self.layout(tile)
         items, full = lay.items_per_thread, self.threads * lay.items_per_thread
         verb = kind.capitalize()  # Load / Store
-        sig = (
-            f'extern "C" __device__ void coop_{kind}_{cid}({params}, long long len, unsigned char* smem, '
-            "long long soff)"
-        )
-        code, body, thread = "", _items_ref("x", "items", t, items) + _clamp(lay.size), ""
-        if self.layouts.collectives[cid].needs_storage:
-            cub_type = f"cub::Block{verb}<{t}, {self.threads}, {items}, cub::BLOCK_{kind.upper()}_WARP_TRANSPOSE>"
-            alias = f"coop_{kind}_{cid}_t"
-            code = f"using {alias} = {cub_type};\n" + self.storage(cid, cub_type)
-            call, body = f"{alias}(s.temp).{verb}", _storage_ref(cid) + body
+        choice = self.choice(cid)
+        code, body = "", self.items_ref("x", "items", tile, items) + _clamp(lay.size)
+        if not array.unit_stride:
+            index = element_index(lay, self.threads)
+            where = "a[a_off + (offset + e) * a_stride]"
+            move = f"x[i] = e < v ? {where} : other;" if kind == "load" else f"if (e < v) {where} = x[i];"
+            body += f"  for (int i = 0; i < {items}; ++i) {{ const long long e = {index}; {move} }}\n"
         else:
-            call, thread = f"cub::{verb}DirectStriped<{self.threads}>", "int(threadIdx.x), "
-        body += (
-            f"  if (v == {full}) {call}({thread}a + offset, x);\n"
-            f"  else {call}({thread}a + offset, x, int(v){guarded_extra});\n"
-        )
-        self.parts.append(code + sig + " {\n" + body + "}\n")
-
-    def scan(self, s: ir.TileScan) -> None:
-        lay = self.layouts.tiles[s.src.name]
-        dt = s.src.type.dtype
-        t, items, cid = cxx_name(dt), lay.items_per_thread, s.cid
-        alias, op, ident = f"coop_scan_{cid}_t", OP_FUNCTORS[s.op], cxx_identity(s.op, dt)
-        cub_type = f"cub::BlockScan<{t}, {self.threads}, cub::BLOCK_SCAN_WARP_SCANS>"
-        code = f"using {alias} = {cub_type};\n" + self.storage(cid, cub_type, f"{t} total; ")
-        sig = (
-            f'extern "C" __device__ {t} coop_scan_{cid}({t}* in, {t}* out, {t} initial, '
-            "unsigned char* smem, long long soff)"
-        )
-        body = _storage_ref(cid) + _items_ref("x", "in", t, items) + _items_ref("y", "out", t, items)
-        kind = "Exclusive" if s.exclusive else "Inclusive"
-        carry = s.initial is not None or s.total is not None
-        padded = self.threads * items != lay.size
-        if carry and padded:  # padding must not change the total
-            body += (
-                f"  for (int i = 0; i < {items}; ++i) y[i] = ({_index(BLOCKED, self.threads, items)} < "
-                f"{lay.size}) ? x[i] : {ident};\n"
-            )
-        else:
-            body += f"  for (int i = 0; i < {items}; ++i) y[i] = x[i];\n"
-        if carry:
-            body += f"  coop::carry<{t}, {op}> c{{initial}};\n  {alias}(s.temp).{kind}Scan(y, y, {op}{{}}, c);\n"
-            if s.total is not None:
-                body += "  if (threadIdx.x == 0) s.total = c.running;\n  __syncthreads();\n  return s.total;\n"
+            if choice.needs_storage:
+                t = cxx_name(tile.type.dtype)
+                cub_type = f"cub::Block{verb}<{t}, {self.threads}, {items}, cub::BLOCK_{kind.upper()}_WARP_TRANSPOSE>"
+                alias = f"coop_{kind}_{cid}_t"
+                code = f"using {alias} = {cub_type};\n" + self.storage(cid, cub_type)
+                call_expr, thread, body = f"{alias}(s.temp).{verb}", "", self.storage_ref(cid) + body
             else:
-                body += f"  return {t}(0);\n"
-        elif s.exclusive:
-            body += f"  {alias}(s.temp).ExclusiveScan(y, y, {ident}, {op}{{}});\n  return {t}(0);\n"
-        elif s.op == "add":
-            body += f"  {alias}(s.temp).InclusiveSum(y, y);\n  return {t}(0);\n"
-        else:
-            body += f"  {alias}(s.temp).InclusiveScan(y, y, {op}{{}});\n  return {t}(0);\n"
-        self.parts.append(code + sig + " {\n" + body + "}\n")
-
-    def reduce(self, s: ir.TileReduce) -> None:
-        lay = self.layouts.tiles[s.src.name]
-        dt = s.src.type.dtype
-        t, items, cid = cxx_name(dt), lay.items_per_thread, s.cid
-        alias, op = f"coop_reduce_{cid}_t", OP_FUNCTORS[s.op]
-        cub_type = f"cub::BlockReduce<{t}, {self.threads}, cub::BLOCK_REDUCE_WARP_REDUCTIONS>"
-        code = f"using {alias} = {cub_type};\n" + self.storage(cid, cub_type, f"{t} result; ")
-        sig = f'extern "C" __device__ {t} coop_reduce_{cid}({t}* in, unsigned char* smem, long long soff)'
-        body = _storage_ref(cid) + _items_ref("x", "in", t, items)
-        body += f"  {t} acc = {cxx_identity(s.op, dt)};\n"
-        if self.threads * items == lay.size:
-            body += f"  for (int i = 0; i < {items}; ++i) acc = {op}{{}}(acc, x[i]);\n"
-        else:
-            index = _index(lay.arrangement, self.threads, items)
-            body += f"  for (int i = 0; i < {items}; ++i) if ({index} < {lay.size}) acc = {op}{{}}(acc, x[i]);\n"
-        reduce_call = "Sum(acc)" if s.op == "add" else f"Reduce(acc, {op}{{}})"
-        body += (
-            f"  {t} r = {alias}(s.temp).{reduce_call};\n"
-            "  if (threadIdx.x == 0) s.result = r;\n  __syncthreads();\n  return s.result;\n"
-        )
-        self.parts.append(code + sig + " {\n" + body + "}\n")
+                call_expr, thread = f"cub::{verb}DirectStriped<{self.threads}>", "int(threadIdx.x), "
+            body += (
+                f"  if (v == {full}) {call_expr}({thread}a + a_off + offset, x);\n"
+                f"  else {call_expr}({thread}a + a_off + offset, x, int(v){guarded_extra});\n"
+            )
+        self.define(call, code, body)
 
 
 def generate_shims(program: ir.Program, layouts: LayoutPlan) -> ShimSource:
     """The C++ source of every shim of `program` plus its kernel entry."""
-    writer = _ShimWriter(layouts)
-    handlers = {
-        ir.TileLoad: writer.load,
-        ir.TileStore: writer.store,
-        ir.TileScan: writer.scan,
-        ir.TileReduce: writer.reduce,
-    }
+    writer = ShimWriter(layouts)
+    calls = {}
     for s in program.walk():
-        handler = handlers.get(type(s))
-        if handler is not None:
-            handler(s)
+        if isinstance(s, ir.Collective):
+            calls[s.cid] = op_of(s).lower(s, writer)
     kernel, body = f"coop_kernel_{program.name}", f"coop_body_{program.name}"
-    flat = [p for name, t in program.params for p in c_params(name, t)]
-    params = [f"{c_type} {name}" for c_type, name in flat]
-    body_params = ", ".join(["unsigned char*"] + [c_type for c_type, _ in flat])
-    args = ", ".join(["coop_smem"] + [name for _, name in flat])
+    flat = [p for name, t in program.params for p in kernel_params(f"a_{name}", t)]
+    params = ", ".join(f"{p.cxx} {p.name}" for p in flat)
+    body_params = ", ".join(["unsigned char*"] + [p.cxx for p in flat])
+    args = ", ".join(["coop_smem"] + [p.name for p in flat])
     entry = (
         f'extern "C" __device__ void {body}({body_params});\n'
-        f'extern "C" __global__ void __launch_bounds__({layouts.block_threads}) {kernel}({", ".join(params)}) {{\n'
+        f'extern "C" __global__ void __launch_bounds__({layouts.block_threads}) {kernel}({params}) {{\n'
         "  extern __shared__ __align__(16) unsigned char coop_smem[];\n"
         f"  {body}({args});\n}}\n"
     )
-    source = "\n".join([f"// coop_tiles shims for {program.name}", HEADERS, FUNCTORS, *writer.parts, entry])
-    return ShimSource(source, kernel, body, writer.storage_decls)
+    source = "\n".join(
+        [f"// coop_tiles shims for {program.name}", HEADERS, FUNCTORS, HALF_CONVERSIONS, *writer.parts, entry]
+    )
+    return ShimSource(source, kernel, body, writer.storage_decls, calls)

@@ -10,20 +10,25 @@ that accumulates float32 sums is typed float32 from the start.
 from __future__ import annotations
 
 import ast
-import operator
+import builtins as py
+import inspect
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..errors import DivergenceError, TileError, TileSyntaxError, TileTypeError, TileValueError
+from ..dtypes import as_dtype
+from ..dtypes import kind as dtype_kind
+from ..errors import DivergenceError, SourceLocation, TileError, TileSyntaxError, TileTypeError, TileValueError
+from ..ops.base import BY_PUBLIC
+from ..ops.elementwise import ELEMENTWISE
 from . import ir
-from .calls import CALLS, PY_CALLS, bind_call
+from .combine import CombineFunction
 from .source import ParsedFunction, parse_function
 from .types import (
     BOOL,
+    INT64,
     WEAK_FLOAT,
     WEAK_INT,
     ArrayType,
@@ -35,83 +40,65 @@ from .types import (
     result_type,
     type_of_python_scalar,
 )
+from .values import Const, Method, Shape, Undefined, describe, is_array, is_tile
 
-
-@dataclass(frozen=True)
-class Const:
-    """A value known at compile time: a literal, constexpr, global, dtype or function."""
-
-    value: Any
-
-
-@dataclass(frozen=True)
-class Method:
-    """A bound method of a tile (``t.astype``)."""
-
-    name: str
-    obj: ir.Var
-
-
-BINOPS: dict[type, tuple[str, Callable]] = {
-    ast.Add: ("add", operator.add),
-    ast.Sub: ("sub", operator.sub),
-    ast.Mult: ("mul", operator.mul),
-    ast.Div: ("truediv", operator.truediv),
-    ast.FloorDiv: ("floordiv", operator.floordiv),
-    ast.Mod: ("mod", operator.mod),
-    ast.Pow: ("pow", operator.pow),
-    ast.BitAnd: ("and", operator.and_),
-    ast.BitOr: ("or", operator.or_),
-    ast.BitXor: ("xor", operator.xor),
-    ast.LShift: ("lshift", operator.lshift),
-    ast.RShift: ("rshift", operator.rshift),
+#: Python operators -> the element-wise op (`coop_tiles.ops.elementwise`) they mean.
+BINOPS: dict[type, str] = {
+    ast.Add: "add",
+    ast.Sub: "sub",
+    ast.Mult: "mul",
+    ast.Div: "truediv",
+    ast.FloorDiv: "floordiv",
+    ast.Mod: "mod",
+    ast.Pow: "pow",
+    ast.BitAnd: "and",
+    ast.BitOr: "or",
+    ast.BitXor: "xor",
+    ast.LShift: "lshift",
+    ast.RShift: "rshift",
 }
-CMPOPS: dict[type, tuple[str, Callable]] = {
-    ast.Lt: ("lt", operator.lt),
-    ast.LtE: ("le", operator.le),
-    ast.Gt: ("gt", operator.gt),
-    ast.GtE: ("ge", operator.ge),
-    ast.Eq: ("eq", operator.eq),
-    ast.NotEq: ("ne", operator.ne),
+CMPOPS: dict[type, str] = {
+    ast.Lt: "lt",
+    ast.LtE: "le",
+    ast.Gt: "gt",
+    ast.GtE: "ge",
+    ast.Eq: "eq",
+    ast.NotEq: "ne",
 }
-UNARYOPS: dict[type, tuple[str, Callable]] = {
-    ast.USub: ("neg", operator.neg),
-    ast.UAdd: ("pos", operator.pos),
-    ast.Invert: ("invert", operator.invert),
-}
+UNARYOPS: dict[type, str] = {ast.USub: "neg", ast.UAdd: "pos", ast.Invert: "invert"}
 MAX_FIXPOINT_ROUNDS = 8
 MAX_INLINE_DEPTH = 16
 
 
 class Builder:
-    """Builds the IR of one specialisation; `var_types` carries variable types between rounds."""
+    """Builds the IR of one function for one specialisation; `var_types` carries variable types
+    between fixpoint rounds. `program` collects what the whole program shares (combines, ids)."""
 
-    def __init__(self, parsed: ParsedFunction, var_types: dict[str, ValueType]):
-        self.root = parsed
+    def __init__(self, parsed: ParsedFunction, var_types: dict[str, ValueType], program: ProgramState):
         self.var_types = var_types
         self.assigned_types: dict[str, ValueType] = {}
         self.stmts: list[ir.Stmt] = []
         self.fn = parsed
         self.prefix = "v_"
         self.scope: dict[str, Any] = {}
-        self.counter = 0
-        self.cids = 0
+        self.program = program
         self.inline_depth = 0
+        self.stack: list[SourceLocation] = []  # helper call sites, outermost first
         self.returned: Any = None
         self.current: ast.AST | None = None  # the node being handled, for statement locations
 
     # ----- bookkeeping -------------------------------------------------------------------
     def temp(self, t: ValueType) -> ir.Var:
-        self.counter += 1
-        return ir.Var(f"t{self.counter}", t)
+        return ir.Var(f"t{self.program.next_id()}", t)
 
     def emit(self, stmt: ir.Stmt, node: ast.AST | None = None) -> None:
         node = node if node is not None else self.current
         if node is not None:
             stmt.loc = self.fn.loc(node)
+        stmt.inlined = tuple(self.stack)
+        stmt.sid = self.program.next_id()
         if isinstance(stmt, ir.Collective):
-            stmt.cid = self.cids
-            self.cids += 1
+            stmt.cid = self.program.next_cid()
         self.stmts.append(stmt)
 
     @contextmanager
@@ -143,51 +130,52 @@ class Builder:
             return v
         if isinstance(v, Const):
             if isinstance(v.value, (bool, int, float, np.bool_, np.number)):
-                t = type_of_python_scalar(v.value)
-                return ir.Lit(v.value, t)
+                return ir.Lit(v.value, type_of_python_scalar(v.value))
             raise TileTypeError(f"{what} must be a number or a tile, got {v.value!r}")
         if isinstance(v, tuple):
             raise TileTypeError(f"{what} must be a single value, got a tuple of {len(v)}")
-        raise TileTypeError(f"{what} must be a number or a tile, got {v!r}")
+        raise TileTypeError(f"{what} must be a number or a tile, got {describe(v)}")
 
     def scalar(self, v: Any, what: str, kinds: str = "biuf") -> ir.Value:
         value = self.runtime(v, what)
         if not isinstance(value.type, ScalarType):
             raise TileTypeError(f"{what} must be a block-uniform scalar, got {value.type}")
-        if value.type.dtype.kind not in kinds:
+        if dtype_kind(value.type.dtype) not in kinds:
             raise TileTypeError(f"{what} must be {_kind_names(kinds)}, got {value.type}")
         return value
 
     def tile(self, v: Any, what: str) -> ir.Var:
-        if isinstance(v, ir.Var) and isinstance(v.type, TileType):
+        if is_tile(v):
             return v
-        got = v.type if isinstance(v, (ir.Var, ir.Lit)) else (v.value if isinstance(v, Const) else v)
-        raise TileTypeError(f"{what} must be a tile, got {got}")
+        raise TileTypeError(f"{what} must be a tile, got {describe(v)}")
 
     def array(self, v: Any, what: str) -> ir.Var:
-        if isinstance(v, ir.Var) and isinstance(v.type, ArrayType):
+        if is_array(v):
             return v
-        got = v.type if isinstance(v, (ir.Var, ir.Lit)) else v
-        raise TileTypeError(f"{what} must be an array argument, got {got}")
+        raise TileTypeError(f"{what} must be an array argument, got {describe(v)}")
 
     def constant(self, v: Any, what: str, kind: type | tuple = object) -> Any:
         if not isinstance(v, Const):
             raise TileValueError(
                 f"{what} must be a compile-time constant (a literal, a ct.constexpr parameter, "
-                f"or an expression of them), got a runtime {v.type if hasattr(v, 'type') else 'value'}"
+                f"or an expression of them), got a runtime {v.type if hasattr(v, 'type') else describe(v)}"
             )
-        if not isinstance(v.value, kind) or (kind is int and isinstance(v.value, bool)):
-            raise TileValueError(f"{what} must be of type {getattr(kind, '__name__', kind)}, got {v.value!r}")
-        return v.value
+        value = v.value
+        if kind is int and isinstance(value, np.integer):
+            value = int(value)
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise TileValueError(f"{what} must be of type {getattr(kind, '__name__', kind)}, got {value!r}")
+        return value
 
     def tile_size(self, v: Any) -> int:
-        size = v.value if isinstance(v, Const) else None
-        if isinstance(size, np.integer):
-            size = int(size)
-        size = self.constant(Const(size) if size is not None else v, "tile size", int)
+        size = self.constant(v, "tile size", int)
         if size < 1:
             raise TileValueError(f"tile size must be positive, got {size}")
         return size
+
+    def optional(self, v: Any) -> Any:
+        """None for an argument left at its None default, else `v`."""
+        return None if isinstance(v, Const) and v.value is None else v
 
     def convert(self, v: ir.Value, dtype: np.dtype) -> ir.Value:
         """`v` converted to `dtype` (a literal is converted at compile time)."""
@@ -198,9 +186,7 @@ class Builder:
                 return ir.Lit(dtype.type(v.value), ScalarType(dtype))
         if isinstance(v.type, TileType):
             return self.map_op("cast", (v,), TileType(dtype, v.type.size), dtype)
-        out = self.temp(ScalarType(dtype))
-        self.emit(ir.ScalarOp(out, "cast", (v,), dtype))
-        return out
+        return self.map_op("cast", (v,), ScalarType(dtype), dtype)
 
     def map_op(self, op: str, args: tuple, out_type: ValueType, compute: np.dtype) -> ir.Var:
         out = self.temp(out_type)
@@ -208,8 +194,9 @@ class Builder:
         self.emit(cls(out, op, args, compute))
         return out
 
-    def apply(self, name: str, fn: Callable, args: tuple, compare: bool = False) -> Any:
+    def apply(self, name: str, args: tuple, compare: bool = False) -> Any:
         """An element-wise operation on scalars and tiles, typed by NumPy's rules."""
+        fn = ELEMENTWISE[name].numpy
         if all(isinstance(a, Const) for a in args):
             try:
                 with np.errstate(all="ignore"):
@@ -221,6 +208,10 @@ class Builder:
             if isinstance(v.type, ArrayType):
                 raise TileTypeError("arrays can't be used in arithmetic; load a tile or index an element")
         types = tuple(v.type for v in values)
+        if name == "invert" and types[0].dtype == np.bool_:
+            name = "not"
+        elif name == "invert" and dtype_kind(types[0].dtype) == "f":
+            raise TileTypeError(f"operator ~ is not defined for {types[0]}")
         out_type = result_type(fn, *types)
         compute = common_type(*types).dtype if compare else out_type.dtype
         if name == "where":
@@ -229,20 +220,41 @@ class Builder:
 
     # ----- assignment ------------------------------------------------------------------------
     def assign(self, name: str, value: Any, node: ast.AST) -> None:
+        if isinstance(value, Const) and isinstance(value.value, tuple) and name not in self.fn.single_top_level:
+            value = tuple(Const(v) for v in value.value)  # a tuple variable: one runtime variable per element
         if isinstance(value, Const) and (
             name in self.fn.single_top_level or not isinstance(value.value, (int, float, np.number))
         ):
             self.scope[name] = value
             return
         if isinstance(value, tuple):
-            raise TileTypeError(f"can't assign a tuple to {name!r}; unpack it: `a, b = ...`")
-        if isinstance(value, Method):
-            raise TileTypeError(f"can't assign the method {value.name!r} to a variable")
+            self.scope[name] = self._assign_tuple(name, value, node)
+            return
+        if isinstance(value, (Method, Shape)):
+            raise TileTypeError(f"can't assign {describe(value)} to a variable")
         value = self.runtime(value, f"value assigned to {name!r}")
         if isinstance(value.type, ArrayType):
             self.scope[name] = value
             return
-        key = self.prefix + name
+        self.scope[name] = self._assign_var(self.prefix + name, name, value, node)
+
+    def _assign_tuple(self, name: str, items: tuple, node: ast.AST) -> tuple:
+        out = []
+        for i, item in enumerate(items):
+            if isinstance(item, tuple):
+                out.append(self._assign_tuple(f"{name}.{i}", item, node))
+            elif isinstance(item, Const) and not isinstance(item.value, (bool, int, float, np.number)):
+                out.append(item)
+            else:
+                value = self.runtime(item, f"element {i} of the tuple assigned to {name!r}")
+                out.append(
+                    value
+                    if isinstance(value.type, ArrayType)
+                    else self._assign_var(f"{self.prefix}{name}.{i}", f"{name}[{i}]", value, node)
+                )
+        return tuple(out)
+
+    def _assign_var(self, key: str, name: str, value: ir.Value, node: ast.AST) -> ir.Var:
         declared = self.var_types.get(key, value.type)
         joined = join(self.assigned_types.get(key, declared), value.type, name)
         self.assigned_types[key] = joined
@@ -252,7 +264,7 @@ class Builder:
         if isinstance(declared, ScalarType) != isinstance(value.type, ScalarType):
             raise TileTypeError(f"variable {name!r} is assigned both a tile and a scalar")
         self.emit(ir.Copy(target, value), node)
-        self.scope[name] = target
+        return target
 
     def assign_target(self, target: ast.AST, value: Any, node: ast.AST) -> None:
         if isinstance(target, ast.Name):
@@ -260,18 +272,35 @@ class Builder:
         elif isinstance(target, (ast.Tuple, ast.List)):
             items = value.value if isinstance(value, Const) and isinstance(value.value, tuple) else value
             if not isinstance(items, tuple):
-                raise TileTypeError(f"can't unpack a single value into {len(target.elts)} names")
+                raise TileTypeError(f"can't unpack {describe(value)} into {len(target.elts)} names")
             if len(items) != len(target.elts):
                 raise TileTypeError(f"can't unpack {len(items)} values into {len(target.elts)} names")
             for t, v in zip(target.elts, items):
                 self.assign_target(t, Const(v) if isinstance(value, Const) else v, node)
         elif isinstance(target, ast.Subscript):
             array = self.array(self.expr(target.value), "the target of an element write")
-            index = self.scalar(self.expr(target.slice), "an array index", "iu")
+            indices = self.indices(array, self.expr(target.slice))
+            if len(indices) != array.type.ndim:
+                raise TileTypeError(
+                    f"an element write needs {array.type.ndim} indices for a {array.type.ndim}-d array, "
+                    f"got {len(indices)}"
+                )
             stored = self.convert(self.scalar(value, "the value written to an array element"), array.type.dtype)
-            self.emit(ir.ArrayWrite(array, self.convert(index, np.dtype(np.int64)), stored), node)
+            self.emit(ir.ArrayWrite(array, indices, stored), node)
         else:
             raise TileSyntaxError(f"can't assign to {type(target).__name__}")
+
+    def indices(self, array: ir.Var, index: Any) -> tuple[ir.Value, ...]:
+        """The int64 indices of `array[index]` (one per leading axis)."""
+        if isinstance(index, Const) and isinstance(index.value, tuple):
+            items = tuple(Const(i) for i in index.value)
+        else:
+            items = index if isinstance(index, tuple) else (index,)
+        if any(isinstance(i, Const) and isinstance(i.value, slice) for i in items):
+            raise TileSyntaxError("arrays are indexed by integers; use tile.load for ranges")
+        if len(items) > array.type.ndim:
+            raise TileTypeError(f"too many indices ({len(items)}) for a {array.type.ndim}-d array")
+        return tuple(self.convert(self.scalar(i, "an array index", "iu"), np.dtype(np.int64)) for i in items)
 
     # ----- statements and expressions ----------------------------------------------------------
     def body(self, stmts: list[ast.stmt]) -> None:
@@ -297,7 +326,7 @@ class Builder:
 
     def condition(self, node: ast.expr, what: str) -> Any:
         cond = self.expr(node)
-        if isinstance(cond, ir.Var) and isinstance(cond.type, TileType):
+        if is_tile(cond):
             raise DivergenceError(
                 f"the condition of this `{what}` is a tile, so it differs between threads and tile "
                 "collectives under it would diverge; use ct.where for per-element choices or reduce "
@@ -313,21 +342,40 @@ class Builder:
             return value
         return self.map_op("ne", (value, ir.Lit(0, WEAK_INT)), BOOL, value.type.dtype)
 
+    def branch(self, stmts: list[ast.stmt], before: dict[str, Any]) -> tuple[list[ir.Stmt], dict[str, Any]]:
+        """Build `stmts` starting from scope `before`; the IR and the scope after them."""
+        self.scope = dict(before)
+        out: list[ir.Stmt] = []
+        with self.block(out):
+            self.body(stmts)
+        return out, self.scope
+
+    def merge(self, before: dict[str, Any], paths: list[dict[str, Any]], why: str) -> None:
+        """The scope after control flow whose possible exits left `paths`: a name bound differently
+        on some path (or not at all) can't be read afterwards."""
+        merged = dict(paths[0])
+        for name in set().union(*paths):
+            values = [p.get(name) for p in paths]
+            first = values[0]
+            if all(v is not None and _same_binding(v, first) for v in values):
+                merged[name] = first
+            else:
+                merged[name] = Undefined(name, why)
+        self.scope = merged
+
     def inline(self, helper: Callable, args: tuple, kwargs: dict, node: ast.AST) -> Any:
         """Inline a plain Python helper function called from the tile program."""
         if self.inline_depth >= MAX_INLINE_DEPTH:
             raise TileSyntaxError(f"helpers nested deeper than {MAX_INLINE_DEPTH} calls (recursion?)")
         parsed = parse_function(helper)
-        import inspect
-
         try:
             bound = inspect.signature(helper).bind(*args, **kwargs)
         except TypeError as e:
             raise TileTypeError(f"bad call of {helper.__name__}: {e}") from None
         bound.apply_defaults()
         saved = (self.fn, self.prefix, self.scope, self.returned)
-        self.counter += 1
-        self.fn, self.prefix, self.returned = parsed, f"h{self.counter}_", None
+        self.stack.append(self.fn.loc(node))
+        self.fn, self.prefix, self.returned = parsed, f"h{self.program.next_id()}_", None
         self.scope = {}
         self.inline_depth += 1
         try:
@@ -339,9 +387,21 @@ class Builder:
                     self.scope[name] = value
             self.body(parsed.tree.body)
             return self.returned if self.returned is not None else Const(None)
+        except TileError as e:
+            e.add_call_site(self.stack[-1])
+            raise
         finally:
             self.fn, self.prefix, self.scope, self.returned = saved
             self.inline_depth -= 1
+            self.stack.pop()
+
+
+def _same_binding(a: Any, b: Any) -> bool:
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(_same_binding(x, y) for x, y in zip(a, b))
+    if isinstance(a, ir.Var) and isinstance(b, ir.Var):
+        return a.name == b.name
+    return a is b or (type(a) is type(b) and a == b)
 
 
 # ----- statement handlers ------------------------------------------------------------------------
@@ -358,14 +418,14 @@ def _stmt_annassign(b: Builder, s: ast.AnnAssign) -> None:
 
 
 def _stmt_augassign(b: Builder, s: ast.AugAssign) -> None:
-    name, fn = BINOPS[type(s.op)]
+    name = BINOPS[type(s.op)]
     if isinstance(s.target, ast.Subscript):
         current = b.expr(s.target)
     elif isinstance(s.target, ast.Name):
         current = b.expr(ast.copy_location(ast.Name(s.target.id, ast.Load()), s.target))
     else:
         raise TileSyntaxError("augmented assignment needs a name or an array element")
-    b.assign_target(s.target, b.apply(name, fn, (current, b.expr(s.value))), s)
+    b.assign_target(s.target, b.apply(name, (current, b.expr(s.value))), s)
 
 
 def _stmt_expr(b: Builder, s: ast.Expr) -> None:
@@ -394,21 +454,28 @@ def _stmt_if(b: Builder, s: ast.If) -> None:
         return
     if b.inline_depth and _has_return(s):
         raise TileSyntaxError("a helper's `return` must be its last statement, not inside an `if`")
-    before = dict(b.scope)
-    then: list[ir.Stmt] = []
-    with b.block(then):
-        b.body(s.body)
-    after_then = b.scope
-    b.scope = dict(before)
-    orelse: list[ir.Stmt] = []
-    with b.block(orelse):
-        b.body(s.orelse)
-    b.scope = {**after_then, **b.scope}
+    before = b.scope
+    then, after_then = b.branch(s.body, before)
+    orelse, after_else = b.branch(s.orelse, before)
+    exits = [scope for body, scope in ((s.body, after_then), (s.orelse, after_else)) if not _returns(body)]
+    b.merge(before, exits or [after_then], f"it is assigned in only one branch of the `if` at line {b.fn.loc(s).line}")
     b.emit(ir.If(cond, then, orelse), s)
+
+
+def _returns(body: list[ast.stmt]) -> bool:
+    return bool(body) and isinstance(body[-1], ast.Return)
 
 
 def _has_return(s: ast.stmt) -> bool:
     return any(isinstance(n, ast.Return) for n in ast.walk(s))
+
+
+def _loop_body(b: Builder, stmts: list[ast.stmt], line: int) -> list[ir.Stmt]:
+    """A loop body: names first bound inside it can't be read after the loop (it may not run)."""
+    before = b.scope
+    body, after = b.branch(stmts, before)
+    b.merge(before, [before, after], f"it is first assigned inside the loop at line {line}, which may not run")
+    return body
 
 
 def _stmt_for(b: Builder, s: ast.For) -> None:
@@ -431,9 +498,7 @@ def _stmt_for(b: Builder, s: ast.For) -> None:
     var = ir.Var(b.prefix + s.target.id, ScalarType(np.dtype(np.int64), weak=True))
     b.var_types.setdefault(var.name, var.type)
     b.scope[s.target.id] = var
-    body: list[ir.Stmt] = []
-    with b.block(body):
-        b.body(s.body)
+    body = _loop_body(b, s.body, b.fn.loc(s).line)
     b.emit(ir.ForRange(var, bounds[0], bounds[1], bounds[2], body), s)
 
 
@@ -447,9 +512,7 @@ def _stmt_while(b: Builder, s: ast.While) -> None:
         if not cond.value:
             return
         raise TileSyntaxError("`while True` loops need `break`, which tile programs don't support")
-    body: list[ir.Stmt] = []
-    with b.block(body):
-        b.body(s.body)
+    body = _loop_body(b, s.body, b.fn.loc(s).line)
     b.emit(ir.While(cond_body, cond, body), s)
 
 
@@ -481,10 +544,15 @@ def _expr_constant(b: Builder, e: ast.Constant) -> Any:
 
 def _expr_name(b: Builder, e: ast.Name) -> Any:
     if e.id in b.scope:
-        return b.scope[e.id]
+        value = b.scope[e.id]
+        if isinstance(value, Undefined):
+            raise TileSyntaxError(f"variable {e.id!r} is not assigned on every path before this use: {value.why}")
+        return value
     found, value = b.fn.resolve_global(e.id)
     if not found:
         raise TileSyntaxError(f"name {e.id!r} is not defined")
+    if isinstance(value, np.ndarray):
+        raise TileTypeError(f"global {e.id!r} is a NumPy array; tile programs read arrays passed as arguments only")
     return Const(value)
 
 
@@ -504,14 +572,18 @@ def _expr_attribute(b: Builder, e: ast.Attribute) -> Any:
                 return Const(t.size)
             if e.attr == "astype":
                 return Method("astype", base)
-    raise TileSyntaxError(f"attribute {e.attr!r} is not supported here")
+        if isinstance(t, ArrayType):
+            if e.attr == "shape":
+                return Shape(base)
+            if e.attr == "ndim":
+                return Const(t.ndim)
+    raise TileSyntaxError(f"attribute {e.attr!r} of {describe(base)} is not supported")
 
 
 def _expr_binop(b: Builder, e: ast.BinOp) -> Any:
     if type(e.op) not in BINOPS:
         raise TileSyntaxError(f"operator {type(e.op).__name__} is not supported")
-    name, fn = BINOPS[type(e.op)]
-    return b.apply(name, fn, (b.expr(e.left), b.expr(e.right)))
+    return b.apply(BINOPS[type(e.op)], (b.expr(e.left), b.expr(e.right)))
 
 
 def _expr_unaryop(b: Builder, e: ast.UnaryOp) -> Any:
@@ -519,10 +591,9 @@ def _expr_unaryop(b: Builder, e: ast.UnaryOp) -> Any:
     if isinstance(e.op, ast.Not):
         if isinstance(operand, Const):
             return Const(not operand.value)
-        cond = b.scalar(operand, "the operand of `not`")
+        cond = b.truth(b.scalar(operand, "the operand of `not`"))
         return b.map_op("not", (cond,), BOOL, cond.type.dtype)
-    name, fn = UNARYOPS[type(e.op)]
-    return b.apply(name, fn, (operand,))
+    return b.apply(UNARYOPS[type(e.op)], (operand,))
 
 
 def _expr_compare(b: Builder, e: ast.Compare) -> Any:
@@ -532,9 +603,8 @@ def _expr_compare(b: Builder, e: ast.Compare) -> Any:
         if type(op) not in CMPOPS:
             raise TileSyntaxError(f"comparison {type(op).__name__} is not supported")
         right = b.expr(right_node)
-        name, fn = CMPOPS[type(op)]
-        part = b.apply(name, fn, (left, right), compare=True)
-        result = part if result is None else b.apply("and", operator.and_, (result, part))
+        part = b.apply(CMPOPS[type(op)], (left, right), compare=True)
+        result = part if result is None else b.apply("and", (result, part))
         left = right
     return result
 
@@ -548,7 +618,7 @@ def _expr_boolop(b: Builder, e: ast.BoolOp) -> Any:
             if isinstance(e.op, ast.And) != bool(value.value):
                 return Const(value.value)  # short-circuits at compile time
             continue
-        if isinstance(value, ir.Var) and isinstance(value.type, TileType):
+        if is_tile(value):
             raise TileTypeError("`and`/`or`/`not` need scalars; combine boolean tiles with & and |")
         cond = b.truth(b.scalar(value, "an operand of and/or"))
         result = cond if result is None else b.map_op(name, (result, cond), BOOL, np.dtype(np.bool_))
@@ -560,9 +630,9 @@ def _expr_ifexp(b: Builder, e: ast.IfExp) -> Any:
     if isinstance(cond, Const):
         return b.expr(e.body if cond.value else e.orelse)
     a, c = b.expr(e.body), b.expr(e.orelse)
-    if any(isinstance(v, ir.Var) and isinstance(v.type, TileType) for v in (a, c)):
+    if is_tile(a) or is_tile(c):
         raise TileTypeError("`x if c else y` needs scalars; use ct.where(c, x, y) for tiles")
-    return b.apply("where", np.where, (cond, a, c))
+    return b.apply("where", (cond, a, c))
 
 
 def _expr_call(b: Builder, e: ast.Call) -> Any:
@@ -574,30 +644,55 @@ def _expr_call(b: Builder, e: ast.Call) -> Any:
     if isinstance(func, Method):
         return _call_method(b, func, args, kwargs)
     if not isinstance(func, Const):
-        raise TileTypeError("only functions can be called")
+        raise TileTypeError(f"only functions can be called, not {describe(func)}")
     target = func.value
-    if any(target is f for f in PY_CALLS) or target is abs:
-        if kwargs:
-            raise TileTypeError(f"{target.__name__}() takes positional arguments only")
-        if all(isinstance(a, Const) for a in args):
-            return Const(target(*(a.value for a in args)))
-        if target is abs:
-            return b.apply("abs", np.abs, args)
-        return PY_CALLS[target](b, args, e)
-    handler = CALLS.get(target) if _hashable(target) else None
-    if handler is not None:
-        return handler(b, bind_call(target, args, kwargs), e)
-    if isinstance(target, type) and issubclass(target, np.generic):
+    if target in (py.min, py.max, py.abs):
+        return _python_builtin(b, target, args, kwargs)
+    op = BY_PUBLIC.get(target) if _hashable(target) else None
+    if op is not None:
+        return op.build(b, bind_call(target, args, kwargs), target)
+    if isinstance(target, type) and (issubclass(target, np.generic) or target in (int, float, bool)):
         return _cast_call(b, target, args, kwargs)
-    if target in (int, float, bool):
+    if target is as_dtype(np.float32).type or _is_dtype_object(target):
         return _cast_call(b, target, args, kwargs)
-    if getattr(target, "__module__", "").startswith(("numpy", "coop_tiles", "math")):
+    if isinstance(target, CombineFunction):
+        raise TileTypeError(f"@ct.combine function {target.__name__} is called by tile.scan/tile.reduce (op=...)")
+    if getattr(target, "__module__", "") and target.__module__.startswith(("numpy", "coop_tiles", "math")):
         raise TileSyntaxError(f"{getattr(target, '__qualname__', target)!r} can't be called in a tile program")
-    if callable(target) and hasattr(target, "__code__"):
+    if inspect.isfunction(target):
         return b.inline(target, args, kwargs, e)
-    if all(isinstance(a, Const) for a in (*args, *kwargs.values())):
-        return Const(target(*(a.value for a in args), **{k: v.value for k, v in kwargs.items()}))
-    raise TileSyntaxError(f"{target!r} can't be called in a tile program")
+    raise TileSyntaxError(f"{getattr(target, '__qualname__', target)!r} can't be called in a tile program")
+
+
+def _is_dtype_object(target: Any) -> bool:
+    return isinstance(target, np.dtype)
+
+
+def bind_call(fn: Callable, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """Bind front-end values to `fn`'s signature; defaults come back as compile-time constants."""
+    try:
+        bound = inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError as e:
+        raise TileTypeError(f"bad call of {getattr(fn, '__qualname__', fn)}: {e}") from None
+    bound.apply_defaults()
+    return {
+        k: v if isinstance(v, (Const, ir.Var, ir.Lit, tuple, Shape)) else Const(v) for k, v in bound.arguments.items()
+    }
+
+
+def _python_builtin(b: Builder, target: Callable, args: tuple, kwargs: dict) -> Any:
+    """min(), max() and abs() on scalars."""
+    if kwargs:
+        raise TileTypeError(f"{target.__name__}() takes positional arguments only")
+    if all(isinstance(a, Const) for a in args):
+        return Const(target(*(a.value for a in args)))
+    if target is py.abs:
+        return b.apply("abs", args)
+    if len(args) != 2:
+        raise TileTypeError(f"{target.__name__}() takes two scalars in tile programs")
+    if any(is_tile(v) for v in args):
+        raise TileTypeError(f"use ct.{target.__name__}imum for tiles, or tile.{target.__name__} to reduce one")
+    return b.apply(f"{target.__name__}imum", args)
 
 
 def _hashable(obj: Any) -> bool:
@@ -609,30 +704,20 @@ def _hashable(obj: Any) -> bool:
 
 
 def _cast_call(b: Builder, target: Any, args: tuple, kwargs: dict) -> Any:
+    name = getattr(target, "__name__", str(target))
     if kwargs or len(args) != 1:
-        raise TileTypeError(f"{target.__name__}() takes one argument here")
+        raise TileTypeError(f"{name}() takes one argument here")
     (arg,) = args
     if isinstance(arg, Const):
         return Const(target(arg.value))
     value = b.runtime(arg)
-    if target is int:
-        t = WEAK_INT
-    elif target is float:
-        t = WEAK_FLOAT
-    elif target is bool:
-        t = BOOL
-    else:
-        t = ScalarType(np.dtype(target))
     if isinstance(value.type, TileType):
-        raise TileTypeError(f"{target.__name__}() of a tile; use t.astype({target.__name__})")
-    out = b.temp(t)
-    b.emit(ir.ScalarOp(out, "cast", (value,), t.dtype))
-    return out
+        raise TileTypeError(f"{name}() of a tile; use t.astype({name})")
+    t = {int: WEAK_INT, float: WEAK_FLOAT, bool: BOOL}.get(target) or ScalarType(as_dtype(target))
+    return b.map_op("cast", (value,), t, t.dtype)
 
 
 def _call_method(b: Builder, method: Method, args: tuple, kwargs: dict) -> Any:
-    from ..dtypes import as_dtype
-
     if method.name == "astype":
         if len(args) + len(kwargs) != 1:
             raise TileTypeError("astype() takes one dtype")
@@ -646,15 +731,34 @@ def _expr_subscript(b: Builder, e: ast.Subscript) -> Any:
     index = b.expr(e.slice)
     if isinstance(base, tuple):
         i = b.constant(index, "a tuple index", int)
+        if not -len(base) <= i < len(base):
+            raise TileValueError(f"tuple index {i} out of range for a tuple of {len(base)}")
         return base[i]
+    if isinstance(base, Shape):
+        axis = b.constant(index, "a shape index", int)
+        ndim = base.array.type.ndim
+        if not -ndim <= axis < ndim:
+            raise TileValueError(f"shape index {axis} out of range for a {ndim}-d array")
+        out = b.temp(INT64)
+        b.emit(ir.ArrayShape(out, base.array, axis % ndim), e)
+        return out
     if isinstance(base, Const) and isinstance(index, Const):
-        return Const(base.value[index.value])
+        try:
+            return Const(base.value[index.value])
+        except Exception as err:
+            raise TileValueError(f"compile-time indexing failed: {err}") from None
+    if is_tile(base):
+        raise TileSyntaxError("tiles can't be indexed; use tile ops (tile.sum, ct.where, ...) on the whole tile")
     array = b.array(base, "the indexed value")
-    if isinstance(index, tuple) or (isinstance(index, Const) and isinstance(index.value, (slice, tuple))):
-        raise TileSyntaxError("arrays are indexed by one integer; use tile.load for ranges")
-    idx = b.convert(b.scalar(index, "an array index", "iu"), np.dtype(np.int64))
-    out = b.temp(ScalarType(array.type.dtype))
-    b.emit(ir.ArrayRead(out, array, idx), e)
+    indices = b.indices(array, index)
+    t = array.type
+    if len(indices) == t.ndim:
+        out = b.temp(ScalarType(t.dtype))
+        b.emit(ir.ArrayRead(out, array, indices), e)
+    else:
+        unit = t.unit_stride
+        out = b.temp(ArrayType(t.dtype, t.ndim - len(indices), unit))
+        b.emit(ir.ArrayView(out, array, indices), e)
     return out
 
 
@@ -686,15 +790,47 @@ def _kind_names(kinds: str) -> str:
 
 
 # ----- entry point -----------------------------------------------------------------------------
+class ProgramState:
+    """What one build of a program shares across its functions: ids and typed combine functions."""
+
+    def __init__(self) -> None:
+        self.ids = 0
+        self.cids = 0
+        self.combines: dict[str, ir.Combine] = {}
+        self.combine_names: dict[tuple, str] = {}
+
+    def next_id(self) -> int:
+        self.ids += 1
+        return self.ids
+
+    def next_cid(self) -> int:
+        self.cids += 1
+        return self.cids - 1
+
+
+def _settle(parsed: ParsedFunction, start: Callable[[Builder], None], program: ProgramState | None = None) -> Builder:
+    """Build `parsed` until its variables' types stop changing (a loop-carried `acc = 0.0` that
+    accumulates float32 is typed float32 from the start); `start` binds the parameters."""
+    var_types: dict[str, ValueType] = {}
+    for _ in range(MAX_FIXPOINT_ROUNDS):
+        b = Builder(parsed, dict(var_types), program or ProgramState())
+        start(b)
+        b.body(parsed.tree.body)
+        if all(var_types.get(k) == v for k, v in b.assigned_types.items()):
+            return b
+        var_types.update(b.assigned_types)
+    raise TileTypeError(f"the types of the variables of {parsed.tree.name} do not settle", loc=parsed.loc(parsed.tree))
+
+
 def build_program(
     fn: Callable, param_types: dict[str, ArrayType | ScalarType], constexprs: dict[str, Any]
 ) -> ir.Program:
     """Type `fn` for one specialisation and return its IR."""
     parsed = parse_function(fn)
-    var_types: dict[str, ValueType] = {}
-    for _ in range(MAX_FIXPOINT_ROUNDS):
-        b = Builder(parsed, dict(var_types))
-        params: list[tuple[str, ArrayType | ScalarType]] = []
+    params: list[tuple[str, ArrayType | ScalarType]] = []
+
+    def start(b: Builder) -> None:
+        params.clear()
         for position, name in enumerate(parsed.params):
             if name in parsed.constexprs:
                 b.scope[name] = Const(constexprs[name])
@@ -703,12 +839,66 @@ def build_program(
             var = ir.Var("a_" + name, t)
             b.emit(ir.Param(var, position))
             params.append((name, t))
-            if name in parsed.assigned:
+            if name in parsed.assigned and not isinstance(t, ArrayType):
                 b.assign(name, var, parsed.tree)
             else:
                 b.scope[name] = var
-        b.body(parsed.tree.body)
-        if b.assigned_types == var_types or all(var_types.get(k) == v for k, v in b.assigned_types.items()):
-            return ir.Program(parsed.tree.name, params, b.stmts, parsed.source_hash)
-        var_types.update(b.assigned_types)
-    raise TileTypeError(f"the types of the variables of {parsed.tree.name} do not settle", loc=parsed.loc(parsed.tree))
+
+    b = _settle(parsed, start)
+    return ir.Program(parsed.tree.name, list(params), b.stmts, parsed.source_hash, b.program.combines)
+
+
+def build_combine(outer: Builder, combine: CombineFunction, dtypes: tuple[np.dtype, ...]) -> ir.Combine:
+    """Type `combine` over items of `dtypes` (once per program and dtypes) and return it."""
+    key = (combine, dtypes)
+    name = outer.program.combine_names.get(key)
+    if name is not None:
+        return outer.program.combines[name]
+    parsed = parse_function(combine.fn)
+    k = len(dtypes)
+    if len(parsed.params) != 2 * k:
+        raise TileTypeError(
+            f"@ct.combine function {combine.__name__} must take {2 * k} scalars for {'a tuple of ' if k > 1 else ''}"
+            f"{k} tile{'s' if k > 1 else ''} (the earlier element's {k}, then the later one's), "
+            f"it takes {len(parsed.params)}"
+        )
+    name = f"combine{len(outer.program.combines)}_{parsed.tree.name}"
+    params = tuple(ir.Var(f"{name}_{p}", ScalarType(dt)) for p, dt in zip(parsed.params, dtypes + dtypes))
+    call_site = outer.fn.loc(outer.current) if outer.current is not None else None
+
+    def start(b: Builder) -> None:
+        b.prefix, b.inline_depth = f"{name}_v_", 1  # `return` gives the results
+        b.stack = [*outer.stack, *([call_site] if call_site else [])]
+        for p, var in zip(parsed.params, params):
+            if p in parsed.assigned:
+                b.assign(p, var, parsed.tree)
+            else:
+                b.scope[p] = var
+
+    try:
+        b = _settle(parsed, start, outer.program)
+    except TileError as e:
+        if call_site is not None:
+            e.add_call_site(call_site)
+        raise
+    returned = b.returned if isinstance(b.returned, tuple) else (b.returned,)
+    if b.returned is None or len(returned) != k:
+        got = "nothing" if b.returned is None else f"{len(returned)} value{'s' if len(returned) != 1 else ''}"
+        raise TileTypeError(
+            f"@ct.combine function {combine.__name__} must return {k} scalar(s), it returns {got}",
+            loc=parsed.loc(parsed.tree),
+        )
+    with b.located(parsed.tree):
+        results = tuple(b.convert(b.scalar(r, "a combine function's result"), dt) for r, dt in zip(returned, dtypes))
+    for s in ir.walk(b.stmts):
+        if isinstance(s, (ir.Collective, ir.If, ir.ForRange, ir.While, ir.ArrayRead, ir.ArrayWrite, ir.ProgramId)):
+            what = "tile ops" if isinstance(s, ir.Collective) else "control flow on values, arrays or program ids"
+            raise TileSyntaxError(
+                f"@ct.combine functions compute on their scalar operands only; {what} can't be used in them "
+                "(use ct.where for choices)",
+                loc=s.loc,
+            )
+    fn = ir.Combine(name, params, b.stmts, results, dtypes)
+    outer.program.combines[name] = fn
+    outer.program.combine_names[key] = name
+    return fn

@@ -1,163 +1,211 @@
-"""The NumPy interpreter: runs a tile program's Python function once per program instance.
+"""The NumPy interpreter: evaluates a program's typed tile IR, one program instance at a time in
+program-id order. It runs after the same front end as the compiler, so both accept the same
+programs, raise the same errors and give every value the same dtype; each tile op's NumPy
+semantics come from its definition in `coop_tiles.ops`.
 
-Tiles are `Tile` objects holding a NumPy array; scalars are Python or NumPy scalars. The
-documented ops in `coop_tiles.tile` and `coop_tiles.lang.builtins` implement their
-semantics on these values, so the interpreter is the reference the GPU is tested against.
+Scalars are NumPy scalars of their variable's dtype, tiles 1-D NumPy arrays, arrays the
+caller's NumPy arrays (views of them for `u[b, d]`, so writes land in the caller's memory).
 """
 
 from __future__ import annotations
 
-import contextvars
 import itertools
-import operator
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..dtypes import as_dtype
-from ..errors import LaunchError, TileTypeError
+from ..dtypes import compute_dtype, is_half
+from ..errors import TileError, TileValueError
+from ..ops.base import op_of
+from ..ops.elementwise import ELEMENTWISE
+from . import ir
+from .types import ArrayType, TileType
 
 
-@dataclass(frozen=True)
-class ProgramState:
-    program_id: tuple[int, int, int]
-    num_programs: tuple[int, int, int]
+class _Return(Exception):
+    pass
 
 
-_state: contextvars.ContextVar[ProgramState | None] = contextvars.ContextVar("coop_tiles_program", default=None)
-
-
-def current_program() -> ProgramState:
-    state = _state.get()
-    if state is None:
-        raise TileTypeError(
-            "program_id/num_programs can only be called inside a tile program "
-            "(run it with kernel[grid](...), or interpret=True to run it with NumPy)"
-        )
-    return state
-
-
-class Tile:
-    """A tile in the interpreter: a 1-D NumPy array of one supported dtype."""
-
-    __slots__ = ("data",)
-
-    def __init__(self, data: np.ndarray):
-        as_dtype(data.dtype)
-        self.data = data
-
-    @property
-    def dtype(self) -> np.dtype:
-        return self.data.dtype
-
-    @property
-    def size(self) -> int:
-        return int(self.data.size)
-
-    def astype(self, dtype: Any) -> Tile:
-        return Tile(self.data.astype(as_dtype(dtype)))
-
-    def __bool__(self) -> bool:
-        raise TileTypeError(
-            "a tile was used as a condition; conditions must be block-uniform scalars "
-            "(use ct.where for per-element choices, or tile.reduce to get a scalar)"
-        )
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __repr__(self) -> str:
-        return f"Tile({self.data!r})"
-
-    def __array__(self, dtype=None, copy=None):
-        return self.data if dtype is None else self.data.astype(dtype)
-
-
-def unwrap(x: Any) -> Any:
-    return x.data if isinstance(x, Tile) else x
-
-
-def wrap(result: Any) -> Any:
-    """A NumPy result as a Tile (arrays) or a NumPy/Python scalar (0-d results)."""
-    if isinstance(result, np.ndarray):
-        return Tile(result) if result.ndim else result[()]
-    return result
-
-
-def elementwise(fn: Callable, *args: Any) -> Any:
-    """Apply a NumPy function element-wise to tiles and scalars, checking tile sizes agree."""
-    sizes = {a.size for a in args if isinstance(a, Tile)}
-    if len(sizes) > 1:
-        raise TileTypeError(f"tiles of different sizes in one element-wise operation: {sorted(sizes)}")
+def cast(x: Any, dt: np.dtype) -> Any:
+    """`x` (a NumPy scalar or array) converted to `dt` as the generated code converts it."""
+    if dt == np.bool_:
+        return np.asarray(x) != 0 if np.ndim(x) else np.bool_(np.asarray(x) != 0)
+    a = np.asarray(x)
+    if is_half(a.dtype) and dt != np.float32:
+        a = a.astype(np.float32)  # 16-bit floats convert through float32
     with np.errstate(all="ignore"):
-        return wrap(fn(*(unwrap(a) for a in args)))
+        out = a.astype(dt)
+    return out if out.ndim else out[()]
 
 
-def _binary(fn: Callable, reflected: bool = False) -> Callable:
-    if reflected:
-        return lambda self, other: elementwise(fn, other, self)
-    return lambda self, other: elementwise(fn, self, other)
+def elementwise(op: str, values: list[Any], compute: np.dtype, out: np.dtype) -> Any:
+    """One ScalarOp/TileMap: operands converted to `compute` (float32 arithmetic for 16-bit floats)."""
+    if op == "cast":
+        return cast(values[0], out)
+    calc = compute_dtype(compute)
+    if op == "where":
+        xs = [cast(values[0], np.dtype(np.bool_)), *(cast(cast(v, compute), calc) for v in values[1:])]
+    else:
+        xs = [cast(cast(v, compute), calc) for v in values]
+    with np.errstate(all="ignore"):
+        result = ELEMENTWISE[op].numpy(*xs)
+    return cast(result, out)
 
 
-_BINARY = {
-    "add": operator.add,
-    "sub": operator.sub,
-    "mul": operator.mul,
-    "truediv": operator.truediv,
-    "floordiv": operator.floordiv,
-    "mod": operator.mod,
-    "pow": operator.pow,
-    "and": operator.and_,
-    "or": operator.or_,
-    "xor": operator.xor,
-    "lshift": operator.lshift,
-    "rshift": operator.rshift,
+class Frame:
+    """One program instance: its program id, grid, and the value of every variable."""
+
+    def __init__(self, program: ir.Program, pid: tuple[int, int, int], grid: tuple[int, int, int]):
+        self.program = program
+        self.pid = pid
+        self.grid = grid
+        self.env: dict[str, Any] = {}
+
+    def get(self, v: ir.Value) -> Any:
+        if isinstance(v, ir.Lit):
+            return cast(np.asarray(v.value), v.type.dtype)
+        return self.env[v.name]
+
+    def set(self, var: ir.Var, value: Any) -> None:
+        if isinstance(var.type, ArrayType):
+            self.env[var.name] = value
+        else:
+            self.env[var.name] = cast(value, var.type.dtype)
+
+    def run(self, body: list[ir.Stmt]) -> None:
+        for s in body:
+            try:
+                _HANDLERS.get(type(s), _op)(self, s)
+            except TileError as e:
+                if s.loc is not None:
+                    e.locate(s.loc)
+                for site in reversed(s.inlined):
+                    e.add_call_site(site)
+                raise
+
+
+def check_index(array: np.ndarray, indices: tuple[int, ...]) -> tuple[int, ...]:
+    """The indices as ints, or a TileValueError when one is outside its axis."""
+    out = []
+    for axis, (i, n) in enumerate(zip(indices, array.shape)):
+        i = int(i)
+        if not 0 <= i < n:
+            where = f"axis {axis} of " if array.ndim > 1 else ""
+            raise TileValueError(f"index {i} is outside {where}an array of {n} elements")
+        out.append(i)
+    return tuple(out)
+
+
+def _param(f: Frame, s: ir.Param) -> None:
+    pass  # bound before the body runs
+
+
+def _scalar_op(f: Frame, s: ir.ScalarOp | ir.TileMap) -> None:
+    f.set(s.out, elementwise(s.op, [f.get(a) for a in s.args], s.compute, s.out.type.dtype))
+
+
+def _tile_map(f: Frame, s: ir.TileMap) -> None:
+    values = [f.get(a) for a in s.args]
+    result = elementwise(s.op, values, s.compute, s.out.type.dtype)
+    f.env[s.out.name] = np.broadcast_to(result, (s.out.type.size,)).copy()
+
+
+def _copy(f: Frame, s: ir.Copy) -> None:
+    value = f.get(s.src)
+    if isinstance(s.out.type, TileType):
+        f.env[s.out.name] = cast(np.array(value), s.out.type.dtype)
+    else:
+        f.set(s.out, value)
+
+
+def _program_id(f: Frame, s: ir.ProgramId) -> None:
+    f.set(s.out, (f.grid if s.count else f.pid)[s.axis])
+
+
+def _array_view(f: Frame, s: ir.ArrayView) -> None:
+    array = f.get(s.array)
+    f.env[s.out.name] = array[check_index(array, tuple(f.get(i) for i in s.indices))]
+
+
+def _array_shape(f: Frame, s: ir.ArrayShape) -> None:
+    f.set(s.out, f.get(s.array).shape[s.axis])
+
+
+def _array_read(f: Frame, s: ir.ArrayRead) -> None:
+    array = f.get(s.array)
+    f.set(s.out, array[check_index(array, tuple(f.get(i) for i in s.indices))])
+
+
+def _array_write(f: Frame, s: ir.ArrayWrite) -> None:
+    array = f.get(s.array)
+    array[check_index(array, tuple(f.get(i) for i in s.indices))] = f.get(s.value)
+
+
+def _if(f: Frame, s: ir.If) -> None:
+    f.run(s.then if f.get(s.cond) else s.orelse)
+
+
+def _for(f: Frame, s: ir.ForRange) -> None:
+    start, stop, step = (int(f.get(v)) for v in (s.start, s.stop, s.step))
+    for i in range(start, stop, step):
+        f.set(s.var, i)
+        f.run(s.body)
+
+
+def _while(f: Frame, s: ir.While) -> None:
+    while True:
+        f.run(s.cond_body)
+        if not f.get(s.cond):
+            return
+        f.run(s.body)
+
+
+def _return(f: Frame, s: ir.Return) -> None:
+    raise _Return
+
+
+def _op(f: Frame, s: ir.Stmt) -> None:
+    op = op_of(s)
+    if op is None:
+        raise AssertionError(f"the interpreter has no rule for {type(s).__name__}")
+    op.interpret(s, f)
+
+
+_HANDLERS = {
+    ir.Param: _param,
+    ir.ScalarOp: _scalar_op,
+    ir.TileMap: _tile_map,
+    ir.Copy: _copy,
+    ir.ProgramId: _program_id,
+    ir.ArrayView: _array_view,
+    ir.ArrayShape: _array_shape,
+    ir.ArrayRead: _array_read,
+    ir.ArrayWrite: _array_write,
+    ir.If: _if,
+    ir.ForRange: _for,
+    ir.While: _while,
+    ir.Return: _return,
 }
-for _name, _fn in _BINARY.items():
-    setattr(Tile, f"__{_name}__", _binary(_fn))
-    setattr(Tile, f"__r{_name}__", _binary(_fn, reflected=True))
-for _name in ("lt", "le", "gt", "ge", "eq", "ne"):
-    setattr(Tile, f"__{_name}__", _binary(getattr(operator, _name)))
-for _name, _fn in {"neg": operator.neg, "pos": operator.pos, "invert": operator.invert, "abs": np.abs}.items():
-    setattr(Tile, f"__{_name}__", lambda self, _fn=_fn: elementwise(_fn, self))
-Tile.__hash__ = None  # type: ignore[assignment]
 
 
-class CheckedArray(np.ndarray):
-    """An array argument in the interpreter: `x[i]` outside the array raises instead of wrapping
-    (compiled kernels mask such accesses; the interpreter reports them)."""
-
-    def _check(self, index: Any) -> None:
-        if isinstance(index, (int, np.integer)) and not 0 <= index < self.size:
-            from ..errors import TileValueError
-
-            raise TileValueError(f"index {int(index)} is outside an array of {self.size} elements")
-
-    def __getitem__(self, index: Any) -> Any:
-        self._check(index)
-        return super().__getitem__(index)
-
-    def __setitem__(self, index: Any, value: Any) -> None:
-        self._check(index)
-        super().__setitem__(index, value)
+def evaluate_combine(combine: ir.Combine, left: tuple, right: tuple) -> tuple:
+    """`combine(*left, *right)` element-wise over NumPy arrays (or scalars) of the item dtypes."""
+    f = Frame(ir.Program(combine.name, [], []), (0, 0, 0), (1, 1, 1))
+    for p, v in zip(combine.params, (*left, *right)):
+        f.env[p.name] = cast(v, p.type.dtype)
+    f.run(combine.body)
+    return tuple(cast(f.get(r), dt) for r, dt in zip(combine.results, combine.dtypes))
 
 
-def _grid3(grid: tuple[int, ...]) -> tuple[int, int, int]:
-    return tuple(grid) + (1,) * (3 - len(grid))  # type: ignore[return-value]
-
-
-def run(fn: Callable, grid: tuple[int, ...], args: tuple, constexprs: dict[str, Any]) -> None:
-    """Run `fn` once per program instance of `grid`, in order, on NumPy arrays."""
-    for a in args:
-        if hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray):
-            raise LaunchError("the interpreter runs on the CPU and takes NumPy arrays, got a device array")
-    args = tuple(a.view(CheckedArray) if type(a) is np.ndarray else a for a in args)
-    dims = _grid3(grid)
-    for pid in itertools.product(*(range(d) for d in reversed(dims))):
-        token = _state.set(ProgramState(tuple(reversed(pid)), dims))  # type: ignore[arg-type]
+def run(program: ir.Program, grid: tuple[int, int, int], args: list[Any]) -> None:
+    """Run `program` once per program instance of `grid`, in program-id order, on NumPy arrays and
+    scalars (`args` in the order of `program.params`)."""
+    params = [s for s in program.body if isinstance(s, ir.Param)]
+    for pid in itertools.product(*(range(d) for d in reversed(grid))):
+        f = Frame(program, tuple(reversed(pid)), grid)  # type: ignore[arg-type]
+        for s, value in zip(params, args):
+            f.set(s.out, value)
         try:
-            fn(*args, **constexprs)
-        finally:
-            _state.reset(token)
+            f.run(program.body)
+        except _Return:
+            pass

@@ -1,8 +1,10 @@
-"""The typed tile IR: what the front end produces and the planner and code generators consume.
+"""The typed tile IR: what the front end produces, the interpreter evaluates, and the planner
+and code generators consume.
 
 A program is a list of statements; control flow nests lists. Values are named variables or
-literals, each with its type. Every statement that lowers to a CUB collective carries a
-unique `cid` the plan refers to.
+literals, each with its type. This module holds the generic statements (parameters, scalar
+and element-wise operations, copies, control flow); each tile op defines its own statement
+class next to its semantics and lowering (`coop_tiles.ops`).
 """
 
 from __future__ import annotations
@@ -38,12 +40,17 @@ Value = Var | Lit
 
 @dataclass
 class Stmt:
+    """An IR statement. `sid` is its stable id in the program (the plan refers to statements by
+    it); `loc` is the user's line, `inlined` the helper call sites it was inlined through."""
+
     loc: SourceLocation | None = field(default=None, kw_only=True, compare=False, repr=False)
+    inlined: tuple[SourceLocation, ...] = field(default=(), kw_only=True, compare=False, repr=False)
+    sid: int = field(default=-1, kw_only=True, compare=False, repr=False)
 
 
 @dataclass
 class Param(Stmt):
-    """A kernel argument; arrays arrive as data pointers, scalars by value."""
+    """A kernel argument; arrays arrive as their data pointer, shape and strides, scalars by value."""
 
     out: Var
     position: int
@@ -60,43 +67,11 @@ class ScalarOp(Stmt):
 
 
 @dataclass
-class ProgramId(Stmt):
-    out: Var
-    axis: int
-    count: bool = False  # num_programs instead of program_id
-
-
-@dataclass
-class ArrayRead(Stmt):
-    out: Var
-    array: Var
-    index: Value
-
-
-@dataclass
-class ArrayWrite(Stmt):
-    array: Var
-    index: Value
-    value: Value
-
-
-@dataclass
 class Copy(Stmt):
     """Assign a value to a user variable (tiles are copied element by element)."""
 
     out: Var
     src: Value
-
-
-@dataclass
-class TileFull(Stmt):
-    out: Var
-    value: Value
-
-
-@dataclass
-class TileArange(Stmt):
-    out: Var
 
 
 @dataclass
@@ -110,42 +85,54 @@ class TileMap(Stmt):
 
 
 @dataclass
+class ProgramId(Stmt):
+    out: Var
+    axis: int
+    count: bool = False  # num_programs instead of program_id
+
+
+@dataclass
+class ArrayView(Stmt):
+    """`out = array[indices]` with fewer indices than the rank: a view of the remaining axes
+    (an index out of range gives an empty view: every access through it is masked)."""
+
+    out: Var
+    array: Var
+    indices: tuple[Value, ...]
+
+
+@dataclass
+class ArrayShape(Stmt):
+    """`out = array.shape[axis]`."""
+
+    out: Var
+    array: Var
+    axis: int
+
+
+@dataclass
+class ArrayRead(Stmt):
+    """`out = array[indices]` with a full index (0 when out of range in compiled code)."""
+
+    out: Var
+    array: Var
+    indices: tuple[Value, ...]
+
+
+@dataclass
+class ArrayWrite(Stmt):
+    """`array[indices] = value` with a full index, written once per block (skipped when out of range)."""
+
+    array: Var
+    indices: tuple[Value, ...]
+    value: Value
+
+
+@dataclass
 class Collective(Stmt):
+    """A statement the whole block runs together (a CUB primitive); `cid` numbers them densely."""
+
     cid: int = field(default=-1, kw_only=True)
-
-
-@dataclass
-class TileLoad(Collective):
-    out: Var
-    array: Var
-    offset: Value
-    valid: Value | None
-    other: Value
-
-
-@dataclass
-class TileStore(Collective):
-    array: Var
-    offset: Value
-    tile: Var
-    valid: Value | None
-
-
-@dataclass
-class TileScan(Collective):
-    out: Var
-    src: Var
-    op: str
-    exclusive: bool
-    initial: Value | None
-    total: Var | None
-
-
-@dataclass
-class TileReduce(Collective):
-    out: Var
-    src: Var
-    op: str
 
 
 @dataclass
@@ -186,6 +173,8 @@ class Program:
     params: list[tuple[str, ArrayType | ScalarType]]
     body: list[Stmt]
     source_hash: str = ""
+    #: the typed @ct.combine functions the program's scans and reductions use, by name.
+    combines: dict[str, Combine] = field(default_factory=dict)
 
     def walk(self):
         """Every statement, depth first, in program order."""
@@ -194,6 +183,24 @@ class Program:
     def __str__(self) -> str:
         lines = [f"program {self.name}({', '.join(f'{n}: {t}' for n, t in self.params)})"]
         _format(self.body, lines, 1)
+        return "\n".join([*(str(c) for c in self.combines.values()), *lines])
+
+
+@dataclass
+class Combine:
+    """A typed @ct.combine function: 2k scalar parameters (the earlier element's k, then the later
+    one's), a body of scalar statements, and k results in the item dtypes."""
+
+    name: str
+    params: tuple[Var, ...]
+    body: list[Stmt]
+    results: tuple[Value, ...]
+    dtypes: tuple[np.dtype, ...]
+
+    def __str__(self) -> str:
+        lines = [f"combine {self.name}({', '.join(str(p) for p in self.params)}):"]
+        _format(self.body, lines, 1)
+        lines.append(f"  return {', '.join(_fmt(r) for r in self.results)}")
         return "\n".join(lines)
 
 
@@ -214,10 +221,18 @@ def tile_vars(program: Program) -> dict[str, TileType]:
     """Every tile-typed variable the program defines, by name."""
     out: dict[str, TileType] = {}
     for s in program.walk():
-        target = getattr(s, "out", None)
-        if isinstance(target, Var) and isinstance(target.type, TileType):
-            out[target.name] = target.type
+        for target in outputs(s):
+            if isinstance(target.type, TileType):
+                out[target.name] = target.type
     return out
+
+
+def outputs(s: Stmt) -> tuple[Var, ...]:
+    """The variables statement `s` assigns (`out`, or `outs` for multi-result statements)."""
+    if hasattr(s, "outs"):
+        return tuple(v for v in s.outs if v is not None)
+    out = getattr(s, "out", None)
+    return (out,) if isinstance(out, Var) else ()
 
 
 def _format(body: list[Stmt], lines: list[str], depth: int) -> None:
@@ -238,7 +253,7 @@ def _format(body: list[Stmt], lines: list[str], depth: int) -> None:
             lines.append(f"{pad}  test {s.cond}")
             _format(s.body, lines, depth + 1)
         else:
-            fields = {k: v for k, v in vars(s).items() if k != "loc"}
+            fields = {k: v for k, v in vars(s).items() if k not in ("loc", "inlined", "sid")}
             text = ", ".join(f"{k}={_fmt(v)}" for k, v in fields.items())
             lines.append(f"{pad}{type(s).__name__}({text})")
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dtypes import as_dtype
+from ..dtypes import as_dtype, kind, numpy_stand_in, promote
 from ..errors import TileTypeError
 
 
@@ -40,12 +40,15 @@ class TileType:
 
 @dataclass(frozen=True)
 class ArrayType:
-    """A device array argument (1-D contiguous view of its data)."""
+    """An array argument or a view of one: its dtype, rank, and whether its last axis has unit
+    stride (kernels are specialised on that, so contiguous rows load vectorized)."""
 
     dtype: np.dtype
+    ndim: int = 1
+    unit_stride: bool = True
 
     def __str__(self) -> str:
-        return f"array<{self.dtype.name}>"
+        return f"array<{self.dtype.name}, {self.ndim}d{'' if self.unit_stride else ', strided'}>"
 
 
 ValueType = ScalarType | TileType | ArrayType
@@ -70,21 +73,23 @@ def type_of_python_scalar(value: object) -> ScalarType:
 
 
 def _stand_in(t: ScalarType | TileType) -> object:
+    dt = numpy_stand_in(t.dtype)
     if isinstance(t, TileType):
-        return np.ones(1, dtype=t.dtype)
+        return np.ones(1, dtype=dt)
     if t.weak:
-        return {"b": True, "i": 1, "f": 1.0}[t.dtype.kind]
-    return t.dtype.type(1)
+        return {"b": True, "i": 1, "f": 1.0}[kind(t.dtype)]
+    return dt.type(1)
 
 
-def _from_result(result: object, tile_size: int | None) -> ScalarType | TileType:
+def _from_result(result: object, tile_size: int | None, operands: tuple) -> ScalarType | TileType:
+    strong = [t.dtype for t in operands if isinstance(t, TileType) or not t.weak]
     if isinstance(result, np.ndarray):
         assert tile_size is not None
-        return TileType(as_dtype(result.dtype), tile_size)
+        return TileType(as_dtype(promote(strong, result.dtype)), tile_size)
     if isinstance(result, (bool, int, float)) and not isinstance(result, np.generic):
         t = type_of_python_scalar(result)
         return ScalarType(t.dtype, weak=t.dtype.kind != "b")
-    return ScalarType(as_dtype(np.asarray(result).dtype))
+    return ScalarType(as_dtype(promote(strong, np.asarray(result).dtype)))
 
 
 def result_type(fn: Callable, *operands: ScalarType | TileType) -> ScalarType | TileType:
@@ -106,7 +111,7 @@ def _cached_result_type(fn: Callable, operands: tuple, size: int | None) -> Scal
     except TypeError as e:
         names = ", ".join(str(t) for t in operands)
         raise TileTypeError(f"operation not defined for {names}: {e}") from None
-    return _from_result(result, size)
+    return _from_result(result, size, operands)
 
 
 def common_type(*operands: ScalarType | TileType) -> ScalarType | TileType:
@@ -130,7 +135,7 @@ def join(a: ValueType, b: ValueType, name: str) -> ValueType:
     if isinstance(a, TileType) and isinstance(b, TileType):
         if a.size != b.size:
             raise TileTypeError(f"variable {name!r} is assigned tiles of different sizes: {a} and {b}; use two names")
-        return TileType(np.promote_types(a.dtype, b.dtype), a.size)
+        return TileType(result_type(operator.add, a, b).dtype, a.size)
     raise TileTypeError(f"variable {name!r} is assigned both a {_kind(a)} ({a}) and a {_kind(b)} ({b})")
 
 

@@ -43,7 +43,7 @@ class Region:
 
 @dataclass(frozen=True)
 class Barrier:
-    """A `__syncthreads()` placed before statement `before` (by identity), and why."""
+    """A `__syncthreads()` placed before the statement whose `sid` is `before`, and why."""
 
     before: int
     line: int | None
@@ -83,8 +83,8 @@ class _Carver:
         self.barriers: dict[int, Barrier] = {}
 
     def barrier(self, stmt: ir.Stmt, reason: str) -> _Dirty:
-        if id(stmt) not in self.barriers:
-            self.barriers[id(stmt)] = Barrier(id(stmt), stmt.loc.line if stmt.loc else None, reason)
+        if stmt.sid not in self.barriers:
+            self.barriers[stmt.sid] = Barrier(stmt.sid, stmt.loc.line if stmt.loc else None, reason)
         return _Dirty()
 
     def place(self, cid: int, dirty: list[Region]) -> Region | None:
@@ -110,9 +110,9 @@ class _Carver:
                 dirty = self.barrier(s, "TempStorage reuse")
                 region = Region(s.cid, 0, self.needs[s.cid].size, self.needs[s.cid].align)
             self.regions[s.cid] = region
-        elif _overlaps(region.offset, region.size, dirty.regions) and id(s) not in self.barriers:
+        elif _overlaps(region.offset, region.size, dirty.regions) and s.sid not in self.barriers:
             dirty = self.barrier(s, "TempStorage reuse")
-        elif id(s) in self.barriers:
+        elif s.sid in self.barriers:
             dirty = _Dirty()
         return _Dirty(dirty.regions + [region], dirty.reads, dirty.writes)
 
@@ -123,7 +123,7 @@ class _Carver:
             return dirty
         array, is_write = access
         hazard = array in dirty.writes or (is_write and array in dirty.reads)
-        if hazard or id(s) in self.barriers:
+        if hazard or s.sid in self.barriers:
             if hazard:
                 dirty = self.barrier(s, f"{'write after read' if is_write else 'read after write'} of {array}")
             else:
@@ -161,11 +161,16 @@ def _copy(d: _Dirty) -> _Dirty:
 
 
 def _global_access(s: ir.Stmt) -> tuple[str, bool] | None:
-    if isinstance(s, (ir.TileLoad, ir.ArrayRead)):
-        return s.array.name, False
-    if isinstance(s, (ir.TileStore, ir.ArrayWrite)):
-        return s.array.name, True
-    return None
+    """(the array's root parameter, is a write) of a statement that touches global memory.
+    Views of one array count as that array: they may overlap."""
+    array = getattr(s, "array", None)
+    if not isinstance(array, ir.Var) or isinstance(s, (ir.ArrayView, ir.ArrayShape)):
+        return None
+    return _root(array.name), isinstance(s, (ir.ArrayWrite,)) or type(s).__name__ == "TileStore"
+
+
+def _root(name: str) -> str:
+    return name.split("@")[0]
 
 
 def _overlaps(offset: int, size: int, regions: list[Region]) -> bool:

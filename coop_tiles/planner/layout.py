@@ -1,10 +1,10 @@
 """ThreadData layouts: how each tile is spread over the block, and which CUB algorithm runs each collective.
 
 Tiles joined by element-wise operations must share an arrangement, so they are grouped with
-a union-find. A group that touches a scan is BLOCKED (CUB scans work on blocked items);
-every other group is STRIPED, which lets loads and stores go straight to global memory
-(coalesced, no shared memory). Blocked groups load and store through
-BLOCK_LOAD_WARP_TRANSPOSE / BLOCK_STORE_WARP_TRANSPOSE.
+a union-find. A group that an op needs BLOCKED (scans, in-order folds of combine functions;
+each op says so in its `layout` hook) is BLOCKED; every other group is STRIPED, which lets
+loads and stores go straight to global memory (coalesced, no shared memory). Blocked groups
+load and store through BLOCK_LOAD_WARP_TRANSPOSE / BLOCK_STORE_WARP_TRANSPOSE.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from ..errors import TileValueError
 from ..lang import ir
 from ..lang.types import TileType
+from ..ops.base import op_of
 
 BLOCKED = "blocked"
 STRIPED = "striped"
@@ -32,7 +33,6 @@ class TileLayout:
     size: int
     items_per_thread: int
     arrangement: str
-    storage: str = "registers"
     line: int | None = None  # where the tile is first defined in the user's source
 
 
@@ -97,34 +97,67 @@ class _Groups:
         self.parent[self.find(a)] = self.find(b)
 
 
+class LayoutContext:
+    """What ops see of the planner: join tiles into one arrangement, ask for BLOCKED, and describe
+    their CUB choice once layouts are known."""
+
+    def __init__(self, threads: int):
+        self.threads = threads
+        self.groups = _Groups()
+        self.blocked: set[str] = set()
+        self.tiles: dict[str, TileLayout] = {}
+
+    def join(self, tiles: list[ir.Var]) -> None:
+        for t in tiles[1:]:
+            self.groups.union(t.name, tiles[0].name)
+
+    def join_blocked(self, tiles: list[ir.Var]) -> None:
+        """Give `tiles` one arrangement, BLOCKED (what CUB scans and in-order folds need)."""
+        self.join(tiles)
+        self.blocked.add(tiles[0].name)
+
+    def choice(
+        self, s: ir.Collective, op: str, primitive: str, algorithm: str, storage: bool = True
+    ) -> CollectiveChoice:
+        return CollectiveChoice(s.cid, op, primitive, algorithm, s.loc.line if s.loc else None, storage)
+
+    def transfer_choice(self, s: ir.Collective, tile: ir.Var, array: ir.Var, load: bool) -> CollectiveChoice:
+        """Loads and stores: BLOCK_*_WARP_TRANSPOSE for blocked tiles of unit-stride arrays,
+        else direct (striped: coalesced; blocked over a strided view: element by element)."""
+        layout = self.tiles[tile.name]
+        kind = "load" if load else "store"
+        if not array.type.unit_stride:
+            return self.choice(s, kind, "strided", "DIRECT", storage=False)
+        if layout.arrangement == BLOCKED and layout.items_per_thread > 1:
+            verb = "Load" if load else "Store"
+            return self.choice(s, kind, f"Block{verb}", f"BLOCK_{kind.upper()}_WARP_TRANSPOSE")
+        return self.choice(s, kind, "LoadDirectStriped" if load else "StoreDirectStriped", "DIRECT", storage=False)
+
+
 def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -> LayoutPlan:
     """Choose block size, every tile's layout and every collective's CUB algorithm."""
     threads = choose_block_threads(program, pinned_block_threads)
     tiles = ir.tile_vars(program)
-    groups = _Groups()
-    needs_blocked: set[str] = set()
+    ctx = LayoutContext(threads)
     for s in program.walk():
         if isinstance(s, (ir.TileMap, ir.Copy)):
             srcs = s.args if isinstance(s, ir.TileMap) else (s.src,)
-            for a in srcs:
-                if isinstance(a, ir.Var) and isinstance(a.type, TileType):
-                    groups.union(s.out.name, a.name)
-        elif isinstance(s, ir.TileScan):
-            groups.union(s.out.name, s.src.name)
-            needs_blocked.add(s.out.name)
-    blocked_roots = {groups.find(n) for n in needs_blocked}
+            ctx.join([s.out, *(a for a in srcs if isinstance(a, ir.Var) and isinstance(a.type, TileType))])
+        elif (op := op_of(s)) is not None:
+            op.layout(s, ctx)
+    blocked_roots = {ctx.groups.find(n) for n in ctx.blocked}
     lines: dict[str, int | None] = {}
     for s in program.walk():
-        out = getattr(s, "out", None)
-        if isinstance(out, ir.Var) and out.name in tiles and out.name not in lines:
-            lines[out.name] = s.loc.line if s.loc else None
-    layouts = {
+        for out in ir.outputs(s):
+            if out.name in tiles and out.name not in lines:
+                lines[out.name] = s.loc.line if s.loc else None
+    ctx.tiles = {
         name: TileLayout(
             name=name,
             dtype=t.dtype.name,
             size=t.size,
             items_per_thread=-(-t.size // threads),
-            arrangement=BLOCKED if groups.find(name) in blocked_roots else STRIPED,
+            arrangement=BLOCKED if ctx.groups.find(name) in blocked_roots else STRIPED,
             line=lines.get(name),
         )
         for name, t in tiles.items()
@@ -132,30 +165,5 @@ def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -
     collectives = {}
     for s in program.walk():
         if isinstance(s, ir.Collective):
-            collectives[s.cid] = _choose(s, layouts)
-    return LayoutPlan(threads, layouts, collectives)
-
-
-def _choose(s: ir.Collective, layouts: dict[str, TileLayout]) -> CollectiveChoice:
-    line = s.loc.line if s.loc else None
-    if isinstance(s, (ir.TileLoad, ir.TileStore)):
-        layout = layouts[s.out.name if isinstance(s, ir.TileLoad) else s.tile.name]
-        load = isinstance(s, ir.TileLoad)
-        if layout.arrangement == BLOCKED and layout.items_per_thread > 1:
-            algo = "BLOCK_LOAD_WARP_TRANSPOSE" if load else "BLOCK_STORE_WARP_TRANSPOSE"
-            return CollectiveChoice(
-                s.cid, "load" if load else "store", "BlockLoad" if load else "BlockStore", algo, line, True
-            )
-        return CollectiveChoice(
-            s.cid,
-            "load" if load else "store",
-            "LoadDirectStriped" if load else "StoreDirectStriped",
-            "DIRECT",
-            line,
-            False,
-        )
-    if isinstance(s, ir.TileScan):
-        return CollectiveChoice(s.cid, f"scan[{s.op}]", "BlockScan", "BLOCK_SCAN_WARP_SCANS", line, True)
-    if isinstance(s, ir.TileReduce):
-        return CollectiveChoice(s.cid, f"reduce[{s.op}]", "BlockReduce", "BLOCK_REDUCE_WARP_REDUCTIONS", line, True)
-    raise AssertionError(f"unknown collective {s!r}")
+            collectives[s.cid] = op_of(s).choose(s, ctx)
+    return LayoutPlan(threads, ctx.tiles, collectives)

@@ -22,21 +22,19 @@ class Plan:
         return self.carve.total_bytes
 
     def barrier_before(self, stmt: ir.Stmt) -> bool:
-        return id(stmt) in self.carve.barriers
+        return stmt.sid in self.carve.barriers
 
     def __str__(self) -> str:
         out = [
             f"plan for {self.program}: {self.block_threads} threads per block, {self.shared_bytes} bytes of TempStorage"
         ]
         out.append("tiles:")
-        out.append(
-            f"  {'name':<10} {'line':>5} {'dtype':<8} {'size':>6} {'items/thread':>12}  {'arrangement':<11} storage"
-        )
+        out.append(f"  {'name':<10} {'line':>5} {'dtype':<8} {'size':>6} {'items/thread':>12}  {'arrangement':<11}")
         for t in self.tiles.values():
             name = t.name.removeprefix("v_") if t.name.startswith("v_") else f"({t.name})"
             out.append(
                 f"  {name:<10} {t.line or '?':>5} {t.dtype:<8} {t.size:>6} {t.items_per_thread:>12}  "
-                f"{t.arrangement:<11} {t.storage}"
+                f"{t.arrangement:<11}"
             )
         out.append("collectives:")
         out.append(

@@ -31,7 +31,7 @@ typedef intptr_t (*stream_fn)(void);
 #define CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
 #define CU_LAUNCH_PARAM_BUFFER_SIZE ((void *)0x02)
 static launch_fn cu_launch = NULL;
-static PyObject *s_c_contiguous, *s_dtype, *s_num, *s_data, *s_ptr, *s_size, *s_c_info, *s_run, *s_split_launch;
+static PyObject *s_c_contiguous, *s_ndim, *s_dtype, *s_num, *s_data, *s_ptr, *s_size, *s_c_info, *s_run, *s_split_launch;
 
 static int load_driver(void) {
     if (cu_launch) return 1;
@@ -80,7 +80,7 @@ typedef struct {
     PyObject *pointer_type; /* the class of array.data */
     PyObject *get_stream;   /* cupy.cuda.get_current_stream, when stream_ptr is NULL */
     stream_fn stream_ptr;   /* CuPy's C function for the current stream's handle, or NULL */
-    Getter contiguous, dtype, data, ptr, size;
+    Getter contiguous, ndim, dtype, data, ptr, size;
     /* the previous launch: its tokens (strong references) and its prepared facts */
     Py_ssize_t memo_count; /* -1: none */
     PyObject *memo_tokens[2 * MAX_ARGS];
@@ -141,8 +141,9 @@ static PyObject *kernel_enable(KernelBase *self, PyObject *const *a, Py_ssize_t 
         return NULL;
     }
     if (PyTuple_GET_SIZE(a[1]) > MAX_ARGS) Py_RETURN_FALSE;
-    Getter contiguous, dtype, data, size;
-    if (find_getter(a[2], s_c_contiguous, &contiguous) || find_getter(a[2], s_dtype, &dtype) ||
+    Getter contiguous, ndim, dtype, data, size;
+    if (find_getter(a[2], s_c_contiguous, &contiguous) || find_getter(a[2], s_ndim, &ndim) ||
+        find_getter(a[2], s_dtype, &dtype) ||
         find_getter(a[2], s_data, &data) || find_getter(a[2], s_size, &size))
         goto unsupported;
     stream_fn stream_ptr = NULL;
@@ -162,6 +163,7 @@ static PyObject *kernel_enable(KernelBase *self, PyObject *const *a, Py_ssize_t 
     self->get_stream = a[3];
     self->stream_ptr = stream_ptr;
     self->contiguous = contiguous;
+    self->ndim = ndim;
     self->dtype = dtype;
     self->data = data;
     self->size = size;
@@ -241,6 +243,9 @@ static int try_launch(KernelBase *self, PyObject *grid, PyObject *stream, PyObje
             if (!flag) goto decline;
             Py_DECREF(flag); /* a bool singleton */
             if (flag != Py_True) return 0;
+            long long rank;
+            if (int_of(self->ndim, v, &rank)) goto decline;
+            if (rank != 1) return 0; /* N-D arrays pack shapes and strides: the Python path does */
             PyObject *dtype = self->dtype.get(v, self->dtype.closure);
             if (!dtype) goto decline;
             Py_DECREF(dtype); /* still referenced by the array */
@@ -483,6 +488,7 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_claunch", NULL, -1,
 
 PyMODINIT_FUNC PyInit__claunch(void) {
     s_c_contiguous = PyUnicode_InternFromString("_c_contiguous");
+    s_ndim = PyUnicode_InternFromString("ndim");
     s_dtype = PyUnicode_InternFromString("dtype");
     s_num = PyUnicode_InternFromString("num");
     s_data = PyUnicode_InternFromString("data");

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import MEMORY_DTYPES
+from ..dtypes import SUPPORTED, bfloat16
 from ..errors import LaunchError
 from ..lang.types import ArrayType, ScalarType, type_of_python_scalar
 
@@ -24,8 +24,38 @@ _TORCH_DTYPES: dict[Any, np.dtype] = {}
 class DeviceArray:
     ptr: int
     dtype: np.dtype
-    size: int  # elements: the kernel masks every access past it
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]  # in elements; the kernel masks every access outside the shape
     library: str  # "cupy", "torch" or "other": which library's current stream is the default
+
+    @property
+    def unit_stride(self) -> bool:
+        return self.shape[-1] <= 1 or self.strides[-1] == 1
+
+    @property
+    def type(self) -> ArrayType:
+        return ArrayType(self.dtype, len(self.shape), self.unit_stride)
+
+    def launch_values(self) -> tuple[int, Any]:
+        """(pointer, rest) as the launchers take an array: the length for a 1-D unit-stride array,
+        else the tuple of its shape and strides (the last left out when it is unit)."""
+        if len(self.shape) == 1 and self.unit_stride:
+            return self.ptr, self.shape[0]
+        strides = self.strides[:-1] if self.unit_stride else self.strides
+        return self.ptr, (*self.shape, *strides)
+
+
+def _element_strides(byte_strides: Any, shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Strides in elements from byte strides (None: C order)."""
+    if byte_strides is None:
+        out, step = [], 1
+        for extent in reversed(shape):
+            out.append(step)
+            step *= extent
+        return tuple(reversed(out))
+    if any(s % itemsize for s in byte_strides):
+        raise LaunchError("has strides that are not a multiple of its element size")
+    return tuple(s // itemsize for s in byte_strides)
 
 
 def _torch_dtype(t) -> np.dtype:
@@ -39,6 +69,8 @@ def _torch_dtype(t) -> np.dtype:
             torch.int32: np.int32,
             torch.int64: np.int64,
             torch.uint8: np.uint8,
+            torch.float16: np.float16,
+            torch.bfloat16: bfloat16,
             torch.float32: np.float32,
             torch.float64: np.float64,
             torch.bool: np.bool_,
@@ -47,38 +79,36 @@ def _torch_dtype(t) -> np.dtype:
             if hasattr(torch, attr):
                 table[getattr(torch, attr)] = np_t
         if t.dtype not in table:
-            raise LaunchError(f"PyTorch dtype {t.dtype} is not supported by coop_tiles")
+            raise LaunchError(f"has PyTorch dtype {t.dtype}, which coop_tiles does not support")
         dt = _TORCH_DTYPES[t.dtype] = np.dtype(table[t.dtype])
     return dt
 
 
+def _check_rank(shape: tuple[int, ...]) -> tuple[int, ...]:
+    if not shape:
+        raise LaunchError("is a 0-d array; pass a number, or an array of at least one dimension")
+    return tuple(int(n) for n in shape)
+
+
 def _from_cupy(a) -> DeviceArray:
-    if not a.flags.c_contiguous:
-        raise LaunchError("is not contiguous; pass a contiguous array (cupy.ascontiguousarray)")
-    return DeviceArray(a.data.ptr, a.dtype, a.size, "cupy")
+    shape = _check_rank(a.shape)
+    return DeviceArray(a.data.ptr, a.dtype, shape, _element_strides(a.strides, shape, a.itemsize), "cupy")
 
 
 def _from_torch(t) -> DeviceArray:
     if not t.is_cuda:
         raise LaunchError("is a PyTorch tensor on the CPU; move it to the GPU with .cuda()")
-    if not t.is_contiguous():
-        raise LaunchError("is not contiguous; pass t.contiguous()")
-    return DeviceArray(t.data_ptr(), _torch_dtype(t), t.numel(), "torch")
+    shape = _check_rank(tuple(t.shape))
+    return DeviceArray(t.data_ptr(), _torch_dtype(t), shape, tuple(t.stride()), "torch")
 
 
 def _from_interface(a) -> DeviceArray:
     cai = a.__cuda_array_interface__
     dtype = np.dtype(cai["typestr"])
-    strides, shape = cai.get("strides"), cai["shape"]
-    if strides is not None:
-        expected, step = [], dtype.itemsize
-        for extent in reversed(shape):
-            expected.append(step)
-            step *= extent
-        if any(s != e for s, e, n in zip(strides, reversed(expected), shape) if n > 1):
-            raise LaunchError("is not contiguous (its strides are not C order)")
-    size = int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
-    return DeviceArray(int(cai["data"][0] or 0), dtype, size, "other")
+    shape = _check_rank(tuple(cai["shape"]))
+    return DeviceArray(
+        int(cai["data"][0] or 0), dtype, shape, _element_strides(cai.get("strides"), shape, dtype.itemsize), "other"
+    )
 
 
 def _from_dlpack(a) -> DeviceArray:
@@ -122,8 +152,8 @@ def device_array(obj: Any, name: str) -> DeviceArray | None:
         arr = extract(obj)
     except LaunchError as e:
         raise LaunchError(f"argument {name!r} {e.message}") from None
-    if arr.dtype not in MEMORY_DTYPES:
-        supported = ", ".join(sorted(d.name for d in MEMORY_DTYPES))
+    if arr.dtype not in SUPPORTED:
+        supported = ", ".join(d.name for d in SUPPORTED)
         raise LaunchError(
             f"argument {name!r} has dtype {arr.dtype.name}, which is not supported; use one of {supported}"
         )
@@ -134,7 +164,7 @@ def arg_type(obj: Any, name: str) -> ArrayType | ScalarType:
     """The type a kernel argument gives its parameter."""
     arr = device_array(obj, name)
     if arr is not None:
-        return ArrayType(arr.dtype)
+        return arr.type
     try:
         t = type_of_python_scalar(obj)
     except Exception:

@@ -24,7 +24,7 @@ from typing import Any
 from ..errors import TileError
 from ..planner.layout import MAX_ITEMS_PER_THREAD
 from . import launcher
-from .compiler import CompiledKernel, Signature
+from .kernel import CompiledKernel, Signature
 
 MIN_OCCUPANCY = 0.5
 CANDIDATES = (64, 128, 256, 512, 1024)

@@ -48,7 +48,7 @@ def generate_source(runtime_names: list[str], constexpr_names: list[str]) -> str
     for i, name in enumerate(runtime_names):
         lines += [
             f"    t{i} = type(v{i})",
-            f"    if t{i} is CUPY_ARRAY and v{i}._c_contiguous:",
+            f"    if t{i} is CUPY_ARRAY and v{i}._c_contiguous and v{i}.ndim == 1:",
             f"        k{i} = v{i}.dtype.num; p{i} = v{i}.data.ptr; q{i} = v{i}.size; libs |= CUPY",
             f"    elif t{i} is int or t{i} is float:",
             f"        k{i} = t{i}; p{i} = v{i}; q{i} = 0",

@@ -5,8 +5,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from ..codegen.params import kernel_params
 from ..errors import LaunchError, SharedMemoryError
-from .compiler import CompiledKernel
+from ..lang.types import ArrayType, ScalarType
+from .kernel import CompiledKernel
 
 STATIC_SHARED_LIMIT = 48 * 1024
 
@@ -163,18 +165,20 @@ def normalize_grid(grid: Any, constexprs: dict[str, Any]) -> tuple[int, int, int
     return tuple(grid) + (1,) * (3 - len(grid))  # type: ignore[return-value]
 
 
-#: struct codes of each parameter-slot kind: an array (pointer and int64 length), unsigned or
-#: bool, signed, float64, float32 (padded to its 8-byte slot). _claunch.c reads the same kinds.
-SLOT_CODES = {"A": "Qq", "Q": "Q", "q": "q", "d": "d", "f": "f4x"}
+#: struct codes of each parameter slot (`KernelParam.slot`): a pointer, a signed 64-bit
+#: integer, unsigned/bool/16-bit bits, float64, float32 (padded to its 8-byte slot).
+SLOT_CODES = {"P": "Q", "Q": "Q", "q": "q", "d": "d", "f": "f4x"}
+#: bytes of the C types that fill a whole 8-byte slot
+_WIDE = {"long long", "double", "cuda::std::int64_t", "cuda::std::uint64_t"}
 
 
-def _slot_kind(dt: Any) -> str:
-    """The slot kind of an argument: `dt` is None for an array, else the scalar's dtype."""
-    if dt is None:
-        return "A"
-    if dt.kind in "ub":
-        return "Q"
-    return "q" if dt.kind == "i" else ("d" if dt.itemsize == 8 else "f")
+def argument_kind(t: ArrayType | ScalarType) -> str:
+    """How a launcher packs one argument: "A" a 1-D unit-stride array (pointer and length, the
+    kind _claunch.c packs), "V" any other array (pointer, then its shape-and-strides tuple), or
+    the scalar's slot code."""
+    if isinstance(t, ArrayType):
+        return "A" if t.ndim == 1 and t.unit_stride else "V"
+    return kernel_params("x", t)[0].slot
 
 
 class PreparedLaunch:
@@ -189,22 +193,21 @@ class PreparedLaunch:
     0.6 us cheaper per launch than cuda.bindings'); otherwise cuda.bindings'.
     """
 
-    def __init__(self, kernel: CompiledKernel, compiled: Any, param_dtypes: list[Any]):
+    def __init__(self, kernel: CompiledKernel, compiled: Any, param_types: list[ArrayType | ScalarType]):
         import ctypes
         import struct
         import sys
         import threading
 
         self.kernel = kernel
-        # C parameters: an array (dtype None) is its pointer and its int64 length, a scalar itself.
-        count = max(1, sum(2 if dt is None else 1 for dt in param_dtypes))
+        params = [kernel_params("x", t) for t in param_types]
+        count = max(1, sum(len(p) for p in params))
         self.slots = (ctypes.c_uint64 * count)()
         self.pointers = (ctypes.c_void_p * count)(*(ctypes.addressof(self.slots) + 8 * i for i in range(count)))
-        # One struct.pack_into writes every argument: pointers and unsigned/bool as Q, signed
-        # integers and lengths as q, float64 as d, float32 as f plus 4 bytes of padding.
-        kinds = [_slot_kind(dt) for dt in param_dtypes]
-        codes = [SLOT_CODES[k] for k in kinds]
-        packed = [f"p{i}, q{i}" if k == "A" else f"p{i}" for i, k in enumerate(kinds)]
+        # One struct.pack_into writes every argument, each parameter into its 8-byte slot.
+        kinds = [argument_kind(t) for t in param_types]
+        codes = ["".join(SLOT_CODES[p.slot] for p in ps) for ps in params]
+        packed = [f"p{i}, q{i}" if k == "A" else (f"p{i}, *q{i}" if k == "V" else f"p{i}") for i, k in enumerate(kinds)]
         namespace: dict[str, Any] = {
             "LOCK": threading.Lock(),
             "P": ctypes.addressof(self.pointers),
@@ -216,9 +219,9 @@ class PreparedLaunch:
         }
         # launch() takes two values per argument (an array's pointer and length; a scalar and an
         # unused 0), so the per-kernel fast path passes them without building tuples.
-        params = "".join(f", p{i}, q{i}" for i in range(len(param_dtypes)))
-        body = [f"def launch(g0, g1, g2, stream{params}):", "    with LOCK:"]
-        if param_dtypes:
+        names = "".join(f", p{i}, q{i}" for i in range(len(param_types)))
+        body = [f"def launch(g0, g1, g2, stream{names}):", "    with LOCK:"]
+        if param_types:
             namespace["PACK_ERROR"] = struct.error
             body += [
                 "        try:",
@@ -254,7 +257,7 @@ class PreparedLaunch:
         # When every parameter is 8 bytes wide, the slots are laid out exactly as the kernel's
         # parameters, and the C path hands the driver the whole buffer (CU_LAUNCH_PARAM_BUFFER_*),
         # which is cheaper than one pointer per parameter; otherwise (0) it passes the pointers.
-        whole_buffer = bool(param_dtypes) and all(dt is None or dt.itemsize == 8 for dt in param_dtypes)
+        whole_buffer = bool(param_types) and all(p.cxx in _WIDE or p.slot == "P" for ps in params for p in ps)
         self.c_info = (
             int(compiled.handle),
             kernel.block_threads,

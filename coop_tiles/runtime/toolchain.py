@@ -115,7 +115,8 @@ def read_storage_sizes(ptx: bytes) -> dict[str, int]:
 
 
 def numba_compile(source: str, function: str, abi_name: str, shims, param_types: tuple[str, ...], arch: str) -> bytes:
-    """Compile the generated body source with Numba to LTO-IR (`abi="c"`, named `abi_name`)."""
+    """Compile generated Numba source (the body or a combine function) to LTO-IR (`abi="c"`,
+    named `abi_name`), with `param_types` its parameters' Numba type names."""
     from numba import cuda, types
     from numba.core.extending import intrinsic
 
@@ -134,7 +135,7 @@ def numba_compile(source: str, function: str, abi_name: str, shims, param_types:
         sig = nb_type(decl.restype)(*(nb_type(a) for a in decl.argtypes))
         namespace[decl.name] = cuda.declare_device(decl.name, sig, abi="c")
     exec(compile(source, f"<coop_tiles body {function}>", "exec"), namespace)
-    sig = types.void(types.CPointer(types.uint8), *(nb_type(t) for t in param_types))
+    sig = types.void(*(nb_type(t) for t in param_types))
     cc = tuple(int(c) for c in _cc(arch))
     try:
         result = cuda.compile(

@@ -1,0 +1,24 @@
+"""Public functions of the language are stubs: their signature and docstring are the contract,
+and calling them outside a tile program is a clear error."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+from ..errors import TileTypeError
+
+_PUBLIC_PREFIX = {"coop_tiles.tile": "tile"}
+
+
+def stub(fn: Callable) -> Callable:
+    """Keep `fn`'s signature and docstring; calling it outside a `@ct.jit` program raises."""
+
+    @functools.wraps(fn)
+    def outside(*args, **kwargs):
+        raise TileTypeError(
+            f"{_PUBLIC_PREFIX.get(fn.__module__, 'ct')}.{fn.__name__}() can only be used inside a @ct.jit tile "
+            "program (run it with kernel[grid](...), or interpret=True to run it with NumPy)"
+        )
+
+    return outside

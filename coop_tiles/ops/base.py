@@ -1,0 +1,126 @@
+"""What defines a tile op, in one place: `TileOp`, the registry, and the shim-call description.
+
+A tile op (`tile.load`, `tile.scan`, ...) is one `TileOp` subclass in one module of this
+package. It owns the op's IR statement class and every rule about it:
+
+- `build`: argument checks and typing; emits the statement (front end, both modes);
+- `interpret`: its NumPy semantics (the interpreter);
+- `layout`: what it needs of its tiles' ThreadData layouts (planner);
+- `choose`: the CUB primitive and algorithm it runs as (planner);
+- `lower`: its C++ shim, written into the kernel's translation unit, and the `ShimCall` that
+  the generated body makes (codegen renders the call; no op writes body code itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+
+from ..lang import ir
+
+if TYPE_CHECKING:
+    from ..codegen.shims import ShimWriter
+    from ..lang.frontend import Builder
+    from ..lang.interpreter import Frame
+    from ..planner.layout import CollectiveChoice, LayoutContext
+
+
+# ----- shim calls: what the body passes to a shim, described as data ----------------------------
+@dataclass(frozen=True)
+class TileArg:
+    """A tile, passed as a pointer to this thread's items (`T* name`)."""
+
+    var: ir.Var
+    name: str
+
+
+@dataclass(frozen=True)
+class ValueArg:
+    """A block-uniform scalar, passed by value (`T name`), already of the shim's dtype."""
+
+    value: ir.Value
+    name: str
+
+
+@dataclass(frozen=True)
+class ArrayArg:
+    """A 1-D array or view: `T* name, long long name_off, long long name_len` and, unless the
+    view has unit stride, `long long name_stride` (all in elements)."""
+
+    var: ir.Var
+    name: str
+
+
+@dataclass(frozen=True)
+class OutArg:
+    """A block-uniform scalar result, written through a pointer (`T* name`)."""
+
+    var: ir.Var
+    name: str
+
+
+@dataclass(frozen=True)
+class ShimCall:
+    """One call from the body to shim `name`; its result, if any, goes to `ret`. Every shim also
+    receives the TempStorage buffer and its byte offset (`smem`, `soff`)."""
+
+    name: str
+    args: tuple[TileArg | ValueArg | ArrayArg | OutArg, ...]
+    ret: ir.Var | None = None
+
+
+# ----- the op definition ------------------------------------------------------------------------
+class TileOp:
+    """Base of every tile op; see the module docstring for what each hook does."""
+
+    #: the documented public function(s) this op implements (their signatures bind the arguments).
+    publics: ClassVar[tuple[Callable, ...]] = ()
+    #: the IR statement class the op emits (None: it only emits generic statements).
+    stmt: ClassVar[type | None] = None
+
+    def build(self, b: Builder, args: dict[str, Any], public: Callable) -> Any:
+        raise NotImplementedError
+
+    def interpret(self, s: Any, frame: Frame) -> None:
+        raise NotImplementedError
+
+    def layout(self, s: Any, ctx: LayoutContext) -> None:
+        """Join or constrain tile layouts (default: none)."""
+
+    def choose(self, s: Any, ctx: LayoutContext) -> CollectiveChoice | None:
+        return None
+
+    def lower(self, s: Any, w: ShimWriter) -> ShimCall | None:
+        raise NotImplementedError
+
+
+#: public function -> the op that builds its calls
+BY_PUBLIC: dict[Callable, TileOp] = {}
+#: IR statement class -> the op that defines it
+BY_STMT: dict[type, TileOp] = {}
+
+
+def register(op_class: type[TileOp]) -> type[TileOp]:
+    """Class decorator: make `op_class` the definition of its public functions and statement."""
+    op = op_class()
+    for public in op_class.publics:
+        BY_PUBLIC[public] = op
+    if op_class.stmt is not None:
+        BY_STMT[op_class.stmt] = op
+    return op_class
+
+
+def op_of(s: ir.Stmt) -> TileOp | None:
+    return BY_STMT.get(type(s))
+
+
+def seq(values: Any) -> tuple:
+    """A value or tuple of values as a tuple."""
+    return values if isinstance(values, tuple) else (values,)
+
+
+def errstate() -> Any:
+    return np.errstate(all="ignore")

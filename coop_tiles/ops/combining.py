@@ -1,0 +1,135 @@
+"""What scans and reductions share: how `op=` is typed (a built-in op or a `@ct.combine`
+function over a tuple of tiles), the NumPy folds, and the C++ item and operator they run on."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import accumulator, check_op, cxx_name, storage_dtype
+from ..errors import TileTypeError, TileValueError
+from ..lang import ir
+from ..lang.combine import CombineFunction
+from ..lang.values import Const, is_tile
+from .base import seq
+
+UFUNCS = {
+    "add": np.add,
+    "mul": np.multiply,
+    "max": np.maximum,
+    "min": np.minimum,
+    "and": np.bitwise_and,
+    "or": np.bitwise_or,
+    "xor": np.bitwise_xor,
+}
+FUNCTORS = {
+    "add": "coop::add",
+    "mul": "coop::mul",
+    "max": "coop::max",
+    "min": "coop::min",
+    "and": "coop::bit_and",
+    "or": "coop::bit_or",
+    "xor": "coop::bit_xor",
+}
+
+
+def typed_op(b: Any, op: Any, t: Any, what: str) -> tuple[str | ir.Combine, tuple[ir.Var, ...], tuple[np.dtype, ...]]:
+    """(op, source tiles, item dtypes) of a scan or reduction; built-in ops on 16-bit floats run
+    on float32 copies of the tile."""
+    items = seq(t)
+    if not items or not all(is_tile(v) for v in items):
+        raise TileTypeError(f"{what} expects a tile or a tuple of tiles, got {_describe(t)}")
+    if len({v.type.size for v in items}) > 1:
+        raise TileTypeError(f"{what} of tiles of different sizes: " + ", ".join(str(v.type) for v in items))
+    if isinstance(op, Const) and isinstance(op.value, CombineFunction):
+        from ..lang.frontend import build_combine
+
+        dtypes = tuple(v.type.dtype for v in items)
+        return build_combine(b, op.value, dtypes), tuple(items), dtypes
+    if not (isinstance(op, Const) and isinstance(op.value, str)):
+        raise TileValueError(
+            f"op must be one of {', '.join(repr(o) for o in UFUNCS)} or a @ct.combine function, got {_describe(op)}"
+        )
+    if len(items) != 1 or not isinstance(t, ir.Var):
+        raise TileTypeError(f"{what} of a tuple of tiles needs a @ct.combine function as op")
+    src = items[0]
+    acc = accumulator(src.type.dtype)
+    check_op(op.value, acc)
+    src = b.convert(src, acc)
+    return op.value, (src,), (acc,)
+
+
+def combine_operands(b: Any, value: Any, dtypes: tuple[np.dtype, ...], what: str) -> tuple[ir.Value, ...]:
+    """`initial` of a scan: one block-uniform scalar per item dtype, converted to it."""
+    if isinstance(value, Const) and isinstance(value.value, tuple):
+        value = tuple(Const(v) for v in value.value)
+    values = value if isinstance(value, tuple) else (value,)
+    if len(values) != len(dtypes):
+        raise TileTypeError(f"{what} must have {len(dtypes)} value{'s' if len(dtypes) > 1 else ''}, one per tile")
+    return tuple(b.convert(b.scalar(v, what), dt) for v, dt in zip(values, dtypes))
+
+
+def _describe(v: Any) -> str:
+    from ..lang.values import describe
+
+    return describe(v)
+
+
+def combine_scan(fn: ir.Combine, xs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+    """Inclusive scan with a combine function: log2(n) vectorized steps, the earlier element
+    always on the left (Hillis and Steele)."""
+    from ..lang.interpreter import evaluate_combine
+
+    xs = tuple(x.copy() for x in xs)
+    n, d = len(xs[0]), 1
+    while d < n:
+        new = evaluate_combine(fn, tuple(x[:-d] for x in xs), tuple(x[d:] for x in xs))
+        for x, v in zip(xs, new):
+            x[d:] = v
+        d *= 2
+    return xs
+
+
+def combine_fold(fn: ir.Combine, xs: tuple[np.ndarray, ...]) -> tuple[Any, ...]:
+    """The in-order fold of a combine function over the elements (a pairwise tree, order kept)."""
+    from ..lang.interpreter import evaluate_combine
+
+    while len(xs[0]) > 1:
+        n = len(xs[0])
+        even = n - n % 2
+        folded = evaluate_combine(fn, tuple(x[0:even:2] for x in xs), tuple(x[1:even:2] for x in xs))
+        xs = tuple(np.concatenate([f, x[even:]]).astype(x.dtype) for f, x in zip(folded, xs))
+    return tuple(x[0] for x in xs)
+
+
+def item_code(
+    w: Any, cid: int, op: str, combine: bool, dtypes: list[np.dtype]
+) -> tuple[str, str, str, Callable[[str, str], str], Callable[[str, int], str]]:
+    """(C++ item type, operator functor, declarations, pack(target, source pattern), unpack(expr, i))
+    for a collective over `dtypes` with `op`. A combine function's items are a struct of its k
+    dtypes and its operator calls the combine function compiled from the user's Python."""
+    if not combine:
+        t = cxx_name(dtypes[0])
+        return t, FUNCTORS[op], "", lambda dst, src: f"{dst} = {src.format(0)};", lambda expr, i: expr
+    item, functor = f"coop_item_{cid}", f"coop_op_{cid}"
+    types = [cxx_name(storage_dtype(dt)) for dt in dtypes]
+    fields = " ".join(f"{t} f{i};" for i, t in enumerate(types))
+    k = len(types)
+    fn = w.combine_symbol(op)
+    params = ", ".join([*(f"{t}" for t in types), *(f"{t}" for t in types), *(f"{t}*" for t in types)])
+    operands = ", ".join(
+        [*(f"a.f{i}" for i in range(k)), *(f"b.f{i}" for i in range(k)), *(f"&r.f{i}" for i in range(k))]
+    )
+    code = (
+        f"struct {item} {{ {fields} }};\n"
+        f'extern "C" __device__ void {fn}({params});\n'
+        f"struct {functor} {{ __device__ __forceinline__ {item} operator()(const {item}& a, const {item}& b) const "
+        f"{{ {item} r; {fn}({operands}); return r; }} }};\n"
+    )
+
+    def pack(dst: str, src: str) -> str:
+        return " ".join(f"{dst}.f{i} = {src.format(i)};" for i in range(k))
+
+    return item, functor, code, pack, lambda expr, i: f"{expr}.f{i}"

@@ -1,0 +1,141 @@
+"""`tile.load` and `tile.store`: a tile from/to a 1-D array or view, with a valid count."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import tile
+from ..errors import TileTypeError, TileValueError
+from ..lang import ir
+from ..lang.types import TileType
+from .base import ArrayArg, ShimCall, TileArg, TileOp, ValueArg, register
+
+
+@dataclass
+class TileLoad(ir.Collective):
+    out: ir.Var
+    array: ir.Var
+    offset: ir.Value
+    valid: ir.Value | None
+    other: ir.Value
+
+
+@dataclass
+class TileStore(ir.Collective):
+    array: ir.Var
+    offset: ir.Value
+    tile: ir.Var
+    valid: ir.Value | None
+
+
+def _one_d(b: Any, v: Any, what: str) -> ir.Var:
+    array = b.array(v, what)
+    if array.type.ndim != 1:
+        raise TileTypeError(
+            f"{what} must be a 1-D array or view, got a {array.type.ndim}-d array; index it down to one "
+            f"axis first (a[i] is the row i of a 2-d array)"
+        )
+    return array
+
+
+def _offset(b: Any, v: Any, what: str) -> ir.Value:
+    return b.convert(b.scalar(v, what, "iu"), np.dtype(np.int64))
+
+
+def _valid(b: Any, v: Any) -> ir.Value | None:
+    v = b.optional(v)
+    return None if v is None else _offset(b, v, "valid")
+
+
+def _span(frame: Any, array: np.ndarray, offset: ir.Value, valid: ir.Value | None, size: int, what: str):
+    """(offset, count) of the elements an op touches; TileValueError when they leave the array."""
+    start = int(frame.get(offset))
+    count = size if valid is None else int(np.clip(int(frame.get(valid)), 0, size))
+    if count and (start < 0 or start + count > array.shape[0]):
+        raise TileValueError(
+            f"{what} touches elements [{start}, {start + count}) of an array of {array.shape[0]} elements"
+        )
+    return start, count
+
+
+@register
+class Load(TileOp):
+    publics = (tile.load,)
+    stmt = TileLoad
+
+    def build(self, b, a, public):
+        array = _one_d(b, a["a"], "tile.load's first argument")
+        dt = array.type.dtype
+        size = b.tile_size(a["size"])
+        other = b.convert(b.scalar(a["other"], "other"), dt)
+        out = b.temp(TileType(dt, size))
+        b.emit(TileLoad(out, array, _offset(b, a["offset"], "the offset"), _valid(b, a["valid"]), other))
+        return out
+
+    def interpret(self, s: TileLoad, frame) -> None:
+        array = frame.get(s.array)
+        size = s.out.type.size
+        start, count = _span(frame, array, s.offset, s.valid, size, "tile.load")
+        data = np.full(size, frame.get(s.other), dtype=array.dtype)
+        data[:count] = array[start : start + count]
+        frame.env[s.out.name] = data
+
+    def choose(self, s: TileLoad, ctx):
+        return ctx.transfer_choice(s, s.out, s.array, load=True)
+
+    def lower(self, s: TileLoad, w) -> ShimCall:
+        call = ShimCall(
+            f"coop_load_{s.cid}",
+            (
+                TileArg(s.out, "items"),
+                ArrayArg(s.array, "a"),
+                ValueArg(s.offset, "offset"),
+                ValueArg(s.valid if s.valid is not None else ir.Lit(s.out.type.size, s.offset.type), "valid"),
+                ValueArg(s.other, "other"),
+            ),
+        )
+        w.transfer(call, s.cid, "load", s.out, s.array.type, ", other")
+        return call
+
+
+@register
+class Store(TileOp):
+    publics = (tile.store,)
+    stmt = TileStore
+
+    def build(self, b, a, public):
+        array = _one_d(b, a["a"], "tile.store's first argument")
+        t = b.tile(a["t"], "the stored value")
+        t = b.convert(t, array.type.dtype)  # stored in the array's dtype
+        b.emit(TileStore(array, _offset(b, a["offset"], "the offset"), t, _valid(b, a["valid"])))
+        return _none()
+
+    def interpret(self, s: TileStore, frame) -> None:
+        array = frame.get(s.array)
+        start, count = _span(frame, array, s.offset, s.valid, s.tile.type.size, "tile.store")
+        array[start : start + count] = frame.get(s.tile)[:count]
+
+    def choose(self, s: TileStore, ctx):
+        return ctx.transfer_choice(s, s.tile, s.array, load=False)
+
+    def lower(self, s: TileStore, w) -> ShimCall:
+        call = ShimCall(
+            f"coop_store_{s.cid}",
+            (
+                ArrayArg(s.array, "a"),
+                ValueArg(s.offset, "offset"),
+                ValueArg(s.valid if s.valid is not None else ir.Lit(s.tile.type.size, s.offset.type), "valid"),
+                TileArg(s.tile, "items"),
+            ),
+        )
+        w.transfer(call, s.cid, "store", s.tile, s.array.type, "")
+        return call
+
+
+def _none():
+    from ..lang.values import Const
+
+    return Const(None)

@@ -1,0 +1,95 @@
+"""`tile.reduce` (and `tile.sum`/`max`/`min`): a tile, or a tuple of tiles with a `@ct.combine`
+function, folded to block-uniform scalars.
+
+Built-in ops lower to `cub::BlockReduce` with warp reductions over any arrangement (they
+commute; padding takes the identity). A combine function need not commute: its tiles are kept
+blocked, each thread folds its own items in order, and BLOCK_REDUCE_RAKING (which keeps the
+threads' order) folds the threads that hold valid items.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import tile
+from ..lang import ir
+from ..lang.types import ScalarType
+from ..lang.values import Const
+from .base import OutArg, ShimCall, TileArg, TileOp, errstate, register
+from .combining import UFUNCS, combine_fold, item_code, typed_op
+
+_NAMED = {tile.sum: "add", tile.max: "max", tile.min: "min"}
+
+
+@dataclass
+class TileReduce(ir.Collective):
+    outs: tuple[ir.Var, ...]
+    srcs: tuple[ir.Var, ...]
+    op: str
+    combine: bool
+
+
+@register
+class Reduce(TileOp):
+    publics = (tile.reduce, tile.sum, tile.max, tile.min)
+    stmt = TileReduce
+
+    def build(self, b, a, public):
+        op_value = Const(_NAMED[public]) if public in _NAMED else a["op"]
+        op, srcs, dtypes = typed_op(b, op_value, a["t"], f"tile.{public.__name__}")
+        outs = tuple(b.temp(ScalarType(dt)) for dt in dtypes)
+        b.emit(TileReduce(outs, srcs, op if isinstance(op, str) else op.name, not isinstance(op, str)))
+        return outs if len(outs) > 1 or not isinstance(a["t"], ir.Var) else outs[0]
+
+    def interpret(self, s: TileReduce, frame) -> None:
+        xs = tuple(frame.get(v) for v in s.srcs)
+        if s.combine:
+            values = combine_fold(frame.program.combines[s.op], xs)
+        else:
+            with errstate():
+                values = (UFUNCS[s.op].reduce(xs[0], dtype=xs[0].dtype),)
+        for var, value in zip(s.outs, values):
+            frame.set(var, value)
+
+    def layout(self, s: TileReduce, ctx) -> None:
+        if s.combine:  # in-order fold: blocked items, one arrangement for the whole tuple
+            ctx.join_blocked(list(s.srcs))
+
+    def choose(self, s: TileReduce, ctx):
+        algorithm = "BLOCK_REDUCE_RAKING" if s.combine else "BLOCK_REDUCE_WARP_REDUCTIONS"
+        return ctx.choice(s, f"reduce[{s.op}]", "BlockReduce", algorithm)
+
+    def lower(self, s: TileReduce, w) -> ShimCall:
+        k = len(s.srcs)
+        args = [TileArg(v, f"in{i}") for i, v in enumerate(s.srcs)] + [
+            OutArg(v, f"result{i}") for i, v in enumerate(s.outs)
+        ]
+        call = ShimCall(f"coop_reduce_{s.cid}", tuple(args))
+        lay = w.layout(s.srcs[0])
+        items, threads, size = lay.items_per_thread, w.threads, lay.size
+        item, op, code, pack, unpack = item_code(w, s.cid, s.op, s.combine, [v.type.dtype for v in s.srcs])
+        algorithm = w.choice(s.cid).algorithm
+        alias = f"coop_reduce_{s.cid}_t"
+        cub_type = f"cub::BlockReduce<{item}, {threads}, cub::{algorithm}>"
+        code += f"using {alias} = {cub_type};\n" + w.storage(s.cid, cub_type, f"{item} result; ")
+        body = w.storage_ref(s.cid) + "".join(w.items_ref(f"x{i}", f"in{i}", v, items) for i, v in enumerate(s.srcs))
+        full = threads * items == size
+        index = w.element_index(s.srcs[0])
+        if s.combine:
+            valid_threads = -(-size // items)
+            body += f"  {item} acc;\n  {pack('acc', 'x{}[0]')}\n"
+            body += f"  for (int i = 1; i < {items}; ++i) {{\n"
+            body += f"    {item} v; {pack('v', 'x{}[i]')}\n"
+            body += "    " + ("" if full else f"if ({index} < {size}) ") + f"acc = {op}{{}}(acc, v);\n  }}\n"
+            reduce_call = f"Reduce(acc, {op}{{}}, {valid_threads})" if not full else f"Reduce(acc, {op}{{}})"
+        else:
+            body += f"  {item} acc = {w.identity(s.op, s.srcs[0].type.dtype)};\n"
+            guard = "" if full else f"if ({index} < {size}) "
+            body += f"  for (int i = 0; i < {items}; ++i) {guard}acc = {op}{{}}(acc, x0[i]);\n"
+            reduce_call = "Sum(acc)" if s.op == "add" else f"Reduce(acc, {op}{{}})"
+        body += (
+            f"  {item} r = {alias}(s.temp).{reduce_call};\n  if (threadIdx.x == 0) s.result = r;\n  __syncthreads();\n"
+        )
+        body += "".join(f"  *result{i} = {unpack('s.result', i)};\n" for i in range(k))
+        w.define(call, code, body)
+        return call

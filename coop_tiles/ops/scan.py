@@ -1,0 +1,146 @@
+"""`tile.scan`: block-wide inclusive/exclusive scan of a tile, or of a tuple of tiles with a
+`@ct.combine` function, optionally seeded (`initial`) and returning the carry (`return_total`).
+
+Built-in ops on 16-bit floats scan in float32 (the contract's accumulation rule). Lowered to
+`cub::BlockScan` over blocked items: over the tile's dtype for built-in ops, over a generated
+struct of the k dtypes for combine functions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import tile
+from ..dtypes import identity
+from ..errors import TileValueError
+from ..lang import ir
+from ..lang.types import ScalarType, TileType
+from .base import OutArg, ShimCall, TileArg, TileOp, ValueArg, errstate, register
+from .combining import UFUNCS, combine_operands, combine_scan, item_code, typed_op
+
+
+@dataclass
+class TileScan(ir.Collective):
+    outs: tuple[ir.Var, ...]
+    srcs: tuple[ir.Var, ...]
+    op: str  # a built-in op, or the name of a combine function in `Program.combines`
+    combine: bool
+    exclusive: bool
+    initial: tuple[ir.Value, ...] | None
+    totals: tuple[ir.Var, ...] | None
+
+
+@register
+class Scan(TileOp):
+    publics = (tile.scan,)
+    stmt = TileScan
+
+    def build(self, b, a, public):
+        op, srcs, dtypes = typed_op(b, a["op"], a["t"], "tile.scan")
+        exclusive = b.constant(a["exclusive"], "exclusive", bool)
+        return_total = b.constant(a["return_total"], "return_total", bool)
+        initial = b.optional(a["initial"])
+        if initial is not None:
+            initial = combine_operands(b, initial, dtypes, "initial")
+        elif exclusive and not isinstance(op, str):
+            raise TileValueError("an exclusive scan with a @ct.combine function needs initial= (there is no identity)")
+        size = srcs[0].type.size
+        outs = tuple(b.temp(TileType(dt, size)) for dt in dtypes)
+        totals = tuple(b.temp(ScalarType(dt)) for dt in dtypes) if return_total else None
+        name = op if isinstance(op, str) else op.name
+        b.emit(TileScan(outs, srcs, name, not isinstance(op, str), exclusive, initial, totals))
+        result = outs if len(outs) > 1 or not isinstance(a["t"], ir.Var) else outs[0]
+        if not return_total:
+            return result
+        return result, (totals if len(totals) > 1 or not isinstance(a["t"], ir.Var) else totals[0])
+
+    def interpret(self, s: TileScan, frame) -> None:
+        xs = tuple(frame.get(v) for v in s.srcs)
+        seed = None if s.initial is None else tuple(frame.get(v) for v in s.initial)
+        if s.combine:
+            fn = frame.program.combines[s.op]
+            if seed is not None:
+                xs = tuple(np.concatenate([[v], x]).astype(x.dtype) for v, x in zip(seed, xs))
+            acc = combine_scan(fn, xs)
+            if seed is not None:
+                out = tuple(a[:-1] if s.exclusive else a[1:] for a in acc)
+            else:
+                out = acc
+            total = tuple(a[-1] for a in acc)
+        else:
+            (x,) = xs
+            dt = x.dtype
+            ufunc = UFUNCS[s.op]
+            start = identity(s.op, dt) if seed is None else seed[0]
+            with errstate():
+                acc = ufunc.accumulate(np.concatenate([[start], x]).astype(dt), dtype=dt)
+                inclusive = ufunc.accumulate(x, dtype=dt) if seed is None else acc[1:]
+            out = (acc[:-1] if s.exclusive else inclusive,)
+            total = (acc[-1],)
+        for var, value in zip(s.outs, out):
+            frame.env[var.name] = np.ascontiguousarray(value)
+        for var, value in zip(s.totals or (), total):
+            frame.set(var, value)
+
+    def layout(self, s: TileScan, ctx) -> None:
+        ctx.join_blocked([*s.srcs, *s.outs])
+
+    def choose(self, s: TileScan, ctx):
+        return ctx.choice(s, f"scan[{s.op}]", "BlockScan", "BLOCK_SCAN_WARP_SCANS")
+
+    def lower(self, s: TileScan, w) -> ShimCall:
+        k = len(s.srcs)
+        args = [TileArg(v, f"in{i}") for i, v in enumerate(s.srcs)] + [
+            TileArg(v, f"out{i}") for i, v in enumerate(s.outs)
+        ]
+        args += [ValueArg(v, f"initial{i}") for i, v in enumerate(s.initial or ())]
+        args += [OutArg(v, f"total{i}") for i, v in enumerate(s.totals or ())]
+        call = ShimCall(f"coop_scan_{s.cid}", tuple(args))
+        lay = w.layout(s.srcs[0])
+        items, threads, size = lay.items_per_thread, w.threads, lay.size
+        item, op, code, pack, unpack = item_code(w, s.cid, s.op, s.combine, [v.type.dtype for v in s.srcs])
+        alias = f"coop_scan_{s.cid}_t"
+        cub_type = f"cub::BlockScan<{item}, {threads}, cub::BLOCK_SCAN_WARP_SCANS>"
+        code += f"using {alias} = {cub_type};\n" + w.storage(s.cid, cub_type, f"{item} total; ")
+        body = w.storage_ref(s.cid)
+        body += "".join(w.items_ref(f"x{i}", f"in{i}", v, items) for i, v in enumerate(s.srcs))
+        body += "".join(w.items_ref(f"o{i}", f"out{i}", v, items) for i, v in enumerate(s.outs))
+        body += f"  {item} y[{items}];\n  for (int i = 0; i < {items}; ++i) {pack('y[i]', 'x{}[i]')}\n"
+        kind = "Exclusive" if s.exclusive else "Inclusive"
+        padded = threads * items != size
+        init = None
+        if s.initial is not None:
+            init = "init"
+            body += f"  {item} init;\n  {pack('init', 'initial{}')}\n"
+        elif not s.combine and (s.exclusive or s.totals):
+            init = w.identity(s.op, s.srcs[0].type.dtype)
+        if s.totals is not None and not padded and init is not None:
+            # the block prefix callback keeps the running fold: the carry (CUB's own idiom)
+            body += f"  coop::carry<{item}, {op}> c{{{init}}};\n  {alias}(s.temp).{kind}Scan(y, y, {op}{{}}, c);\n"
+            body += "  if (threadIdx.x == 0) s.total = c.running;\n"
+        else:
+            if init is not None:
+                body += f"  {alias}(s.temp).{kind}Scan(y, y, {init}, {op}{{}});\n"
+            elif not s.combine and s.op == "add":
+                body += f"  {alias}(s.temp).InclusiveSum(y, y);\n"
+            else:
+                body += f"  {alias}(s.temp).InclusiveScan(y, y, {op}{{}});\n"
+            if s.totals is not None:
+                # the fold through the last valid element, from the thread that holds it
+                thread, slot = (size - 1) // items, (size - 1) % items
+                value = f"{op}{{}}(y[{slot}], x_item)" if s.exclusive else f"y[{slot}]"
+                body += (
+                    f"  if (int(threadIdx.x) == {thread}) {{ {item} x_item; "
+                    f"{pack('x_item', f'x{{}}[{slot}]')} s.total = {value}; }}\n"
+                )
+        if s.totals is not None:
+            body += "  __syncthreads();\n" + "".join(f"  *total{i} = {unpack('s.total', i)};\n" for i in range(k))
+        body += (
+            f"  for (int i = 0; i < {items}; ++i) {{ "
+            + " ".join(f"o{i}[i] = {unpack('y[i]', i)};" for i in range(k))
+            + " }\n"
+        )
+        w.define(call, code, body)
+        return call

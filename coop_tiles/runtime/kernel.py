@@ -1,0 +1,73 @@
+"""A compiled kernel as plain data: what `kernel.compile(...)` returns and the launcher loads."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..lang import ir
+from ..lang.types import ArrayType, ScalarType
+from ..planner import Plan
+from . import toolchain
+
+
+@dataclass(frozen=True)
+class Signature:
+    """The specialisation key: argument types, constexpr values, block size setting and target arch."""
+
+    params: tuple[tuple[str, ArrayType | ScalarType], ...]
+    constexprs: tuple[tuple[str, Any], ...]
+    block_threads: int | None
+    arch: str
+
+
+@dataclass
+class CompiledKernel:
+    """A kernel compiled for one signature."""
+
+    signature: Signature
+    program: ir.Program
+    plan: Plan
+    shim_source: str
+    numba_source: str
+    kernel_name: str
+    cubin: bytes
+    _ltoirs: Callable[[], list[tuple[str, bytes]]] = field(repr=False)
+    _ptx: bytes | None = field(default=None, repr=False)
+    #: cuda.core Kernel per device id, filled by the launcher.
+    loaded: dict = field(default_factory=dict, repr=False)
+    #: `hook(kernel, loaded_function, device_id)` run once per device before the first launch.
+    pre_launch_hooks: list[Callable[[CompiledKernel, Any, int], None]] = field(default_factory=list, repr=False)
+    #: how threads per block were chosen at the first launch, when `block_threads=None`.
+    block_choice: Any = field(default=None, repr=False)
+
+    def add_pre_launch_hook(self, hook: Callable[[CompiledKernel, Any, int], None]) -> None:
+        """Run `hook(kernel, function, device_id)` once on each device, before the first launch there
+        (the runtime's own dynamic shared memory opt-in is such a hook)."""
+        self.pre_launch_hooks.append(hook)
+
+    @property
+    def shared_bytes(self) -> int:
+        """Bytes of dynamic shared memory (the TempStorage carve) each block needs."""
+        return self.plan.shared_bytes
+
+    @property
+    def block_threads(self) -> int:
+        return self.plan.block_threads
+
+    @property
+    def arch(self) -> str:
+        return self.signature.arch
+
+    @property
+    def ptx(self) -> str:
+        """The linked, optimised PTX of the whole kernel (computed on first access)."""
+        if self._ptx is None:
+            self._ptx = toolchain.link(self._ltoirs(), self.arch, output="ptx")
+        return self._ptx.decode()
+
+    def local_memory_bytes(self) -> int:
+        """Bytes of `.local` (stack/spill) memory in the PTX; 0 for a well-formed kernel."""
+        return sum(int(m) for m in re.findall(r"\.local \.align \d+ \.b8 \S+\[(\d+)\]", self.ptx))
