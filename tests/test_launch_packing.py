@@ -9,15 +9,19 @@ import numpy as np
 import pytest
 from programs import vector_add
 
+from coop_tiles.dtypes import bfloat16
 from coop_tiles.jit import JITFunction
+from coop_tiles.lang.types import ArrayType, ScalarType
 from coop_tiles.runtime import fastpath
 from coop_tiles.runtime.launcher import PreparedLaunch
 
 
 def test_arguments_are_packed_into_typed_slots():
     kernel = SimpleNamespace(block_threads=128, shared_bytes=4096, program=SimpleNamespace(name="k"))
-    dtypes = [None, np.dtype(np.float32), np.dtype(np.int16), np.dtype(np.bool_), np.dtype(np.float64), None]
-    prepared = PreparedLaunch(kernel, SimpleNamespace(handle=0), dtypes)
+    array = ArrayType(np.dtype(np.float32))
+    scalars = [np.dtype(np.float32), np.dtype(np.int16), np.dtype(np.bool_), np.dtype(np.float64)]
+    types = [array, *(ScalarType(d) for d in scalars), array]
+    prepared = PreparedLaunch(kernel, SimpleNamespace(handle=0), types)
     seen = {}
 
     def fake_launch(f, g0, g1, g2, b0, b1, b2, shared, stream, params, extra):
@@ -38,8 +42,32 @@ def test_arguments_are_packed_into_typed_slots():
     assert struct.unpack("<Q", slots[6])[0] == 0x2000 and struct.unpack("<q", slots[7])[0] == 456
     assert seen["launch"] == (7, 2, 1, 128, 4096, 99)
     assert prepared.c_info[6] == 0  # narrower parameters: the C path passes one pointer per parameter
-    wide = PreparedLaunch(kernel, SimpleNamespace(handle=0), [None, np.dtype(np.int64), np.dtype(np.float64), None])
+    wide = PreparedLaunch(
+        kernel,
+        SimpleNamespace(handle=0),
+        [array, ScalarType(np.dtype(np.int64)), ScalarType(np.dtype(np.float64)), array],
+    )
     assert wide.c_info[6] == 8 * 6  # all 8 bytes wide: the slots are the kernel's parameter layout
+
+
+def test_strided_arrays_and_half_scalars_are_packed():
+    """A (rows, cols) view with strides (1, rows) packs pointer, both extents and both strides; a
+    transposed-contiguous 2-D array leaves out its unit last stride; 16-bit floats go as bits."""
+    kernel = SimpleNamespace(block_threads=32, shared_bytes=0, program=SimpleNamespace(name="k"))
+    types = [ArrayType(np.dtype(np.float32), 2, False), ScalarType(bfloat16), ArrayType(np.dtype(np.int8), 2, True)]
+    prepared = PreparedLaunch(kernel, SimpleNamespace(handle=0), types)
+    seen = {}
+
+    def fake_launch(f, g0, g1, g2, b0, b1, b2, shared, stream, params, extra):
+        pointers = (ctypes.c_void_p * 10).from_address(params)
+        seen["slots"] = [struct.unpack("<q", ctypes.string_at(pointers[i], 8))[0] for i in range(10)]
+        return ("ok",)
+
+    prepared.launch.__globals__["LAUNCH"] = fake_launch
+    prepared.launch.__globals__["OK"] = "ok"
+    bits = int(np.asarray(1.5, bfloat16).view(np.uint16))
+    prepared.launch(1, 1, 1, 0, 0x1000, (3, 5, 1, 3), bits, 0, 0x2000, (4, 7, 7))
+    assert seen["slots"] == [0x1000, 3, 5, 1, 3, bits, 0x2000, 4, 7, 7]
 
 
 def _recording_kernel(base: type) -> type:

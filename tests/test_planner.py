@@ -8,6 +8,9 @@ from coop_tiles import tile
 from coop_tiles.lang import ir
 from coop_tiles.lang.frontend import build_program
 from coop_tiles.lang.types import WEAK_INT, ArrayType
+from coop_tiles.ops.memory import TileLoad, TileStore  # noqa: F401
+from coop_tiles.ops.reduce import TileReduce  # noqa: F401
+from coop_tiles.ops.scan import TileScan  # noqa: F401
 from coop_tiles.planner import StorageNeed, carve, finish_plan, plan_layouts
 
 I32 = ArrayType(np.dtype(np.int32))
@@ -26,7 +29,7 @@ def collectives(p: ir.Program) -> list[ir.Collective]:
 
 
 def barrier_cids(p: ir.Program, plan) -> list[int]:
-    return [s.cid for s in collectives(p) if id(s) in plan.barriers]
+    return [s.cid for s in collectives(p) if s.sid in plan.barriers]
 
 
 def load_scan_store(x, y, n, TILE: ct.constexpr):
@@ -119,7 +122,7 @@ def test_global_memory_hazards_get_barriers():
 
 def test_disjoint_small_storages_need_no_barrier():
     p = program(two_reductions, TILE=100)
-    red = [s for s in collectives(p) if isinstance(s, ir.TileReduce)]
+    red = [s for s in collectives(p) if isinstance(s, TileReduce)]
     plan = carve(p, {s.cid: StorageNeed(48, 4) for s in red})
     assert plan.regions[red[0].cid].offset != plan.regions[red[1].cid].offset
     assert not plan.barriers

@@ -124,9 +124,10 @@ class ShimWriter:
     def combine_symbol(self, name: str) -> str:
         return combine_symbol(name)
 
-    def storage(self, cid: int, temp_type: str, extra: str = "") -> str:
-        """Declare collective `cid`'s TempStorage struct (its size is queried from PTX)."""
-        decl = f"struct coop_storage_@ {{ typename {temp_type}::TempStorage temp; {extra}}};\n"
+    def storage(self, cid: int, temp_type: str, extra: str = "", prelude: str = "") -> str:
+        """Declare collective `cid`'s TempStorage struct (its size is queried from PTX), after
+        `prelude` (the declarations it needs, such as a combine function's item struct)."""
+        decl = prelude + f"struct coop_storage_@ {{ typename {temp_type}::TempStorage temp; {extra}}};\n"
         self.storage_decls[cid] = decl
         return decl.replace("@", str(cid))
 

@@ -242,7 +242,7 @@ class Builder:
         out = []
         for i, item in enumerate(items):
             if isinstance(item, tuple):
-                out.append(self._assign_tuple(f"{name}.{i}", item, node))
+                out.append(self._assign_tuple(f"{name}__{i}", item, node))
             elif isinstance(item, Const) and not isinstance(item.value, (bool, int, float, np.number)):
                 out.append(item)
             else:
@@ -250,7 +250,7 @@ class Builder:
                 out.append(
                     value
                     if isinstance(value.type, ArrayType)
-                    else self._assign_var(f"{self.prefix}{name}.{i}", f"{name}[{i}]", value, node)
+                    else self._assign_var(f"{self.prefix}{name}__{i}", f"{name}[{i}]", value, node)
                 )
         return tuple(out)
 

@@ -71,7 +71,7 @@ class Reduce(TileOp):
         algorithm = w.choice(s.cid).algorithm
         alias = f"coop_reduce_{s.cid}_t"
         cub_type = f"cub::BlockReduce<{item}, {threads}, cub::{algorithm}>"
-        code += f"using {alias} = {cub_type};\n" + w.storage(s.cid, cub_type, f"{item} result; ")
+        code = w.storage(s.cid, cub_type, f"{item} result; ", prelude=code) + f"using {alias} = {cub_type};\n"
         body = w.storage_ref(s.cid) + "".join(w.items_ref(f"x{i}", f"in{i}", v, items) for i, v in enumerate(s.srcs))
         full = threads * items == size
         index = w.element_index(s.srcs[0])

@@ -103,11 +103,11 @@ class Scan(TileOp):
         item, op, code, pack, unpack = item_code(w, s.cid, s.op, s.combine, [v.type.dtype for v in s.srcs])
         alias = f"coop_scan_{s.cid}_t"
         cub_type = f"cub::BlockScan<{item}, {threads}, cub::BLOCK_SCAN_WARP_SCANS>"
-        code += f"using {alias} = {cub_type};\n" + w.storage(s.cid, cub_type, f"{item} total; ")
+        code = w.storage(s.cid, cub_type, f"{item} total; ", prelude=code) + f"using {alias} = {cub_type};\n"
         body = w.storage_ref(s.cid)
         body += "".join(w.items_ref(f"x{i}", f"in{i}", v, items) for i, v in enumerate(s.srcs))
         body += "".join(w.items_ref(f"o{i}", f"out{i}", v, items) for i, v in enumerate(s.outs))
-        body += f"  {item} y[{items}];\n  for (int i = 0; i < {items}; ++i) {pack('y[i]', 'x{}[i]')}\n"
+        body += f"  {item} y[{items}];\n  for (int i = 0; i < {items}; ++i) {{ {pack('y[i]', 'x{}[i]')} }}\n"
         kind = "Exclusive" if s.exclusive else "Inclusive"
         padded = threads * items != size
         init = None

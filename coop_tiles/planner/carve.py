@@ -74,8 +74,9 @@ class _Dirty:
 
 
 class _Carver:
-    def __init__(self, needs: dict[int, StorageNeed]):
+    def __init__(self, needs: dict[int, StorageNeed], roots: dict[str, str]):
         self.needs = needs
+        self.roots = roots  # view -> the array parameter it views (views of one array may overlap)
         largest = max((n.size for n in needs.values()), default=0)
         small = sum(_round_up(n.size, n.align) for n in needs.values() if n.size < SMALL_STORAGE_BYTES)
         self.budget = largest + small if largest >= SMALL_STORAGE_BYTES else max(largest, small)
@@ -122,6 +123,7 @@ class _Carver:
         if access is None:
             return dirty
         array, is_write = access
+        array = self.roots.get(array, array)
         hazard = array in dirty.writes or (is_write and array in dirty.reads)
         if hazard or s.sid in self.barriers:
             if hazard:
@@ -161,16 +163,11 @@ def _copy(d: _Dirty) -> _Dirty:
 
 
 def _global_access(s: ir.Stmt) -> tuple[str, bool] | None:
-    """(the array's root parameter, is a write) of a statement that touches global memory.
-    Views of one array count as that array: they may overlap."""
+    """(the array, is a write) of a statement that touches global memory."""
     array = getattr(s, "array", None)
     if not isinstance(array, ir.Var) or isinstance(s, (ir.ArrayView, ir.ArrayShape)):
         return None
-    return _root(array.name), isinstance(s, (ir.ArrayWrite,)) or type(s).__name__ == "TileStore"
-
-
-def _root(name: str) -> str:
-    return name.split("@")[0]
+    return array.name, isinstance(s, ir.ArrayWrite) or type(s).__name__ == "TileStore"
 
 
 def _overlaps(offset: int, size: int, regions: list[Region]) -> bool:
@@ -183,7 +180,11 @@ def _round_up(n: int, m: int) -> int:
 
 def carve(program: ir.Program, needs: dict[int, StorageNeed]) -> CarvePlan:
     """Offsets for every collective that needs TempStorage, and the barriers between them."""
-    carver = _Carver(needs)
+    roots: dict[str, str] = {}
+    for s in program.walk():
+        if isinstance(s, ir.ArrayView):
+            roots[s.out.name] = roots.get(s.array.name, s.array.name)
+    carver = _Carver(needs, roots)
     carver.walk(program.body, _Dirty())
     total = max((r.end for r in carver.regions.values()), default=0)
     return CarvePlan(carver.regions, _round_up(total, BASE_ALIGNMENT), carver.barriers)
