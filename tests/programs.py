@@ -15,6 +15,7 @@ import numpy as np
 import coop_tiles as ct
 from coop_tiles import tile
 
+HALVES = (np.dtype(np.float16), np.dtype(ct.bfloat16))
 INT_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
 FLOAT_DTYPES = [np.float32, np.float64]
 ALL_DTYPES = INT_DTYPES + FLOAT_DTYPES
@@ -34,6 +35,13 @@ class Case:
     rtol: float = 0.0
     atol: float = 0.0
     extra: dict = field(default_factory=dict)
+    #: turns the launch's arrays (NumPy or device) into the arguments passed (views, transposes)
+    prepare: Callable[[list[Any]], list[Any]] | None = None
+    #: the device array library the GPU test uses ("torch" for bfloat16)
+    library: str = "cupy"
+
+    def launch_args(self, args: list[Any]) -> list[Any]:
+        return self.prepare(list(args)) if self.prepare is not None else list(args)
 
     def expected(self) -> list[np.ndarray]:
         return self.reference(*[a.copy() if isinstance(a, np.ndarray) else a for a in self.args], **self.constexprs)
@@ -41,6 +49,8 @@ class Case:
     def check(self, got: list[np.ndarray]) -> None:
         for g, e, i in zip(got, self.expected(), self.outputs):
             assert g.dtype == e.dtype, f"{self.name}: output {i} dtype {g.dtype} != {e.dtype}"
+            if g.dtype in HALVES:
+                g, e = g.astype(np.float32), e.astype(np.float32)
             if self.rtol or self.atol:
                 np.testing.assert_allclose(g, e, rtol=self.rtol, atol=self.atol, err_msg=f"{self.name} output {i}")
             else:
@@ -206,6 +216,126 @@ def arange_sum(out, TILE: ct.constexpr):
     out[ct.program_id(0)] = tile.sum(t * t) + tile.max(t) - tile.min(t + 1)
 
 
+@ct.combine
+def linrec(a_l, b_l, a_r, b_r):
+    """h_t = a_t * h_{t-1} + b_t: (a, b) pairs compose as affine maps, the earlier on the left."""
+    return a_r * a_l, a_r * b_l + b_r
+
+
+@ct.jit
+def tile_linrec(a, b, h, total, n, TILE: ct.constexpr, EXCLUSIVE: ct.constexpr):
+    """Per tile: the recurrence from h = 0.5 (exclusive: the state before each element)."""
+    pid = ct.program_id(0)
+    base = pid * TILE
+    ta = tile.load(a, base, TILE, valid=n - base, other=1)
+    tb = tile.load(b, base, TILE, valid=n - base, other=0)
+    (_, th), (ca, cb) = tile.scan((ta, tb), op=linrec, exclusive=EXCLUSIVE, initial=(1.0, 0.5), return_total=True)
+    tile.store(h, base, th, valid=n - base)
+    total[pid] = cb
+
+
+@ct.jit
+def chunked_linrec(a, b, h, n, CHUNK: ct.constexpr):
+    """One program walks the array, carrying the state between chunks."""
+    carry = (1.0, 0.0)
+    for base in range(0, n, CHUNK):
+        ta = tile.load(a, base, CHUNK, valid=n - base, other=1)
+        tb = tile.load(b, base, CHUNK, valid=n - base, other=0)
+        (_, th), carry = tile.scan((ta, tb), op=linrec, initial=carry, return_total=True)
+        tile.store(h, base, th, valid=n - base)
+
+
+@ct.combine
+def matmul2(a, b, c, d, e, f, g, h):
+    """2x2 matrix product [[a, b], [c, d]] @ [[e, f], [g, h]]: not commutative."""
+    return a * e + b * g, a * f + b * h, c * e + d * g, c * f + d * h
+
+
+@ct.jit
+def matrix_scan(m, out, red, n, TILE: ct.constexpr):
+    """Running products of 2x2 matrices (row-major in m[:, 0:4]) and the product of each tile."""
+    pid = ct.program_id(0)
+    base = pid * TILE
+    cols = (
+        tile.load(m[0], base, TILE, valid=n - base, other=1),
+        tile.load(m[1], base, TILE, valid=n - base, other=0),
+        tile.load(m[2], base, TILE, valid=n - base, other=0),
+        tile.load(m[3], base, TILE, valid=n - base, other=1),
+    )
+    s = tile.scan(cols, op=matmul2)
+    tile.store(out[0], base, s[0], valid=n - base)
+    tile.store(out[1], base, s[1], valid=n - base)
+    tile.store(out[2], base, s[2], valid=n - base)
+    tile.store(out[3], base, s[3], valid=n - base)
+    p = tile.reduce(cols, op=matmul2)
+    red[pid, 0] = p[0]
+    red[pid, 1] = p[1]
+    red[pid, 2] = p[2]
+    red[pid, 3] = p[3]
+
+
+@ct.combine
+def argmax(v_l, i_l, v_r, i_r):
+    """(value, index) of the larger value; the earlier index on ties."""
+    take_right = v_r > v_l
+    return ct.where(take_right, v_r, v_l), ct.where(take_right, i_r, i_l)
+
+
+@ct.jit
+def tile_argmax(x, out_v, out_i, n, TILE: ct.constexpr):
+    pid = ct.program_id(0)
+    base = pid * TILE
+    v = tile.load(x, base, TILE, valid=n - base, other=-np.inf)
+    best, where = tile.reduce((v, tile.arange(TILE, dtype=np.int64) + base), op=argmax)
+    out_v[pid] = best
+    out_i[pid] = where
+
+
+@ct.jit
+def half_ops(x, y, s, z, n, TILE: ct.constexpr):
+    """16-bit floats: math in float32 rounded to the dtype; scans and sums in float32."""
+    pid = ct.program_id(0)
+    base = pid * TILE
+    t = tile.load(x, base, TILE, valid=n - base, other=0)
+    u = t * 2 + 1
+    tile.store(y, base, tile.scan(u), valid=n - base)
+    s[pid] = tile.sum(ct.exp(t))
+    tile.store(z, base, ct.sigmoid(t) - u, valid=n - base)
+
+
+@ct.jit
+def rows_cumsum(x, y, CHUNK: ct.constexpr):
+    """One program per row of a 2-D array (any strides), chunks carried through the row."""
+    r = ct.program_id(0)
+    row, out = x[r], y[r]
+    n = x.shape[1]
+    carry = 0.0
+    for base in range(0, n, CHUNK):
+        t = tile.load(row, base, CHUNK, valid=n - base, other=0)
+        s, carry = tile.scan(t, initial=carry, return_total=True)
+        tile.store(out, base, s, valid=n - base)
+    y[r, 0] = y[r, 0] + x.ndim * 0
+
+
+@ct.jit
+def batched_rows(u, out, last, TILE: ct.constexpr):
+    """(batch, dim, L) views: u[b, d] is a row; element reads and writes with full indices."""
+    b = ct.program_id(0)
+    d = ct.program_id(1)
+    L = u.shape[2]
+    row = u[b, d]
+    t = tile.load(row, 0, TILE, valid=L, other=0)
+    tile.store(out[b, d], 0, t * 2 + u[b, d, 0], valid=L)
+    last[b, d] = u[b, d, L - 1] + tile.max(t)
+
+
+@ct.jit
+def bool_copy(x, y, n, TILE: ct.constexpr):
+    base = ct.program_id(0) * TILE
+    t = tile.load(x, base, TILE, valid=n - base, other=False)
+    tile.store(y, base, ~t | (tile.arange(TILE) % 3 == 0), valid=n - base)
+
+
 # ----- references --------------------------------------------------------------------------------------
 def ref_vector_add(x, y, out, n, TILE):
     out[:n] = x[:n] + y[:n]
@@ -358,6 +488,238 @@ def ref_arange_sum(out, TILE):
     t = np.arange(TILE, dtype=np.int64)
     out[:] = (t * t).sum() + t.max() - (t + 1).min()
     return [out]
+
+
+def _linrec_seq(a, b, h0):
+    out, h = np.empty(len(a)), float(h0)
+    for i in range(len(a)):
+        h = float(a[i]) * h + float(b[i])
+        out[i] = h
+    return out
+
+
+def ref_tile_linrec(a, b, h, total, n, TILE, EXCLUSIVE):
+    for pid, (start, chunk) in enumerate(_tiles(a[:n], TILE)):
+        inc = _linrec_seq(chunk, b[start : start + len(chunk)], 0.5)
+        h[start : start + len(chunk)] = np.concatenate([[0.5], inc[:-1]]) if EXCLUSIVE else inc
+        total[pid] = (
+            inc[-1]
+            if len(chunk) == TILE
+            else _linrec_seq(
+                np.concatenate([chunk, np.ones(TILE - len(chunk))]),
+                np.concatenate([b[start : start + len(chunk)], np.zeros(TILE - len(chunk))]),
+                0.5,
+            )[-1]
+        )
+    return [h, total]
+
+
+def ref_chunked_linrec(a, b, h, n, CHUNK):
+    h[:n] = _linrec_seq(a[:n], b[:n], 0.0)
+    return [h]
+
+
+def ref_matrix_scan(m, out, red, n, TILE):
+    for pid, (start, _) in enumerate(_tiles(m[0, :n], TILE)):
+        acc = np.eye(2)
+        for i in range(start, min(start + TILE, n)):
+            acc = acc @ m[:, i].astype(np.float64).reshape(2, 2)
+            out[:, i] = acc.reshape(4)
+        red[pid] = acc.reshape(4)
+    return [out, red]
+
+
+def ref_tile_argmax(x, out_v, out_i, n, TILE):
+    for pid, (start, chunk) in enumerate(_tiles(x[:n], TILE)):
+        out_v[pid] = chunk.max()
+        out_i[pid] = start + int(np.argmax(chunk))
+    return [out_v, out_i]
+
+
+def ref_half_ops(x, y, s, z, n, TILE):
+    dt, f32 = x.dtype, np.float32
+    for pid, (start, chunk) in enumerate(_tiles(x[:n], TILE)):
+        t = np.concatenate([chunk, np.zeros(TILE - len(chunk), dt)])
+        u = ((t.astype(f32) * 2).astype(dt).astype(f32) + 1).astype(dt)
+        y[start : start + len(chunk)] = np.cumsum(u.astype(f32))[: len(chunk)]
+        s[pid] = np.exp(t.astype(f32)).astype(dt).astype(f32).sum(dtype=f32)
+        sig = (1 / (1 + np.exp(-t.astype(f32)))).astype(dt)
+        z[start : start + len(chunk)] = (sig.astype(f32) - u.astype(f32)).astype(dt)[: len(chunk)]
+    return [y, s, z]
+
+
+def ref_rows_cumsum(x, y, CHUNK):
+    y[...] = np.cumsum(x.astype(np.float64), axis=1).astype(y.dtype)
+    return [y]
+
+
+def ref_batched_rows(u, out, last, TILE):
+    L = u.shape[2]
+    out[:, :, :L] = u * 2 + u[:, :, :1]
+    last[...] = u[:, :, L - 1] + u.max(axis=2)
+    return [out, last]
+
+
+def ref_bool_copy(x, y, n, TILE):
+    idx = np.arange(n) % TILE
+    y[:n] = ~x[:n] | (idx % 3 == 0)
+    return [y]
+
+
+def _to_dtype(a: np.ndarray, dt: Any) -> np.ndarray:
+    return a.astype(np.float32).astype(dt)
+
+
+def new_feature_cases(rng: np.random.Generator) -> list[Case]:
+    """Tuples and combine functions, 16-bit floats, N-D and strided arrays, bool arrays."""
+    cases = []
+    for dt, n, tile_size, exclusive in [
+        (np.float32, 1000, 256, False),
+        (np.float32, 777, 100, True),
+        (np.float64, 513, 64, False),
+        (np.float64, 5, 1, True),
+        (np.float32, 300, 300, False),
+    ]:
+        a, b = rng.uniform(0.5, 1.0, n).astype(dt), rng.uniform(-1, 1, n).astype(dt)
+        grid = ct.cdiv(n, tile_size)
+        cases.append(
+            Case(
+                f"tile_linrec[{np.dtype(dt).name},tile={tile_size},{'ex' if exclusive else 'in'}]",
+                tile_linrec,
+                [a, b, np.zeros(n, dt), np.zeros(grid, dt), n],
+                {"TILE": tile_size, "EXCLUSIVE": exclusive},
+                grid,
+                [2, 3],
+                ref_tile_linrec,
+                rtol=1e-4 if dt == np.float32 else 1e-10,
+                atol=1e-5 if dt == np.float32 else 1e-12,
+            )
+        )
+    for dt, n, chunk in [(np.float32, 3000, 512), (np.float64, 1001, 96)]:
+        a, b = rng.uniform(0.9, 1.0, n).astype(dt), rng.uniform(-1, 1, n).astype(dt)
+        cases.append(
+            Case(
+                f"chunked_linrec[{np.dtype(dt).name},chunk={chunk}]",
+                chunked_linrec,
+                [a, b, np.zeros(n, dt), n],
+                {"CHUNK": chunk},
+                1,
+                [2],
+                ref_chunked_linrec,
+                rtol=1e-4 if dt == np.float32 else 1e-10,
+                atol=1e-4,
+            )
+        )
+    for dt, n, tile_size in [(np.float32, 500, 128), (np.float64, 37, 10)]:
+        m = rng.uniform(-1.2, 1.2, (4, n)).astype(dt)
+        grid = ct.cdiv(n, tile_size)
+        cases.append(
+            Case(
+                f"matrix_scan[{np.dtype(dt).name},tile={tile_size}]",
+                matrix_scan,
+                [m, np.zeros((4, n), dt), np.zeros((grid, 4), dt), n],
+                {"TILE": tile_size},
+                grid,
+                [1, 2],
+                ref_matrix_scan,
+                rtol=1e-3 if dt == np.float32 else 1e-9,
+                atol=1e-4 if dt == np.float32 else 1e-12,
+            )
+        )
+    for n, tile_size in [(1000, 256), (50, 7)]:
+        x = np.round(rng.uniform(-5, 5, n), 1).astype(np.float32)  # ties: the earlier index wins
+        grid = ct.cdiv(n, tile_size)
+        cases.append(
+            Case(
+                f"tile_argmax[tile={tile_size}]",
+                tile_argmax,
+                [x, np.zeros(grid, np.float32), np.zeros(grid, np.int64), n],
+                {"TILE": tile_size},
+                grid,
+                [1, 2],
+                ref_tile_argmax,
+            )
+        )
+    for dt, lib in [(np.float16, "cupy"), (ct.bfloat16, "torch")]:
+        n, tile_size = 700, 256
+        grid = ct.cdiv(n, tile_size)
+        x = _to_dtype(rng.uniform(-2, 2, n), dt)
+        cases.append(
+            Case(
+                f"half_ops[{np.dtype(dt).name}]",
+                half_ops,
+                [x, np.zeros(n, np.float32), np.zeros(grid, np.float32), np.zeros(n, dt), n],
+                {"TILE": tile_size},
+                grid,
+                [1, 2, 3],
+                ref_half_ops,
+                rtol=1e-3,
+                atol=1e-2,
+                library=lib,
+            )
+        )
+    x = rng.uniform(0, 1, (5, 700)).astype(np.float32)
+    for name, prepare in [
+        ("contiguous", None),
+        ("transposed", lambda args: [args[0].T.copy().T if isinstance(args[0], np.ndarray) else args[0], args[1]]),
+    ]:
+        cases.append(
+            Case(
+                f"rows_cumsum[{name}]",
+                rows_cumsum,
+                [x, np.zeros_like(x)],
+                {"CHUNK": 256},
+                5,
+                [1],
+                ref_rows_cumsum,
+                rtol=1e-5,
+                atol=1e-4,
+                prepare=prepare,
+            )
+        )
+    xt = rng.uniform(0, 1, (300, 4)).astype(np.float64)
+    cases.append(
+        Case(
+            "rows_cumsum[strided view of a transpose]",
+            rows_cumsum,
+            [xt, np.zeros((4, 300), np.float64)],
+            {"CHUNK": 128},
+            4,
+            [1],
+            lambda xt_, y, CHUNK: [np.cumsum(xt_.T, axis=1)],
+            rtol=1e-12,
+            prepare=lambda args: [args[0].T, args[1]],
+        )
+    )
+    cases.append(
+        Case(
+            "rows_cumsum[negative stride]",
+            rows_cumsum,
+            [x, np.zeros_like(x)],
+            {"CHUNK": 200},
+            5,
+            [1],
+            lambda x_, y, CHUNK: [np.cumsum(x_[:, ::-1], axis=1, dtype=np.float64).astype(np.float32)],
+            rtol=1e-5,
+            atol=1e-4,
+            prepare=lambda args: [args[0][:, ::-1], args[1]],
+        )
+    )
+    u = rng.integers(-50, 50, (2, 3, 40)).astype(np.int32)
+    cases.append(
+        Case(
+            "batched_rows[int32]",
+            batched_rows,
+            [u, np.zeros((2, 3, 64), np.int32), np.zeros((2, 3), np.int32)],
+            {"TILE": 64},
+            (2, 3),
+            [1, 2],
+            ref_batched_rows,
+        )
+    )
+    xb = rng.integers(0, 2, 300).astype(bool)
+    cases.append(Case("bool_copy", bool_copy, [xb, np.zeros(300, bool), 300], {"TILE": 128}, 3, [1], ref_bool_copy))
+    return cases
 
 
 # ----- cases ---------------------------------------------------------------------------------------------
@@ -558,7 +920,7 @@ def make_cases(seed: int = 0) -> list[Case]:
             ref_vector_add,
         )
     )  # the third program has valid < 0
-    return cases
+    return cases + new_feature_cases(rng)
 
 
 CASES = make_cases()

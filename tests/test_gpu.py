@@ -4,13 +4,35 @@ import numpy as np
 import pytest
 from programs import CASES
 
+import coop_tiles as ct
+
 pytestmark = pytest.mark.gpu
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_gpu_matches_reference(case):
-    cp = pytest.importorskip("cupy")
-    args = [cp.asarray(a) if isinstance(a, np.ndarray) else a for a in case.args]
-    case.kernel[case.grid](*args, **case.constexprs)
-    got = [cp.asnumpy(args[i]) for i in case.outputs]
+    to_device, to_host = _library(case.library)
+    args = [to_device(a) if isinstance(a, np.ndarray) else a for a in case.args]
+    case.kernel[case.grid](*case.launch_args(args), **case.constexprs)
+    got = [to_host(args[i], case.args[i].dtype) for i in case.outputs]
     case.check(got)
+
+
+def _library(name):
+    """(to device, to host) for CuPy, or for PyTorch (which has bfloat16: moved as its bits)."""
+    if name == "cupy":
+        cp = pytest.importorskip("cupy")
+        return cp.asarray, lambda a, dt: cp.asnumpy(a)
+    torch = pytest.importorskip("torch")
+
+    def to_device(a):
+        if a.dtype == ct.bfloat16:
+            return torch.from_numpy(a.view(np.int16)).cuda().view(torch.bfloat16)
+        return torch.from_numpy(a).cuda()
+
+    def to_host(t, dt):
+        if dt == ct.bfloat16:
+            return t.view(torch.int16).cpu().numpy().view(ct.bfloat16)
+        return t.cpu().numpy()
+
+    return to_device, to_host

@@ -10,7 +10,7 @@ import coop_tiles as ct
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_interpreter_matches_reference(case):
     args = [a.copy() if isinstance(a, np.ndarray) else a for a in case.args]
-    ct.jit(case.kernel.fn, interpret=True)[case.grid](*args, **case.constexprs)
+    ct.jit(case.kernel.fn, interpret=True)[case.grid](*case.launch_args(args), **case.constexprs)
     case.check([args[i] for i in case.outputs])
 
 

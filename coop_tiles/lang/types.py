@@ -83,8 +83,7 @@ def _stand_in(t: ScalarType | TileType) -> object:
 
 def _from_result(result: object, tile_size: int | None, operands: tuple) -> ScalarType | TileType:
     strong = [t.dtype for t in operands if isinstance(t, TileType) or not t.weak]
-    if isinstance(result, np.ndarray):
-        assert tile_size is not None
+    if isinstance(result, np.ndarray) and tile_size is not None:
         return TileType(as_dtype(promote(strong, result.dtype)), tile_size)
     if isinstance(result, (bool, int, float)) and not isinstance(result, np.generic):
         t = type_of_python_scalar(result)
