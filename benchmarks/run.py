@@ -2,9 +2,13 @@
 
 Every figure is a median over repetitions after warm-up, timed with CUDA events (kernels)
 or perf_counter over thousands of launches (host overhead), against a baseline timed in
-the same run: the device copy bandwidth, CuPy, a plain Numba kernel, a CuPy RawKernel.
+the same run: the device copy bandwidth, CuPy, a plain Numba kernel, a CuPy RawKernel, Triton
+(benchmarks/_baselines.py) and torch.cumsum.
 
-    python benchmarks/run.py [--out docs/benchmarks.md] [--quick]
+    python benchmarks/run.py [--out docs/benchmarks.md] [--quick] [--only linrec,half]
+
+Sections: bandwidth, launch, compile, blocks (issues 2 and 3), linrec, half, rows2d (issue 7). Each
+issue-7 section records its own failures as rows of the table rather than stopping the run.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(1, str(Path(__file__).resolve().parent))  # benchmarks/_baselines.py, however run.py is started
 
 import coop_tiles as ct  # noqa: E402
 from coop_tiles import tile  # noqa: E402
@@ -45,6 +50,39 @@ def tile_sum(x, partial, n, TILE: ct.constexpr):
     pid = ct.program_id(0)
     base = pid * TILE
     partial[pid] = tile.sum(tile.load(x, base, TILE, valid=n - base, other=0))
+
+
+@ct.jit
+def row_cumsum(x, y, CHUNK: ct.constexpr):
+    r = ct.program_id(0)
+    row, out = x[r], y[r]  # 1-D views (N-D strided arrays per the contract)
+    n = x.shape[1]
+    carry = 0.0
+    for base in range(0, n, CHUNK):
+        t = tile.load(row, base, CHUNK, valid=n - base, other=0)
+        s, carry = tile.scan(t, initial=carry, return_total=True)
+        tile.store(out, base, s, valid=n - base)
+
+
+# `ct.combine` is newer than the rest of the contract: a library without it (or one that rejects these
+# definitions) fails the linrec section alone, not the import of this file (the compile section imports it).
+try:
+
+    @ct.combine
+    def linrec(a_l, b_l, a_r, b_r):
+        return a_r * a_l, a_r * b_l + b_r
+
+    @ct.jit
+    def tile_linrec(a, b, h, n, TILE: ct.constexpr):
+        base = ct.program_id(0) * TILE
+        ta = tile.load(a, base, TILE, valid=n - base, other=1)
+        tb = tile.load(b, base, TILE, valid=n - base, other=0)
+        _, th = tile.scan((ta, tb), op=linrec)
+        tile.store(h, base, th, valid=n - base)
+
+    LINREC_ERROR: Exception | None = None
+except Exception as error:
+    tile_linrec, LINREC_ERROR = None, error
 
 
 def cuda_time_ms(fn, warmup: int = 3, reps: int = 15) -> float:
@@ -262,9 +300,258 @@ def compile_rows(arch: str) -> dict:
     return {"cold_s": runs[0]["compile_s"], "warm_s": runs[1]["compile_s"], "import_s": runs[1]["import_s"]}
 
 
-def render(device: str, bandwidth: list[dict], launches: list[dict], compiles: dict, blocks: list[dict]) -> str:
+# ----- issue 7: a tuple scan, 16-bit floats, 2-D arrays --------------------------------------------------------
+
+SECTIONS = ("bandwidth", "launch", "compile", "blocks", "linrec", "half", "rows2d")
+CHECK_TILES = 4  # correctness is checked on the first tiles of each output
+LINREC_TILES = (4096, 2048)
+TRITON_TILES = (1024, 2048, 4096)
+TRITON_WARPS = (4, 8)
+HALF_DTYPES = ("float16", "bfloat16")
+ROWS2D_SHAPE = (4096, 8192)
+ROWS2D_CHUNKS = (1024, 2048, 4096)
+
+
+def _failure(error: BaseException) -> str:
+    """`Type: first line of the message`, short and safe inside a markdown table cell."""
+    lines = str(error).strip().splitlines()
+    text = f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
+    if len(text) > 160:
+        text = text[:157] + "..."
+    return text.replace("|", "\\|")
+
+
+def _guarded(measure: Callable[..., dict], *args: Any) -> dict:
+    """measure(*args), or {"error": ...} when it raises, so that a failure (Triton missing, a feature the
+    library does not have yet) shows in its own cell or row and the run goes on."""
+    try:
+        return measure(*args)
+    except Exception as error:
+        return {"error": _failure(error)}
+
+
+def _section(rows: Callable[..., list[dict]], *args: Any) -> list[dict]:
+    """rows(*args), or a single row holding the failure when the section cannot even start (no PyTorch, ...)."""
+    try:
+        return rows(*args)
+    except Exception as error:
+        return [{"error": _failure(error)}]
+
+
+def _fill_nan(array: Any) -> None:
+    """Poison an output (CuPy array or PyTorch tensor), so that a kernel that writes nothing is not correct."""
+    if hasattr(array, "fill_"):
+        array.fill_(float("nan"))
+    else:
+        array.fill(np.nan)
+
+
+def _host_f32(array: Any, count: int) -> np.ndarray:
+    """The first `count` elements of a 1-D CuPy array or PyTorch tensor, on the host as float32 (NumPy has no
+    bfloat16)."""
+    import cupy as cp
+
+    if hasattr(array, "cpu"):
+        return array[:count].float().cpu().numpy()
+    return cp.asnumpy(array[:count]).astype(np.float32)
+
+
+def _free_device_memory() -> None:
+    """Hand both libraries' cached blocks back between sizes, so that the 2^28-element arrays fit."""
+    import cupy as cp
+
+    cp.get_default_memory_pool().free_all_blocks()
+    if "torch" in sys.modules:
+        sys.modules["torch"].cuda.empty_cache()
+
+
+def _tune(configs: Any, launch: Callable, reset: Callable[[], None], check: Callable[[Any], bool]) -> dict:
+    """Time `launch(config)()` for each config on an output poisoned by `reset()`, then `check(config)` what it
+    wrote: the fastest config, its time, every config's time, and whether every config was correct."""
+    times, correct = {}, True
+    for config in configs:
+        reset()
+        times[config] = cuda_time_ms(launch(config))
+        correct = bool(check(config)) and correct
+    best = min(times, key=times.get)
+    return {"best": best, "ms": times[best], "times": times, "correct": correct}
+
+
+def _linrec_reference(a: np.ndarray, b: np.ndarray, tile_size: int) -> np.ndarray:
+    """h_i = a_i * h_(i-1) + b_i in float64, one element after the other from h = 0 at each tile's start:
+    what the per-tile tuple scan computes, for whole tiles of a and b."""
+    a64 = a.reshape(-1, tile_size).astype(np.float64)
+    b64 = b.reshape(-1, tile_size).astype(np.float64)
+    h, out = np.zeros(len(a64)), np.empty_like(a64)
+    for i in range(tile_size):
+        h = a64[:, i] * h + b64[:, i]
+        out[:, i] = h
+    return out.ravel()
+
+
+def _linrec_correct(a: Any, b: Any, h: Any, tile_size: int) -> bool:
+    """The first tiles of h against the float64 recurrence: rtol 1e-4, and atol 1e-5 because |h| reaches about 4
+    and float32 leaves about 1e-6 of absolute error, which a relative test alone rejects where h crosses zero."""
+    count = CHECK_TILES * tile_size
+    expected = _linrec_reference(_host_f32(a, count), _host_f32(b, count), tile_size)
+    return bool(np.allclose(_host_f32(h, count), expected, rtol=1e-4, atol=1e-5))
+
+
+def linrec_rows(sizes: list[int]) -> list[dict]:
+    """The per-tile linear recurrence (a tuple scan with a `@ct.combine` function) against the copy rate for
+    its bytes and against Triton's `tl.associative_scan` of the same tiles."""
+    rows = []
+    for log2n in sizes:
+        rows.append({"n": f"2^{log2n}", "elements": 1 << log2n, **_guarded(_linrec_row, 1 << log2n)})
+        _free_device_memory()
+    return rows
+
+
+def _linrec_row(n: int) -> dict:
+    """One size: a in [0.5, 1) (the recurrence forgets, so h stays of order 1), b in [-1, 1); the copy
+    (8 bytes per element) is timed on the same arrays, and both kernels write h."""
+    import cupy as cp
+
+    rng = cp.random.RandomState(7)
+    a = rng.random_sample(n, dtype=cp.float32) * 0.5 + 0.5
+    b = rng.random_sample(n, dtype=cp.float32) * 2 - 1
+    h = cp.empty_like(a)
+    copy_ms = cuda_time_ms(lambda: cp.copyto(h, a))
+    return {
+        "copy_ms": copy_ms,
+        "copy_gbs": 8 * n / copy_ms / 1e6,
+        "coop": _guarded(_linrec_coop, a, b, h, n),
+        "triton": _guarded(_linrec_triton, a, b, h, n),
+    }
+
+
+def _linrec_coop(a: Any, b: Any, h: Any, n: int) -> dict:
+    """tile_linrec, best of LINREC_TILES (block size chosen by the runtime)."""
+    if tile_linrec is None:
+        raise LINREC_ERROR
+    return _tune(
+        LINREC_TILES,
+        lambda t: lambda: tile_linrec[ct.cdiv(n, t)](a, b, h, n, TILE=t),
+        lambda: _fill_nan(h),
+        lambda t: _linrec_correct(a, b, h, t),
+    )
+
+
+def _linrec_triton(a: Any, b: Any, h: Any, n: int) -> dict:
+    """The same per-tile scan in Triton (benchmarks/_baselines.py), on zero-copy PyTorch views of the same
+    arrays, best of TRITON_TILES x TRITON_WARPS."""
+    from _baselines import triton_linrec
+
+    return _tune(
+        [(t, w) for t in TRITON_TILES for w in TRITON_WARPS],
+        lambda c: triton_linrec(a, b, h, n, tile=c[0], warps=c[1]),
+        lambda: _fill_nan(h),
+        lambda c: _linrec_correct(a, b, h, c[0]),
+    )
+
+
+def _copy16_ms(n: int) -> float:
+    """`cupy.copyto` between two n-element float16 arrays, 4 bytes moved per element; the callers scale it to
+    the bytes of each kernel (a bfloat16 copy moves the same bytes, so it stands for both dtypes)."""
+    import cupy as cp
+
+    src, dst = cp.zeros(n, cp.float16), cp.empty(n, cp.float16)
+    return cuda_time_ms(lambda: cp.copyto(dst, src))
+
+
+def half_rows(sizes: list[int]) -> list[dict]:
+    """tile_cumsum and tile_sum on 16-bit floats, which accumulate in and return float32 (the contract),
+    against the copy rate for the bytes each moves."""
+    rows = []
+    for log2n in sizes:
+        n = 1 << log2n
+        copy_ms = _copy16_ms(n)
+        for dtype in HALF_DTYPES:
+            row = {"n": f"2^{log2n}", "dtype": dtype, "elements": n, "copy_ms": copy_ms}
+            rows.append({**row, "copy_gbs": 4 * n / copy_ms / 1e6, **_guarded(_half_row, n, dtype)})
+            _free_device_memory()
+    return rows
+
+
+def _half_arrays(n: int, dtype: str) -> tuple[Any, Any, Any]:
+    """x: n 16-bit floats uniform in [0, 1); y: n float32 (the scan's output); partial: a float32 per tile.
+    float16 in CuPy; bfloat16 in PyTorch, which the contract names for bfloat16 on the GPU (CuPy has none)."""
+    grid = ct.cdiv(n, TILE)
+    if dtype == "float16":
+        import cupy as cp
+
+        x = cp.random.RandomState(0).random_sample(n, dtype=cp.float32).astype(cp.float16)
+        return x, cp.empty(n, cp.float32), cp.empty(grid, cp.float32)
+    import torch
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.rand(n, generator=generator, device="cuda", dtype=torch.bfloat16)
+    return x, torch.empty(n, device="cuda", dtype=torch.float32), torch.empty(grid, device="cuda", dtype=torch.float32)
+
+
+def _half_row(n: int, dtype: str) -> dict:
+    """Scan and sum of one size and dtype, each timed and checked on its own (rtol 1e-3 against float32 NumPy)."""
+    x, y, partial = _half_arrays(n, dtype)
+    grid, count = ct.cdiv(n, TILE), CHECK_TILES * TILE
+    head = _host_f32(x, count).reshape(CHECK_TILES, TILE)
+    scanned, summed = np.cumsum(head, axis=1, dtype=np.float32), head.sum(axis=1, dtype=np.float32)
+    return {
+        "scan": _guarded(
+            _tune,
+            [TILE],
+            lambda t: lambda: tile_cumsum[grid](x, y, n, TILE=t),
+            lambda: _fill_nan(y),
+            lambda t: np.allclose(_host_f32(y, count).reshape(head.shape), scanned, rtol=1e-3),
+        ),
+        "sum": _guarded(
+            _tune,
+            [TILE],
+            lambda t: lambda: tile_sum[grid](x, partial, n, TILE=t),
+            lambda: _fill_nan(partial),
+            lambda t: np.allclose(_host_f32(partial, CHECK_TILES), summed, rtol=1e-3),
+        ),
+    }
+
+
+def rows2d_rows() -> list[dict]:
+    """row_cumsum over a contiguous (4096, 8192) float32 PyTorch tensor and over its transpose (a strided view,
+    read in place), against torch.cumsum on the same input. CuPy's events time PyTorch's work too: PyTorch's
+    current stream is the legacy default stream, as is CuPy's null stream."""
+    import torch
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.rand(ROWS2D_SHAPE, generator=generator, device="cuda", dtype=torch.float32)
+    rows = []
+    for name, view in (("contiguous", x), ("transposed", x.t())):
+        layout = {"input": name, "shape": tuple(view.shape), "strides": tuple(view.stride())}
+        rows.append({**layout, **_guarded(_rows2d_row, view)})
+    return rows
+
+
+def _rows2d_row(x: Any) -> dict:
+    """One input layout: torch.cumsum(x, dim=1, out=y) against row_cumsum, best of ROWS2D_CHUNKS, both writing
+    the same fresh contiguous y; correct is torch.allclose over the whole output (rtol 1e-4, atol 1e-2)."""
+    import torch
+
+    y = torch.empty(x.shape, device=x.device, dtype=torch.float32)
+    expected = torch.cumsum(x, dim=1)
+    torch_ms = cuda_time_ms(lambda: torch.cumsum(x, dim=1, out=y))
+    coop = _guarded(
+        _tune,
+        ROWS2D_CHUNKS,
+        lambda c: lambda: row_cumsum[x.shape[0]](x, y, CHUNK=c),
+        lambda: _fill_nan(y),
+        lambda c: torch.allclose(y, expected, rtol=1e-4, atol=1e-2),
+    )
+    return {"torch_ms": torch_ms, "coop": coop}
+
+
+# ----- the markdown ----------------------------------------------------------------------------------------------
+
+
+def _header_lines(device: str) -> list[str]:
     today = datetime.date.today().isoformat()
-    lines = [
+    return [
         "# Benchmarks",
         "",
         f"Written by `benchmarks/run.py` on **{device}**, {today}. Medians after warm-up; kernel times from",
@@ -272,6 +559,11 @@ def render(device: str, bandwidth: list[dict], launches: list[dict], compiles: d
         "taking turns). Baselines were timed in the same run.",
         "Ratios are what to compare across machines; absolute times differ between GPUs.",
         "",
+    ]
+
+
+def _bandwidth_lines(bandwidth: list[dict]) -> list[str]:
+    lines = [
         f"## Load → inclusive scan → store, and load → `tile.sum` (TILE={TILE}, block size chosen by the runtime)",
         "",
         "Scan bandwidth counts bytes read and written, as the copy does; `tile.sum` reads only, so its ratio is "
@@ -287,10 +579,11 @@ def render(device: str, bandwidth: list[dict], launches: list[dict], compiles: d
             f"**{r['scan_ratio']:.1%}** | {r['sum_gbs']:.0f} | **{r['sum_ratio']:.1%}** | "
             f"{r['cupy_sum_ms']:.3f} | {r['sum_ms']:.3f} | {'yes' if r['correct'] else 'NO'} |"
         )
-    lines += [
-        "",
-        "Bar (issue 2): at least 90% of the copy bandwidth.",
-        "",
+    return lines + ["", "Bar (issue 2): at least 90% of the copy bandwidth.", ""]
+
+
+def _launch_lines(launches: list[dict]) -> list[str]:
+    lines = [
         "## Host overhead per launch",
         "",
         "A do-nothing kernel with N array arguments (CuPy arrays), launched back to back, each written",
@@ -308,8 +601,11 @@ def render(device: str, bandwidth: list[dict], launches: list[dict], compiles: d
             f"| {r['arrays']} | {r['coop_us']:.2f} | {r['cupy_us']:.2f} | {r['numba_us']:.2f} | {floor:.2f} | "
             f"**{r['coop_us'] / r['cupy_us']:.2f}x** | {r['coop_us'] - floor:.2f} / {r['cupy_us'] - floor:.2f} µs |"
         )
-    lines += ["", "Bar (issue 3): at most 0.8x the CuPy RawKernel's time per launch.", ""]
-    lines += [
+    return lines + ["", "Bar (issue 3): at most 0.8x the CuPy RawKernel's time per launch.", ""]
+
+
+def _blocks_lines(blocks: list[dict]) -> list[str]:
+    lines = [
         "",
         "## Block size chosen by the runtime (`block_threads=None`) against fixed choices",
         "",
@@ -328,8 +624,11 @@ def render(device: str, bandwidth: list[dict], launches: list[dict], compiles: d
         )
     if blocks:
         lines += ["", f"How the first was chosen: {blocks[0]['choice']}."]
-    lines += ["", "Bar (issue 3): the runtime's choice within 10% of the best fixed choice.", ""]
-    lines += [
+    return lines + ["", "Bar (issue 3): the runtime's choice within 10% of the best fixed choice.", ""]
+
+
+def _compile_lines(compiles: dict) -> list[str]:
+    return [
         "",
         "## Compile time (load → scan → store, fresh processes)",
         "",
@@ -342,26 +641,245 @@ def render(device: str, bandwidth: list[dict], launches: list[dict], compiles: d
         "Bar (issue 2): a warm start costs under a fifth of a cold compile.",
         "",
     ]
+
+
+def _cells(*cells: Any) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
+def _gbs(nbytes: float, ms: float) -> str:
+    return f"{nbytes / ms / 1e6:.0f}"
+
+
+def _verdict(result: dict) -> str:
+    """yes / NO for a checked result, a dash for one that failed before it could be checked."""
+    if "error" in result:
+        return "—"
+    return "yes" if result["correct"] else "NO"
+
+
+def _failed_row(r: dict, keys: tuple[str, ...], width: int) -> str:
+    """A table row for a failed measurement: its key cells, the failure, dashes to the table's width."""
+    lead = [r.get(k, "—") for k in keys]
+    return _cells(*lead, f"failed: {r['error']}", *["—"] * (width - len(lead) - 1))
+
+
+def _config_times(result: dict, name: Callable[[Any], str]) -> str:
+    """Every config's time in ms, or the failure."""
+    if "error" in result:
+        return f"failed: {result['error']}"
+    return ", ".join(f"{name(c)} {ms:.3f}" for c, ms in result["times"].items())
+
+
+def _linrec_lines(rows: list[dict]) -> list[str]:
+    tiles = "/".join(map(str, TRITON_TILES))
+    warps = "/".join(map(str, TRITON_WARPS))
+    lines = [
+        "",
+        "## Linear recurrence: a per-tile tuple scan with a `@ct.combine` function (float32)",
+        "",
+        "`h_i = a_i * h_(i-1) + b_i` from h = 0 at each tile's start, `tile.scan((a, b), op=linrec)`: it reads a "
+        "and b and writes h, 12 bytes per element. The copy rate is `cupy.copyto` of n float32 elements (8 bytes "
+        "per element) in the same run; *of copy rate* is the copy's time scaled by 12/8 over the kernel's time.",
+        "Triton runs the same per-tile scan, `tl.associative_scan((a, b), axis=0, combine_fn=...)`, on the same "
+        f"arrays, best of TILE {tiles} × num_warps {warps}; coop_tiles best of TILE "
+        f"{'/'.join(map(str, LINREC_TILES))}, block size chosen by the runtime. *coop / Triton* is Triton's time "
+        "over coop_tiles' (above 1: coop_tiles faster).",
+        f"Correct: the first {CHECK_TILES} tiles of every configuration's output against a sequential float64 "
+        "recurrence, rtol 1e-4 and atol 1e-5 (|h| reaches about 4, and float32 leaves about 1e-6 of absolute "
+        "error, which a relative test alone rejects where h crosses zero); a in [0.5, 1), b in [-1, 1).",
+        "",
+        "| n | copy GB/s | coop_tiles GB/s | of copy rate | Triton GB/s | coop / Triton | "
+        "correct (coop_tiles / Triton) |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(_failed_row(r, ("n",), 7))
+            continue
+        coop, triton, nbytes = r["coop"], r["triton"], 12 * r["elements"]
+        if "error" in coop:
+            coop_cells = [f"failed: {coop['error']}", "—"]
+        else:
+            rate = r["copy_ms"] * 12 / 8 / coop["ms"]
+            coop_cells = [f"{_gbs(nbytes, coop['ms'])} (TILE {coop['best']})", f"**{rate:.1%}**"]
+        if "error" in triton:
+            triton_cell = f"failed: {triton['error']}"
+        else:
+            tile_size, warps_used = triton["best"]
+            triton_cell = f"{_gbs(nbytes, triton['ms'])} (TILE {tile_size}, {warps_used} warps)"
+        both = "error" not in coop and "error" not in triton
+        speed = f"**{triton['ms'] / coop['ms']:.2f}x**" if both else "—"
+        verdict = f"{_verdict(coop)} / {_verdict(triton)}"
+        lines.append(_cells(r["n"], f"{r['copy_gbs']:.0f}", *coop_cells, triton_cell, speed, verdict))
+    measured = [r for r in rows if "error" not in r]
+    if measured:
+        lines += ["", "Every configuration, ms:", ""]
+    for r in measured:
+        coop = _config_times(r["coop"], lambda t: f"TILE {t}")
+        triton = _config_times(r["triton"], lambda c: f"TILE {c[0]} × {c[1]} warps")
+        lines.append(f"- {r['n']}: coop_tiles {coop}; Triton {triton}")
+    bar = "Bar (issue 7): faster than Triton (coop / Triton above 1) and at least 90% of the copy rate for its bytes."
+    return lines + ["", bar, ""]
+
+
+def _half_lines(rows: list[dict]) -> list[str]:
+    lines = [
+        "",
+        f"## 16-bit floats: load → scan → store, and load → `tile.sum` (TILE={TILE}, float32 results)",
+        "",
+        "float16 data are CuPy arrays, bfloat16 data PyTorch tensors. Both accumulate in float32 and return "
+        "float32 (the contract), so the scan reads 2 bytes and writes 4 per element and `tile.sum` reads 2.",
+        "The copy rate is `cupy.copyto` between two n-element float16 arrays (4 bytes moved per element); *scan / "
+        "copy* is that copy's time scaled by 6/4 over the scan's time, *sum / copy read* the copy's time scaled "
+        "by 2/4 (its read rate, as above) over the sum's.",
+        f"Correct: the first {CHECK_TILES} tiles against a float32 NumPy cumsum and sum, rtol 1e-3; data uniform in "
+        "[0, 1).",
+        "",
+        "| n | dtype | copy GB/s | scan GB/s | scan / copy | sum GB/s | sum / copy read | correct (scan / sum) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(_failed_row(r, ("n", "dtype"), 8))
+            continue
+        n, copy_ms = r["elements"], r["copy_ms"]
+        cells = [r["n"], r["dtype"], f"{r['copy_gbs']:.0f}"]
+        for kind, nbytes, copy_scale in (("scan", 6 * n, 6 / 4), ("sum", 2 * n, 2 / 4)):
+            result = r[kind]
+            if "error" in result:
+                cells += [f"failed: {result['error']}", "—"]
+            else:
+                cells += [_gbs(nbytes, result["ms"]), f"**{copy_ms * copy_scale / result['ms']:.1%}**"]
+        lines.append(_cells(*cells, f"{_verdict(r['scan'])} / {_verdict(r['sum'])}"))
+    return lines + ["", "Bar (issue 7): at least 90% of the copy rate for their bytes.", ""]
+
+
+def _rows2d_lines(rows: list[dict]) -> list[str]:
+    rows_n, cols_n = ROWS2D_SHAPE
+    lines = [
+        "",
+        "## Row-wise cumsum of a 2-D float32 tensor: one program per row, a chunked loop with a carry",
+        "",
+        f"`row_cumsum` over a ({rows_n}, {cols_n}) contiguous PyTorch tensor and over its transpose (a view with "
+        f"strides (1, {cols_n}), read in place), writing a fresh contiguous output, against "
+        "`torch.cumsum(x, dim=1, out=y)` on the same input. coop_tiles best of CHUNK "
+        f"{'/'.join(map(str, ROWS2D_CHUNKS))}; *torch / coop* above 1: coop_tiles faster.",
+        "Correct: `torch.allclose` with `torch.cumsum` over the whole output, rtol 1e-4, atol 1e-2; data uniform "
+        "in [0, 1).",
+        "",
+        "| input | shape, strides | coop_tiles ms | torch.cumsum ms | torch / coop | correct |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(_failed_row(r, ("input",), 6))
+            continue
+        coop = r["coop"]
+        layout = f"{r['shape']}, {r['strides']}"
+        if "error" in coop:
+            coop_cell, ratio = f"failed: {coop['error']}", "—"
+        else:
+            coop_cell, ratio = f"{coop['ms']:.3f} (CHUNK {coop['best']})", f"**{r['torch_ms'] / coop['ms']:.2f}x**"
+        lines.append(_cells(r["input"], layout, coop_cell, f"{r['torch_ms']:.3f}", ratio, _verdict(coop)))
+    measured = [r for r in rows if "error" not in r]
+    if measured:
+        lines += ["", "Every CHUNK, ms:", ""]
+    for r in measured:
+        lines.append(f"- {r['input']}: {_config_times(r['coop'], lambda c: f'CHUNK {c}')}")
+    bar = (
+        "Bar (issue 7): contiguous rows at least as fast as `torch.cumsum` (torch / coop at least 1); "
+        "the transposed view's ratio is reported, with no bar."
+    )
+    return lines + ["", bar, ""]
+
+
+def render(
+    device: str,
+    bandwidth: list[dict] | None = None,
+    launches: list[dict] | None = None,
+    compiles: dict | None = None,
+    blocks: list[dict] | None = None,
+    linrec: list[dict] | None = None,
+    half: list[dict] | None = None,
+    rows2d: list[dict] | None = None,
+) -> str:
+    """The markdown of docs/benchmarks.md: the header, then every section that was run (None: not run), in a
+    fixed order."""
+    sections = (
+        (bandwidth, _bandwidth_lines),
+        (launches, _launch_lines),
+        (blocks, _blocks_lines),
+        (compiles, _compile_lines),
+        (linrec, _linrec_lines),
+        (half, _half_lines),
+        (rows2d, _rows2d_lines),
+    )
+    lines = _header_lines(device)
+    for data, section_lines in sections:
+        if data is not None:
+            lines += section_lines(data)
     return "\n".join(lines)
+
+
+def _section_names(text: str) -> tuple[str, ...]:
+    """--only's comma list, checked against SECTIONS."""
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    unknown = [name for name in names if name not in SECTIONS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"unknown section {', '.join(unknown) or '(none)'}: use {', '.join(SECTIONS)}")
+    return names
+
+
+def _parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--out",
+        default=None,
+        help="the markdown file to write (default docs/benchmarks.md; with --only, none: the markdown is printed "
+        "and docs/benchmarks.md is left alone)",
+    )
+    parser.add_argument("--quick", action="store_true", help="only 2^24 elements (a smoke run; rows2d keeps its shape)")
+    parser.add_argument(
+        "--only", type=_section_names, default=None, help=f"comma list of sections to run, of {', '.join(SECTIONS)}"
+    )
+    return parser.parse_args()
+
+
+def measure(only: tuple[str, ...], sizes: list[int], arch: str) -> dict[str, Any]:
+    """The results of the sections in `only`, keyed as render() takes them. Issue 7's sections come last: each
+    records its own failures, but a kernel that faults leaves the CUDA context unusable for whatever follows."""
+    results: dict[str, Any] = {}
+    if "bandwidth" in only:
+        results["bandwidth"] = bandwidth_rows(sizes)
+    if "blocks" in only:
+        results["blocks"] = [row for log2n in sizes for row in block_size_rows(log2n)]
+    if "launch" in only:
+        results["launches"] = launch_rows()
+    if "compile" in only:
+        results["compiles"] = compile_rows(arch)
+    if "linrec" in only:
+        results["linrec"] = _section(linrec_rows, sizes)
+    if "half" in only:
+        results["half"] = _section(half_rows, sizes)
+    if "rows2d" in only:
+        results["rows2d"] = _section(rows2d_rows)
+    return results
 
 
 def main() -> None:
     import cupy as cp
 
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"))
-    parser.add_argument("--quick", action="store_true", help="only 2^24 elements (a smoke run)")
-    args = parser.parse_args()
+    args = _parse_args()
     props = cp.cuda.runtime.getDeviceProperties(0)
     device = props["name"].decode()
     arch = f"sm_{props['major']}{props['minor']}"
-    bandwidth = bandwidth_rows([24] if args.quick else [26, 28])
-    blocks = [row for log2n in ([24] if args.quick else [26, 28]) for row in block_size_rows(log2n)]
-    launches = launch_rows()
-    compiles = compile_rows(arch)
-    text = render(device, bandwidth, launches, compiles, blocks)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(text)
+    results = measure(args.only or SECTIONS, [24] if args.quick else [26, 28], arch)
+    text = render(device, **results)
+    out = args.out or (None if args.only else str(Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"))
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text)
     print(text)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from .errors import TileTypeError
+from .errors import TileTypeError, TileValueError
 
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
 float16 = np.dtype(np.float16)
@@ -104,7 +104,9 @@ def cxx_name(dt: np.dtype) -> str:
 def check_op(op: str, dt: np.dtype) -> None:
     """Raise unless the built-in scan/reduce operator `op` is defined for `dt`."""
     if op not in SCAN_OPS:
-        raise TileTypeError(f"unknown operator {op!r}; expected one of {', '.join(SCAN_OPS)} or a @ct.combine function")
+        raise TileValueError(
+            f"unknown operator {op!r}; expected one of {', '.join(SCAN_OPS)} or a @ct.combine function"
+        )
     if op in BITWISE_OPS and is_float(dt):
         raise TileTypeError(f"operator {op!r} needs an integer tile, got {dt.name}")
     if dt == bool_:

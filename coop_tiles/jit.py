@@ -15,6 +15,7 @@ from .lang import interpreter
 from .lang.frontend import build_program
 from .lang.source import parse_function
 from .lang.types import ArrayType, ScalarType, type_of_python_scalar
+from .planner.layout import choose_block_threads
 from .runtime import arguments, blockdims, launcher
 from .runtime.cache import DiskCache
 from .runtime.compiler import compile_kernel
@@ -80,7 +81,7 @@ class JITFunction(KernelBase):
         return f"<coop_tiles kernel {self.fn.__qualname__}>"
 
     def __call__(self, *args: Any, **kwargs: Any) -> None:
-        raise LaunchError(f"launch a tile program with a grid: {self.__name__}[grid](...)")
+        raise located_at_caller(LaunchError(f"launch a tile program with a grid: {self.__name__}[grid](...)"))
 
     @staticmethod
     def _split_launch(launch: Any) -> tuple[Any, Any]:
@@ -199,7 +200,9 @@ class JITFunction(KernelBase):
         key = (types, tuple(sorted(constexprs.items())))
         program = self._programs.get(key)
         if program is None:
-            program = self._programs[key] = build_program(self.fn, dict(types), constexprs)
+            program = build_program(self.fn, dict(types), constexprs)
+            choose_block_threads(program, self.block_threads)  # the compiler's checks of block and tile size
+            self._programs[key] = program
         interpreter.run(program, launcher.normalize_grid(grid, constexprs), list(runtime))
 
     def _launch(self, grid: tuple[int, int, int], stream: Any, runtime: Any, constexprs: dict) -> None:

@@ -129,6 +129,8 @@ class Builder:
         if isinstance(v, (ir.Var, ir.Lit)):
             return v
         if isinstance(v, Const):
+            if isinstance(v.value, int) and not isinstance(v.value, bool) and not -(2**63) <= v.value < 2**63:
+                raise TileValueError(f"{v.value} does not fit in int64")
             if isinstance(v.value, (bool, int, float, np.bool_, np.number)):
                 return ir.Lit(v.value, type_of_python_scalar(v.value))
             raise TileTypeError(f"{what} must be a number or a tile, got {v.value!r}")
@@ -182,8 +184,11 @@ class Builder:
         if v.type.dtype == dtype and (isinstance(v, ir.Var) or not v.type.weak):
             return v
         if isinstance(v, ir.Lit):
-            with np.errstate(all="ignore"):
-                return ir.Lit(dtype.type(v.value), ScalarType(dtype))
+            try:
+                with np.errstate(all="ignore"):
+                    return ir.Lit(dtype.type(v.value), ScalarType(dtype))
+            except OverflowError:
+                raise TileValueError(f"{v.value} does not fit in {dtype.name}") from None
         if isinstance(v.type, TileType):
             return self.map_op("cast", (v,), TileType(dtype, v.type.size), dtype)
         return self.map_op("cast", (v,), ScalarType(dtype), dtype)
@@ -214,6 +219,8 @@ class Builder:
             raise TileTypeError(f"operator ~ is not defined for {types[0]}")
         out_type = result_type(fn, *types)
         compute = common_type(*types).dtype if compare else out_type.dtype
+        if name == "pow" and compute.kind in "iu" and isinstance(values[1], ir.Lit) and values[1].value < 0:
+            raise TileValueError("integers to negative integer powers are not allowed")
         if name == "where":
             compute = out_type.dtype
         return self.map_op(name, values, out_type, compute)
@@ -317,6 +324,8 @@ class Builder:
 
     def expr(self, node: ast.expr) -> Any:
         handler = EXPR_HANDLERS.get(type(node))
+        if isinstance(node, ast.JoinedStr):
+            raise TileSyntaxError("f-strings are not supported in tile programs", loc=self.fn.loc(node))
         if handler is None:
             raise TileSyntaxError(
                 f"`{type(node).__name__}` expressions are not supported in tile programs", loc=self.fn.loc(node)
@@ -562,7 +571,8 @@ def _expr_attribute(b: Builder, e: ast.Attribute) -> Any:
         try:
             return Const(getattr(base.value, e.attr))
         except AttributeError:
-            raise TileSyntaxError(f"{base.value!r} has no attribute {e.attr!r}") from None
+            what = f"module {base.value.__name__!r}" if inspect.ismodule(base.value) else repr(base.value)
+            raise TileSyntaxError(f"{what} has no attribute {e.attr!r}") from None
     if isinstance(base, (ir.Var, ir.Lit)):
         t = base.type
         if e.attr == "dtype":
@@ -728,6 +738,9 @@ def _call_method(b: Builder, method: Method, args: tuple, kwargs: dict) -> Any:
 
 def _expr_subscript(b: Builder, e: ast.Subscript) -> Any:
     base = b.expr(e.value)
+    parts = e.slice.elts if isinstance(e.slice, ast.Tuple) else [e.slice]
+    if any(isinstance(p, ast.Slice) for p in parts):
+        raise TileSyntaxError("arrays are indexed by integers; use tile.load for ranges")
     index = b.expr(e.slice)
     if isinstance(base, tuple):
         i = b.constant(index, "a tuple index", int)

@@ -47,8 +47,11 @@ def elementwise(op: str, values: list[Any], compute: np.dtype, out: np.dtype) ->
         xs = [cast(values[0], np.dtype(np.bool_)), *(cast(cast(v, compute), calc) for v in values[1:])]
     else:
         xs = [cast(cast(v, compute), calc) for v in values]
-    with np.errstate(all="ignore"):
-        result = ELEMENTWISE[op].numpy(*xs)
+    try:
+        with np.errstate(all="ignore"):
+            result = ELEMENTWISE[op].numpy(*xs)
+    except (ValueError, ArithmeticError) as e:  # e.g. an integer to a negative power at run time
+        raise TileValueError(str(e).rstrip(".")) from None
     return cast(result, out)
 
 

@@ -48,6 +48,11 @@ def typed_op(b: Any, op: Any, t: Any, what: str) -> tuple[str | ir.Combine, tupl
 
         dtypes = tuple(v.type.dtype for v in items)
         return build_combine(b, op.value, dtypes), tuple(items), dtypes
+    if isinstance(op, Const) and callable(op.value) and hasattr(op.value, "__code__"):
+        raise TileValueError(
+            f"op must be one of {', '.join(repr(o) for o in UFUNCS)} or a @ct.combine function, "
+            f"got the plain function {op.value.__name__}; decorate it with @ct.combine"
+        )
     if not (isinstance(op, Const) and isinstance(op.value, str)):
         raise TileValueError(
             f"op must be one of {', '.join(repr(o) for o in UFUNCS)} or a @ct.combine function, got {_describe(op)}"

@@ -1,0 +1,1277 @@
+"""A catalogue of user mistakes, each checked in both modes with one parametrised test.
+
+Every entry is a small tile program (or a launch of one) with one mistake in it. The
+contract (*Errors*): each raises a `ct.TileError` subclass naming the user's line, and the
+interpreter (`@ct.jit(interpret=True)`) and the compiler (`kernel.compile(..., arch="sm_90")`)
+raise the same class with the same message at the same line.
+
+- Program mistakes are located at the line marked `# HERE` (in the program, or in the helper
+  or combine function named by `at`). Messages may refer to other marked lines as `{IF}`,
+  `{FOR}`: the line of `# IF`, `# FOR` in the same function.
+- Runtime-only mistakes (indices and ranges outside an array) exist in the interpreter only.
+- Launch mistakes are located at the launch (`kernel[grid](...)`) or `.compile(...)` line in
+  `provoke` below.
+
+Expected messages are written out here by hand. A case the library gets wrong is kept,
+marked `xfail(strict=True)` with what is wrong, for the library to fix.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pytest
+
+import coop_tiles as ct
+from coop_tiles import tile
+
+INTERPRET, COMPILE = "interpret", "compile"
+BOTH = (INTERPRET, COMPILE)
+NO_GRID = object()  # launch without `[grid]`: kernel(*args)
+
+X = np.zeros(16, np.float32)
+XI8 = np.zeros(16, np.int8)
+M = np.zeros((4, 8), np.float32)
+TABLE = np.arange(4.0)  # a global array a program must not read
+SUPPORTED = "int8, int16, int32, int64, uint8, uint16, uint32, uint64, float16, bfloat16, float32, float64, bool"
+TILE_SIZE_NOT_CONSTANT = (
+    "must be a compile-time constant (a literal, a ct.constexpr parameter, or an expression of them), "
+    "got a runtime int64 (python scalar)"
+)
+DIVERGENT = (
+    "is a tile, so it differs between threads and tile collectives under it would diverge; use ct.where "
+    "for per-element choices or reduce the tile to a scalar (tile.max(t) > 0)"
+)
+COMBINE_ONLY_SCALARS = "@ct.combine functions compute on their scalar operands only; "
+
+
+@dataclass
+class Mistake:
+    name: str
+    program: Callable
+    error: type[ct.TileError]
+    message: str
+    args: tuple = (X, 16)
+    constexprs: dict[str, Any] = field(default_factory=lambda: {"T": 8})
+    grid: Any = 1
+    jit: dict[str, Any] = field(default_factory=dict)  # options of ct.jit (block_threads)
+    at: Callable | None = None  # the function holding `# HERE` (default: the program)
+    launch: bool = False  # located at the launch line instead of `# HERE`
+    modes: tuple[str, ...] = BOTH
+    xfail: dict[str, str] = field(default_factory=dict)  # mode -> what the library gets wrong
+
+
+def line_of(fn: Callable, marker: str) -> int:
+    lines, first = inspect.getsourcelines(inspect.unwrap(fn))  # (a @ct.combine function wraps its own)
+    return first + next(i for i, text in enumerate(lines) if marker in text)
+
+
+def provoke(m: Mistake, mode: str) -> ct.TileError:
+    """Run `m` in `mode` and return the TileError it raises."""
+    try:
+        if mode == INTERPRET:
+            kernel = ct.jit(m.program, interpret=True, **m.jit)
+            (kernel if m.grid is NO_GRID else kernel[m.grid])(*m.args, **m.constexprs)  # INTERPRET
+        else:
+            kernel = ct.jit(m.program, **m.jit)
+            kernel.compile(*m.args, arch="sm_90", **m.constexprs)  # COMPILE
+    except ct.TileError as e:
+        return e
+    pytest.fail(f"{m.name}: no TileError in {mode} mode")
+
+
+# ================================================================================================
+# Unsupported statements
+# ================================================================================================
+def uses_lambda(x, n, T: ct.constexpr):
+    f = lambda v: v * 2  # HERE  # noqa: E731
+    tile.store(x, 0, f(tile.load(x, 0, T)))
+
+
+def uses_try(x, n, T: ct.constexpr):
+    try:  # HERE
+        tile.store(x, 0, tile.load(x, 0, T))
+    except Exception:
+        pass
+
+
+def uses_with(x, n, T: ct.constexpr):
+    with open("/dev/null"):  # HERE
+        tile.store(x, 0, tile.load(x, 0, T))
+
+
+def uses_yield(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    yield t  # HERE
+
+
+def uses_del(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    del t  # HERE
+
+
+def uses_global(x, n, T: ct.constexpr):
+    global COUNTER  # HERE
+    COUNTER = n
+
+
+def make_nonlocal_program():
+    count = 0
+
+    def uses_nonlocal(x, n, T: ct.constexpr):
+        nonlocal count  # HERE
+        count = n
+
+    return uses_nonlocal
+
+
+def uses_assert(x, n, T: ct.constexpr):
+    assert n > 0  # HERE
+    tile.store(x, 0, tile.load(x, 0, T))
+
+
+def uses_raise(x, n, T: ct.constexpr):
+    if n > 16:
+        raise ValueError("too long")  # HERE
+
+
+def imports_inside(x, n, T: ct.constexpr):
+    import operator  # HERE
+
+    tile.store(x, 0, operator.neg(tile.load(x, 0, T)))
+
+
+def defines_class(x, n, T: ct.constexpr):
+    class Acc:  # HERE
+        pass
+
+
+def defines_function(x, n, T: ct.constexpr):
+    def double(v):  # HERE
+        return v * 2
+
+    tile.store(x, 0, double(tile.load(x, 0, T)))
+
+
+def uses_break(x, n, T: ct.constexpr):
+    for i in range(n):
+        if i > 2:
+            break  # HERE
+
+
+def uses_continue(x, n, T: ct.constexpr):
+    for i in range(n):
+        if i > 2:
+            continue  # HERE
+        x[i] = 1.0
+
+
+def uses_for_else(x, n, T: ct.constexpr):
+    for i in range(n):  # HERE
+        x[i] = 1.0
+    else:
+        x[0] = 2.0
+
+
+def loops_over_tuple(x, n, T: ct.constexpr):
+    for i in (0, 1, 2):  # HERE
+        x[i] = 1.0
+
+
+def unpacks_loop_variable(x, n, T: ct.constexpr):
+    for i, j in range(n):  # HERE
+        x[i] = 1.0
+
+
+def bare_annotation(x, n, T: ct.constexpr):
+    t: int  # HERE  # noqa: F842
+    tile.store(x, 0, tile.load(x, 0, T))
+
+
+def returns_a_value(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    return tile.sum(t)  # HERE
+
+
+def star_parameters(x, *rest):  # HERE
+    tile.store(x, 0, tile.zeros(8, np.float32))
+
+
+# ================================================================================================
+# Unsupported expressions
+# ================================================================================================
+def list_literal(x, n, T: ct.constexpr):
+    offsets = [0, 8]  # HERE
+    tile.store(x, 0, tile.load(x, 0, T))
+
+
+def dict_literal(x, n, T: ct.constexpr):
+    options = {"valid": n}  # HERE
+    tile.store(x, 0, tile.load(x, 0, T))
+
+
+def set_literal(x, n, T: ct.constexpr):
+    seen = {0, 1}  # HERE
+    tile.store(x, 0, tile.load(x, 0, T))
+
+
+def list_comprehension(x, n, T: ct.constexpr):
+    parts = [tile.load(x, i * T, T) for i in range(2)]  # HERE
+    tile.store(x, 0, parts[0])
+
+
+def f_string(x, n, T: ct.constexpr):
+    label = f"n = {n}"  # HERE
+    tile.store(x, 0, tile.load(x, 0, T))
+
+
+def walrus(x, n, T: ct.constexpr):
+    if (m := n - 1) > 0:  # HERE
+        x[m] = 1.0
+
+
+def matmul_operator(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    tile.store(x, 0, t @ t)  # HERE
+
+
+def in_operator(x, n, T: ct.constexpr):
+    if n in (8, 16):  # HERE
+        x[0] = 1.0
+
+
+def starred_call(x, n, T: ct.constexpr):
+    where = (x, 0, T)
+    t = tile.load(*where)  # HERE
+    tile.store(x, 0, t)
+
+
+def slices_an_array(x, n, T: ct.constexpr):
+    head = x[0:T]  # HERE
+    tile.store(head, 0, tile.zeros(T, np.float32))
+
+
+# ================================================================================================
+# Names, attributes and calls
+# ================================================================================================
+def unknown_name(x, n, T: ct.constexpr):
+    tile.store(x, 0, tile.load(x, 0, T) + undefined_thing)  # HERE  # noqa: F821
+
+
+def reads_global_array(x, n, T: ct.constexpr):
+    v = TABLE[0]  # HERE
+    tile.store(x, 0, tile.full(T, v, np.float32))
+
+
+def unknown_tile_attribute(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    shape = t.shape  # HERE
+
+
+def unknown_tile_op(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    tile.store(x, 0, tile.cumsum(t))  # HERE
+
+
+def calls_numpy(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    tile.store(x, 0, np.clip(t, 0, 1))  # HERE
+
+
+def calls_math(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    tile.store(x, 0, math.exp(t))  # HERE
+
+
+@ct.jit
+def jitted_helper(t):
+    return t * 2
+
+
+def calls_a_kernel(x, n, T: ct.constexpr):
+    tile.store(x, 0, jitted_helper(tile.load(x, 0, T)))  # HERE
+
+
+def calls_print(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    print(t)  # HERE
+
+
+def calls_len(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, len(x))  # HERE
+    tile.store(x, 0, t)
+
+
+def calls_a_scalar(x, n, T: ct.constexpr):
+    v = n(2)  # HERE
+    x[0] = v
+
+
+def unknown_keyword(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T, mask=n)  # HERE
+    tile.store(x, 0, t)
+
+
+def missing_argument(x, n, T: ct.constexpr):
+    t = tile.load(x, 0)  # HERE
+    tile.store(x, 0, t)
+
+
+def too_many_arguments(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    tile.store(x, 0, ct.exp(t, 2))  # HERE
+
+
+def scale_by(t, factor):
+    return t * factor
+
+
+def helper_missing_argument(x, n, T: ct.constexpr):
+    t = scale_by(tile.load(x, 0, T))  # HERE
+    tile.store(x, 0, t)
+
+
+def int_of_tile(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    x[0] = int(t)  # HERE
+
+
+def python_min_of_tiles(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    tile.store(x, 0, min(t, t * 2))  # HERE
+
+
+def recurse(t):
+    return recurse(t * 2)  # HERE
+
+
+def calls_recursive_helper(x, n, T: ct.constexpr):
+    tile.store(x, 0, recurse(tile.load(x, 0, T)))
+
+
+def returns_early(t, n):
+    if n > 4:  # HERE
+        return t
+    return t * 2
+
+
+def calls_helper_returning_early(x, n, T: ct.constexpr):
+    tile.store(x, 0, returns_early(tile.load(x, 0, T), n))
+
+
+def code_after_return(t):
+    return t * 2
+    t = t + 1  # HERE
+
+
+def calls_helper_with_code_after_return(x, n, T: ct.constexpr):
+    tile.store(x, 0, code_after_return(tile.load(x, 0, T)))
+
+
+# ================================================================================================
+# Tile sizes, and what a variable may hold
+# ================================================================================================
+def runtime_tile_size(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, n)  # HERE
+    tile.store(x, 0, t)
+
+
+def zero_tile_size(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)  # HERE
+    tile.store(x, 0, t)
+
+
+def float_tile_size(x, n, T: ct.constexpr):
+    t = tile.zeros(T / 2, np.float32)  # HERE
+    tile.store(x, 0, t)
+
+
+def tile_size_by_zero(x, n, T: ct.constexpr):
+    t = tile.zeros(T // 0, np.float32)  # HERE
+    tile.store(x, 0, t)
+
+
+def mismatched_tile_sizes(x, n, T: ct.constexpr):
+    a = tile.load(x, 0, T)
+    b = tile.load(x, 0, T * 2)
+    tile.store(x, 0, a + b)  # HERE
+
+
+def variable_changes_tile_size(x, n, T: ct.constexpr):
+    t = tile.zeros(T, np.float32)
+    for i in range(n):
+        t = tile.zeros(T * 2, np.float32)  # HERE
+    tile.store(x, 0, t)
+
+
+def variable_tile_then_scalar(x, n, T: ct.constexpr):
+    v = tile.zeros(T, np.float32)
+    for i in range(n):
+        v = 1.0  # HERE
+    x[0] = 1.0
+
+
+def variable_bool_then_int(x, n, T: ct.constexpr):
+    flag = n > 4
+    for i in range(n):
+        flag = 1  # HERE
+    x[0] = flag
+
+
+def string_in_arithmetic(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    tile.store(x, 0, t + "1")  # HERE
+
+
+def array_in_arithmetic(x, n, T: ct.constexpr):
+    y = x * 2.0  # HERE
+    tile.store(y, 0, tile.load(x, 0, T))
+
+
+def int_negative_power(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    tile.store(x, 0, t**-1)  # HERE
+
+
+def fill_out_of_range(x, n, T: ct.constexpr):
+    tile.store(x, 0, tile.full(T, 300, np.int8))  # HERE
+
+
+def int_beyond_int64(x, n, T: ct.constexpr):
+    x[0] = n + 2**70  # HERE
+
+
+# ================================================================================================
+# Control flow
+# ================================================================================================
+def if_on_tile(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    if t > 0:  # HERE
+        tile.store(x, 0, t)
+
+
+def while_on_tile(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    while t > 0:  # HERE
+        t = t - 1.0
+    tile.store(x, 0, t)
+
+
+def ternary_on_tile(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    v = 1.0 if t > 0 else 0.0  # HERE
+    x[0] = v
+
+
+def ternary_of_tiles(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    tile.store(x, 0, t if n > 4 else t * 2)  # HERE
+
+
+def and_of_tiles(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    inside = (t > 0) and (t < 1)  # HERE
+    tile.store(x, 0, ct.where(inside, t, 0.0))
+
+
+def not_of_tile(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    outside = not (t > 0)  # HERE
+    tile.store(x, 0, ct.where(outside, t, 0.0))
+
+
+def assigned_in_one_branch(x, n, T: ct.constexpr):
+    if n > 4:  # IF
+        t = tile.load(x, 0, T)
+    tile.store(x, 0, t)  # HERE
+
+
+def assigned_in_loop(x, n, T: ct.constexpr):
+    for i in range(n):  # FOR
+        s = tile.load(x, 0, T)
+    tile.store(x, 0, s)  # HERE
+
+
+def while_true(x, n, T: ct.constexpr):
+    while True:  # HERE
+        tile.store(x, 0, tile.load(x, 0, T))
+
+
+def range_of_float(x, n, T: ct.constexpr):
+    for i in range(n / 2):  # HERE
+        x[i] = 1.0
+
+
+def range_step_zero(x, n, T: ct.constexpr):
+    for i in range(0, n, 0):  # HERE
+        x[i] = 1.0
+
+
+def program_id_axis_3(x, n, T: ct.constexpr):
+    base = ct.program_id(3) * T  # HERE
+    tile.store(x, base, tile.load(x, base, T))
+
+
+# ================================================================================================
+# Scans, reductions and @ct.combine functions
+# ================================================================================================
+@ct.combine
+def add_pairs(a_l, b_l, a_r, b_r):
+    return a_l + a_r, b_l + b_r
+
+
+def add_plain(a, b):  # not decorated with @ct.combine
+    return a + b
+
+
+@ct.combine
+def takes_three(a_l, b_l, a_r):
+    return a_l, b_l
+
+
+@ct.combine
+def returns_one(a_l, b_l, a_r, b_r):  # HERE
+    return a_r * a_l
+
+
+@ct.combine
+def combines_with_tile_op(a, b):
+    return a + tile.sum(tile.full(4, b, np.float32))  # HERE
+
+
+@ct.combine
+def combines_with_if(a, b):
+    r = a
+    if b > a:  # HERE
+        r = b
+    return r
+
+
+def xor_scan_of_floats(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    tile.store(x, 0, tile.scan(t, op="xor"))  # HERE
+
+
+def xor_of_float_tiles(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    tile.store(x, 0, t ^ t)  # HERE
+
+
+def invert_of_float_tile(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    tile.store(x, 0, ~t)  # HERE
+
+
+def sum_of_bools(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    x[0] = tile.sum(t > 0)  # HERE
+
+
+def sum_of_scalar(x, n, T: ct.constexpr):
+    x[0] = tile.sum(n)  # HERE
+
+
+def unknown_scan_op(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    tile.store(x, 0, tile.scan(t, op="cumsum"))  # HERE
+
+
+def undecorated_combine(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    tile.store(x, 0, tile.scan(t, op=add_plain))  # HERE
+
+
+def tuple_scan_without_combine(x, n, T: ct.constexpr):
+    a = tile.load(x, 0, T)
+    s, u = tile.scan((a, a * 2))  # HERE
+    tile.store(x, 0, s + u)
+
+
+def tuple_scan_of_mixed_sizes(x, n, T: ct.constexpr):
+    a = tile.load(x, 0, T)
+    s, u = tile.scan((a, tile.load(x, 0, T * 2)), op=add_pairs)  # HERE
+    tile.store(x, 0, s)
+
+
+def combine_wrong_arity(x, n, T: ct.constexpr):
+    a = tile.load(x, 0, T)
+    s, u = tile.scan((a, a * 2), op=takes_three)  # HERE
+    tile.store(x, 0, s + u)
+
+
+def combine_wrong_count(x, n, T: ct.constexpr):
+    a = tile.load(x, 0, T)
+    s, u = tile.scan((a, a * 2), op=returns_one)
+    tile.store(x, 0, s + u)
+
+
+def combine_tile_op(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    tile.store(x, 0, tile.scan(t, op=combines_with_tile_op))
+
+
+def combine_if(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    x[0] = tile.reduce(t, op=combines_with_if)
+
+
+def calls_combine(x, n, T: ct.constexpr):
+    s, u = add_pairs(1.0, 2.0, 3.0, 4.0)  # HERE
+    x[0] = s
+
+
+def exclusive_combine_without_initial(x, n, T: ct.constexpr):
+    a = tile.load(x, 0, T)
+    s, u = tile.scan((a, a * 2), op=add_pairs, exclusive=True)  # HERE
+    tile.store(x, 0, s + u)
+
+
+def initial_wrong_count(x, n, T: ct.constexpr):
+    a = tile.load(x, 0, T)
+    s, u = tile.scan((a, a * 2), op=add_pairs, initial=1.0)  # HERE
+    tile.store(x, 0, s + u)
+
+
+def return_total_not_bool(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    s, total = tile.scan(t, return_total=1)  # HERE
+    tile.store(x, 0, s)
+
+
+def unpacks_too_many(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    s, total, extra = tile.scan(t, return_total=True)  # HERE
+    tile.store(x, 0, s)
+
+
+def unpacks_a_tile(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    a, b = t  # HERE
+    tile.store(x, 0, a)
+
+
+def tuple_index_out_of_range(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    pair = (t, t * 2)
+    tile.store(x, 0, pair[2])  # HERE
+
+
+# ================================================================================================
+# Arrays, loads and stores, dtypes
+# ================================================================================================
+def loads_2d_array(m, n, T: ct.constexpr):
+    t = tile.load(m, 0, T)  # HERE
+    tile.store(m[0], 0, t)
+
+
+def too_many_indices(x, n, T: ct.constexpr):
+    v = x[0, 1]  # HERE
+    x[0] = v
+
+
+def element_write_too_few_indices(m, n, T: ct.constexpr):
+    m[0] = 1.0  # HERE
+
+
+def float_array_index(x, n, T: ct.constexpr):
+    x[n / 2] = 1.0  # HERE
+
+
+def shape_index_out_of_range(x, n, T: ct.constexpr):
+    rows = x.shape[1]  # HERE
+    x[0] = rows
+
+
+def writes_tile_element(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    t[0] = 1.0  # HERE
+    tile.store(x, 0, t)
+
+
+def reads_tile_element(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    x[0] = t[0]  # HERE
+
+
+def assigns_tile_attribute(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    t.size = 4  # HERE
+    tile.store(x, 0, t)
+
+
+def loads_from_scalar(x, n, T: ct.constexpr):
+    t = tile.load(n, 0, T)  # HERE
+    tile.store(x, 0, t)
+
+
+def stores_scalar(x, n, T: ct.constexpr):
+    tile.store(x, 0, 1.0)  # HERE
+
+
+def gathers_with_tile_offset(x, n, T: ct.constexpr):
+    t = tile.load(x, tile.arange(T), T)  # HERE
+    tile.store(x, 0, t)
+
+
+def astype_not_a_dtype(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    tile.store(x, 0, t.astype("banana"))  # HERE
+
+
+def astype_complex(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    tile.store(x, 0, t.astype(np.complex64))  # HERE
+
+
+def full_with_runtime_dtype(x, dtype, T: ct.constexpr):
+    t = tile.full(T, 1.0, dtype)  # HERE
+    tile.store(x, 0, t)
+
+
+# ----- mistakes only a run can see (the interpreter checks them; a compiled kernel masks them) ----
+def reads_past_the_end(x, n, T: ct.constexpr):
+    v = x[n]  # HERE
+    tile.store(x, 0, tile.full(T, v, np.float32))
+
+
+def reads_negative_index(x, n, T: ct.constexpr):
+    v = x[n - 17]  # HERE
+    tile.store(x, 0, tile.full(T, v, np.float32))
+
+
+def writes_past_the_row(m, n, T: ct.constexpr):
+    m[1, n] = 1.0  # HERE
+
+
+def views_past_the_end(m, n, T: ct.constexpr):
+    row = m[n]  # HERE
+    tile.store(row, 0, tile.zeros(T, np.float32))
+
+
+def loads_past_the_end(x, n, T: ct.constexpr):
+    t = tile.load(x, n - 4, T)  # HERE
+    tile.store(x, 0, t)
+
+
+def stores_before_the_start(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    tile.store(x, -4, t)  # HERE
+
+
+# ================================================================================================
+# Launch mistakes (located at the launch or compile line)
+# ================================================================================================
+def copy_tile(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T, valid=n)
+    tile.store(x, 0, t, valid=n)
+
+
+def launch(name: str, error: type[ct.TileError], message: str, **kw: Any) -> Mistake:
+    return Mistake(name, copy_tile, error, message, launch=True, **kw)
+
+
+def grid_mistake(name: str, grid: Any, message: str) -> Mistake:
+    return launch(name, ct.LaunchError, message, grid=grid, modes=(INTERPRET,))
+
+
+GRID_SHAPE = "grid must be an int or a tuple of 1 to 3 ints (or a callable returning one), got "
+NOT_A_NUMBER = "argument 'n' must be an array or a number, got "
+NOT_CHECKED_BY_INTERPRETER = "the interpreter does not plan the block, so it accepts what the compiler rejects"
+
+# ================================================================================================
+# The catalogue
+# ================================================================================================
+SYNTAX, TYPE, VALUE, DIVERGENCE = ct.TileSyntaxError, ct.TileTypeError, ct.TileValueError, ct.DivergenceError
+NOT_SUPPORTED = "are not supported in tile programs"
+
+CATALOGUE: list[Mistake] = [
+    # --- statements ---------------------------------------------------------------------------
+    Mistake("lambda", uses_lambda, SYNTAX, f"`Lambda` expressions {NOT_SUPPORTED}"),
+    Mistake("try", uses_try, SYNTAX, f"`Try` statements {NOT_SUPPORTED}"),
+    Mistake("with", uses_with, SYNTAX, f"`With` statements {NOT_SUPPORTED}"),
+    Mistake("yield", uses_yield, SYNTAX, f"`Yield` expressions {NOT_SUPPORTED}"),
+    Mistake("del", uses_del, SYNTAX, f"`Delete` statements {NOT_SUPPORTED}"),
+    Mistake("global", uses_global, SYNTAX, f"`Global` statements {NOT_SUPPORTED}"),
+    Mistake("nonlocal", make_nonlocal_program(), SYNTAX, f"`Nonlocal` statements {NOT_SUPPORTED}"),
+    Mistake("assert", uses_assert, SYNTAX, f"`Assert` statements {NOT_SUPPORTED}"),
+    Mistake("raise", uses_raise, SYNTAX, f"`Raise` statements {NOT_SUPPORTED}"),
+    Mistake("import", imports_inside, SYNTAX, f"`Import` statements {NOT_SUPPORTED}"),
+    Mistake("class_def", defines_class, SYNTAX, f"`ClassDef` statements {NOT_SUPPORTED}"),
+    Mistake("nested_def", defines_function, SYNTAX, f"`FunctionDef` statements {NOT_SUPPORTED}"),
+    Mistake(
+        "break", uses_break, SYNTAX, "`break` is not supported in tile programs; restructure the loop with a condition"
+    ),
+    Mistake(
+        "continue",
+        uses_continue,
+        SYNTAX,
+        "`continue` is not supported in tile programs; restructure the loop with a condition",
+    ),
+    Mistake("for_else", uses_for_else, SYNTAX, "`for ... else` is not supported"),
+    Mistake("for_over_tuple", loops_over_tuple, SYNTAX, "tile programs loop with `for i in range(...)` only"),
+    Mistake("for_unpacking", unpacks_loop_variable, SYNTAX, "the loop variable must be a single name"),
+    Mistake("bare_annotation", bare_annotation, SYNTAX, "a bare annotation without a value is not supported"),
+    Mistake(
+        "return_value", returns_a_value, SYNTAX, "a tile program can't return a value; store results with tile.store"
+    ),
+    Mistake(
+        "star_parameters",
+        star_parameters,
+        SYNTAX,
+        "tile programs take plain positional parameters (no *args, **kwargs or keyword-only)",
+        args=(X, 1, 2),
+        constexprs={},
+    ),
+    # --- expressions --------------------------------------------------------------------------
+    Mistake("list_literal", list_literal, SYNTAX, f"`List` expressions {NOT_SUPPORTED}"),
+    Mistake("dict_literal", dict_literal, SYNTAX, f"`Dict` expressions {NOT_SUPPORTED}"),
+    Mistake("set_literal", set_literal, SYNTAX, f"`Set` expressions {NOT_SUPPORTED}"),
+    Mistake("list_comprehension", list_comprehension, SYNTAX, f"`ListComp` expressions {NOT_SUPPORTED}"),
+    Mistake(
+        "f_string",
+        f_string,
+        SYNTAX,
+        "f-strings are not supported in tile programs",
+    ),
+    Mistake("walrus", walrus, SYNTAX, f"`NamedExpr` expressions {NOT_SUPPORTED}"),
+    Mistake("matmul", matmul_operator, SYNTAX, "operator MatMult is not supported"),
+    Mistake("in_operator", in_operator, SYNTAX, "comparison In is not supported"),
+    Mistake("starred_call", starred_call, SYNTAX, "*args and **kwargs in calls are not supported"),
+    Mistake(
+        "array_slice",
+        slices_an_array,
+        SYNTAX,
+        "arrays are indexed by integers; use tile.load for ranges",
+    ),
+    # --- names, attributes and calls ------------------------------------------------------------
+    Mistake("unknown_name", unknown_name, SYNTAX, "name 'undefined_thing' is not defined"),
+    Mistake(
+        "global_array",
+        reads_global_array,
+        TYPE,
+        "global 'TABLE' is a NumPy array; tile programs read arrays passed as arguments only",
+    ),
+    Mistake("tile_attribute", unknown_tile_attribute, SYNTAX, "attribute 'shape' of tile<float32, 8> is not supported"),
+    Mistake(
+        "unknown_tile_op",
+        unknown_tile_op,
+        SYNTAX,
+        "module 'coop_tiles.tile' has no attribute 'cumsum'",
+    ),
+    Mistake("numpy_call", calls_numpy, SYNTAX, "'clip' can't be called in a tile program"),
+    Mistake("math_call", calls_math, SYNTAX, "'exp' can't be called in a tile program"),
+    Mistake(
+        "kernel_call", calls_a_kernel, SYNTAX, "<coop_tiles kernel jitted_helper> can't be called in a tile program"
+    ),
+    Mistake("print_call", calls_print, SYNTAX, "'print' can't be called in a tile program"),
+    Mistake("len_call", calls_len, SYNTAX, "'len' can't be called in a tile program"),
+    Mistake("call_a_scalar", calls_a_scalar, TYPE, "only functions can be called, not int64 (python scalar)"),
+    Mistake("unknown_keyword", unknown_keyword, TYPE, "bad call of load: got an unexpected keyword argument 'mask'"),
+    Mistake("missing_argument", missing_argument, TYPE, "bad call of load: missing a required argument: 'size'"),
+    Mistake("too_many_arguments", too_many_arguments, TYPE, "bad call of exp: too many positional arguments"),
+    Mistake(
+        "helper_missing_argument",
+        helper_missing_argument,
+        TYPE,
+        "bad call of scale_by: missing a required argument: 'factor'",
+    ),
+    Mistake("int_of_tile", int_of_tile, TYPE, "int() of a tile; use t.astype(int)"),
+    Mistake("python_min_of_tiles", python_min_of_tiles, TYPE, "use ct.minimum for tiles, or tile.min to reduce one"),
+    Mistake(
+        "recursion",
+        calls_recursive_helper,
+        SYNTAX,
+        "helpers nested deeper than 16 calls (recursion?)",
+        at=recurse,
+    ),
+    Mistake(
+        "helper_early_return",
+        calls_helper_returning_early,
+        SYNTAX,
+        "a helper's `return` must be its last statement, not inside an `if`",
+        at=returns_early,
+    ),
+    Mistake(
+        "helper_code_after_return",
+        calls_helper_with_code_after_return,
+        SYNTAX,
+        "a helper's `return` must be its last statement",
+        at=code_after_return,
+    ),
+    # --- tile sizes and variables ----------------------------------------------------------------
+    Mistake("runtime_tile_size", runtime_tile_size, VALUE, f"tile size {TILE_SIZE_NOT_CONSTANT}"),
+    Mistake("zero_tile_size", zero_tile_size, VALUE, "tile size must be positive, got 0", constexprs={"T": 0}),
+    Mistake("float_tile_size", float_tile_size, VALUE, "tile size must be of type int, got 4.0"),
+    Mistake(
+        "compile_time_division_by_zero",
+        tile_size_by_zero,
+        VALUE,
+        "compile-time evaluation failed: integer division or modulo by zero",
+    ),
+    Mistake(
+        "tile_size_mismatch",
+        mismatched_tile_sizes,
+        TYPE,
+        "tiles of different sizes in one element-wise operation: tile<float32, 8>, tile<float32, 16>",
+    ),
+    Mistake(
+        "variable_changes_tile_size",
+        variable_changes_tile_size,
+        TYPE,
+        "variable 't' is assigned tiles of different sizes: tile<float32, 8> and tile<float32, 16>; use two names",
+    ),
+    Mistake(
+        "variable_tile_then_scalar",
+        variable_tile_then_scalar,
+        TYPE,
+        "variable 'v' is assigned both a tile (tile<float32, 8>) and a scalar (float64 (python scalar))",
+    ),
+    Mistake(
+        "variable_bool_then_int",
+        variable_bool_then_int,
+        TYPE,
+        "variable 'flag' is assigned both bool and int64 (python scalar)",
+    ),
+    Mistake("string_in_arithmetic", string_in_arithmetic, TYPE, "value must be a number or a tile, got '1'"),
+    Mistake(
+        "array_in_arithmetic",
+        array_in_arithmetic,
+        TYPE,
+        "arrays can't be used in arithmetic; load a tile or index an element",
+    ),
+    Mistake(
+        "int_negative_power",
+        int_negative_power,
+        VALUE,
+        "integers to negative integer powers are not allowed",
+        args=(XI8, 16),
+    ),
+    Mistake(
+        "constant_out_of_dtype_range",
+        fill_out_of_range,
+        VALUE,
+        "300 does not fit in int8",
+        args=(XI8, 16),
+    ),
+    Mistake(
+        "int_beyond_int64",
+        int_beyond_int64,
+        VALUE,
+        "1180591620717411303424 does not fit in int64",
+        args=(XI8, 16),
+    ),
+    # --- control flow -----------------------------------------------------------------------------
+    Mistake("if_on_tile", if_on_tile, DIVERGENCE, f"the condition of this `if` {DIVERGENT}"),
+    Mistake("while_on_tile", while_on_tile, DIVERGENCE, f"the condition of this `while` {DIVERGENT}"),
+    Mistake("ternary_on_tile", ternary_on_tile, DIVERGENCE, f"the condition of this `if expression` {DIVERGENT}"),
+    Mistake(
+        "ternary_of_tiles", ternary_of_tiles, TYPE, "`x if c else y` needs scalars; use ct.where(c, x, y) for tiles"
+    ),
+    Mistake("and_of_tiles", and_of_tiles, TYPE, "`and`/`or`/`not` need scalars; combine boolean tiles with & and |"),
+    Mistake("not_of_tile", not_of_tile, TYPE, "the operand of `not` must be a block-uniform scalar, got tile<bool, 8>"),
+    Mistake(
+        "assigned_in_one_branch",
+        assigned_in_one_branch,
+        SYNTAX,
+        "variable 't' is not assigned on every path before this use: "
+        "it is assigned in only one branch of the `if` at line {IF}",
+    ),
+    Mistake(
+        "assigned_in_loop",
+        assigned_in_loop,
+        SYNTAX,
+        "variable 's' is not assigned on every path before this use: "
+        "it is first assigned inside the loop at line {FOR}, which may not run",
+    ),
+    Mistake("while_true", while_true, SYNTAX, "`while True` loops need `break`, which tile programs don't support"),
+    Mistake("range_of_float", range_of_float, TYPE, "a range() bound must be an integer, got float64 (python scalar)"),
+    Mistake("range_step_zero", range_step_zero, VALUE, "range() step must not be zero"),
+    Mistake("program_id_axis_3", program_id_axis_3, VALUE, "grid axis must be 0, 1 or 2, got 3"),
+    # --- scans, reductions, combine functions -------------------------------------------------------
+    Mistake("xor_scan_of_floats", xor_scan_of_floats, TYPE, "operator 'xor' needs an integer tile, got float32"),
+    Mistake(
+        "xor_of_float_tiles",
+        xor_of_float_tiles,
+        TYPE,
+        "operation not defined for tile<float32, 8>, tile<float32, 8>: ufunc 'bitwise_xor' not supported for "
+        "the input types, and the inputs could not be safely coerced to any supported types according to the "
+        "casting rule ''safe''",
+    ),
+    Mistake("invert_of_float_tile", invert_of_float_tile, TYPE, "operator ~ is not defined for tile<float32, 8>"),
+    Mistake(
+        "sum_of_bools",
+        sum_of_bools,
+        TYPE,
+        "scans and reductions of bool tiles are not supported; convert with t.astype(np.int32)",
+    ),
+    Mistake(
+        "sum_of_scalar", sum_of_scalar, TYPE, "tile.sum expects a tile or a tuple of tiles, got int64 (python scalar)"
+    ),
+    Mistake(
+        "unknown_scan_op",
+        unknown_scan_op,
+        VALUE,
+        "unknown operator 'cumsum'; expected one of add, mul, max, min, and, or, xor or a @ct.combine function",
+    ),
+    Mistake(
+        "undecorated_combine",
+        undecorated_combine,
+        VALUE,
+        "op must be one of 'add', 'mul', 'max', 'min', 'and', 'or', 'xor' or a @ct.combine function, "
+        "got the plain function add_plain; decorate it with @ct.combine",
+    ),
+    Mistake(
+        "tuple_scan_without_combine",
+        tuple_scan_without_combine,
+        TYPE,
+        "tile.scan of a tuple of tiles needs a @ct.combine function as op",
+    ),
+    Mistake(
+        "tuple_scan_of_mixed_sizes",
+        tuple_scan_of_mixed_sizes,
+        TYPE,
+        "tile.scan of tiles of different sizes: tile<float32, 8>, tile<float32, 16>",
+    ),
+    Mistake(
+        "combine_wrong_arity",
+        combine_wrong_arity,
+        TYPE,
+        "@ct.combine function takes_three must take 4 scalars for a tuple of 2 tiles "
+        "(the earlier element's 2, then the later one's), it takes 3",
+    ),
+    Mistake(
+        "combine_wrong_count",
+        combine_wrong_count,
+        TYPE,
+        "@ct.combine function returns_one must return 2 scalar(s), it returns 1 value",
+        at=returns_one,
+    ),
+    Mistake(
+        "combine_tile_op",
+        combine_tile_op,
+        SYNTAX,
+        COMBINE_ONLY_SCALARS + "tile ops can't be used in them (use ct.where for choices)",
+        at=combines_with_tile_op,
+    ),
+    Mistake(
+        "combine_if",
+        combine_if,
+        SYNTAX,
+        COMBINE_ONLY_SCALARS
+        + "control flow on values, arrays or program ids can't be used in them (use ct.where for choices)",
+        at=combines_with_if,
+    ),
+    Mistake(
+        "call_combine",
+        calls_combine,
+        TYPE,
+        "@ct.combine function add_pairs is called by tile.scan/tile.reduce (op=...)",
+    ),
+    Mistake(
+        "exclusive_combine_without_initial",
+        exclusive_combine_without_initial,
+        VALUE,
+        "an exclusive scan with a @ct.combine function needs initial= (there is no identity)",
+    ),
+    Mistake("initial_wrong_count", initial_wrong_count, TYPE, "initial must have 2 values, one per tile"),
+    Mistake("return_total_not_bool", return_total_not_bool, VALUE, "return_total must be of type bool, got 1"),
+    Mistake("unpack_too_many", unpacks_too_many, TYPE, "can't unpack 2 values into 3 names"),
+    Mistake("unpack_a_tile", unpacks_a_tile, TYPE, "can't unpack tile<float32, 8> into 2 names"),
+    Mistake("tuple_index_out_of_range", tuple_index_out_of_range, VALUE, "tuple index 2 out of range for a tuple of 2"),
+    # --- arrays, loads, stores, dtypes ----------------------------------------------------------------
+    Mistake(
+        "load_2d_array",
+        loads_2d_array,
+        TYPE,
+        "tile.load's first argument must be a 1-D array or view, got a 2-d array; index it down to one axis "
+        "first (a[i] is the row i of a 2-d array)",
+        args=(M, 4),
+    ),
+    Mistake("too_many_indices", too_many_indices, TYPE, "too many indices (2) for a 1-d array"),
+    Mistake(
+        "element_write_too_few_indices",
+        element_write_too_few_indices,
+        TYPE,
+        "an element write needs 2 indices for a 2-d array, got 1",
+        args=(M, 4),
+    ),
+    Mistake(
+        "float_array_index", float_array_index, TYPE, "an array index must be an integer, got float64 (python scalar)"
+    ),
+    Mistake("shape_index_out_of_range", shape_index_out_of_range, VALUE, "shape index 1 out of range for a 1-d array"),
+    Mistake(
+        "write_tile_element",
+        writes_tile_element,
+        TYPE,
+        "the target of an element write must be an array argument, got tile<float32, 8>",
+    ),
+    Mistake(
+        "read_tile_element",
+        reads_tile_element,
+        SYNTAX,
+        "tiles can't be indexed; use tile ops (tile.sum, ct.where, ...) on the whole tile",
+    ),
+    Mistake("assign_tile_attribute", assigns_tile_attribute, SYNTAX, "can't assign to Attribute"),
+    Mistake(
+        "load_from_scalar",
+        loads_from_scalar,
+        TYPE,
+        "tile.load's first argument must be an array argument, got int64 (python scalar)",
+    ),
+    Mistake("store_scalar", stores_scalar, TYPE, "the stored value must be a tile, got 1.0"),
+    Mistake(
+        "gather_with_tile_offset",
+        gathers_with_tile_offset,
+        TYPE,
+        "the offset must be a block-uniform scalar, got tile<int32, 8>",
+    ),
+    Mistake("astype_not_a_dtype", astype_not_a_dtype, TYPE, "'banana' is not a dtype"),
+    Mistake("astype_complex", astype_complex, TYPE, f"dtype complex64 is not supported; use one of {SUPPORTED}"),
+    Mistake("full_runtime_dtype", full_with_runtime_dtype, VALUE, f"the dtype {TILE_SIZE_NOT_CONSTANT}", args=(X, 3)),
+    # --- runtime-only: outside an array (interpreter) ---------------------------------------------------
+    Mistake(
+        "element_read_out_of_range",
+        reads_past_the_end,
+        VALUE,
+        "index 16 is outside an array of 16 elements",
+        modes=(INTERPRET,),
+    ),
+    Mistake(
+        "negative_element_index",
+        reads_negative_index,
+        VALUE,
+        "index -1 is outside an array of 16 elements",
+        modes=(INTERPRET,),
+    ),
+    Mistake(
+        "element_write_out_of_range",
+        writes_past_the_row,
+        VALUE,
+        "index 8 is outside axis 1 of an array of 8 elements",
+        args=(M, 8),
+        modes=(INTERPRET,),
+    ),
+    Mistake(
+        "view_index_out_of_range",
+        views_past_the_end,
+        VALUE,
+        "index 4 is outside axis 0 of an array of 4 elements",
+        args=(M, 4),
+        modes=(INTERPRET,),
+    ),
+    Mistake(
+        "load_past_the_end",
+        loads_past_the_end,
+        VALUE,
+        "tile.load touches elements [12, 20) of an array of 16 elements",
+        modes=(INTERPRET,),
+    ),
+    Mistake(
+        "store_before_the_start",
+        stores_before_the_start,
+        VALUE,
+        "tile.store touches elements [-4, 4) of an array of 16 elements",
+        modes=(INTERPRET,),
+    ),
+    # --- launches ---------------------------------------------------------------------------------------
+    launch("too_many_arguments_at_launch", ct.LaunchError, "copy_tile takes 3 arguments, got 4", args=(X, 16, 8, 1)),
+    launch("missing_argument_at_launch", ct.LaunchError, "copy_tile is missing arguments: n", args=(X,)),
+    launch(
+        "unknown_constexpr",
+        ct.LaunchError,
+        "copy_tile has no parameter 'TILE'",
+        constexprs={"T": 8, "TILE": 8},
+    ),
+    launch("two_values_for_one_parameter", ct.LaunchError, "copy_tile got two values for 'T'", args=(X, 16, 8)),
+    launch("unhashable_constexpr", ct.LaunchError, "constexpr 'T' must be hashable, got list", constexprs={"T": [8]}),
+    launch("list_argument", ct.LaunchError, NOT_A_NUMBER + "list", args=(X, [16])),
+    launch("string_argument", ct.LaunchError, NOT_A_NUMBER + "str", args=(X, "16")),
+    launch("dict_argument", ct.LaunchError, NOT_A_NUMBER + "dict", args=(X, {"n": 16})),
+    launch("none_argument", ct.LaunchError, NOT_A_NUMBER + "NoneType", args=(X, None)),
+    launch(
+        "int_too_large",
+        ct.LaunchError,
+        "argument 'n' = 1180591620717411303424 does not fit in int64",
+        args=(X, 2**70),
+    ),
+    launch(
+        "zero_d_array",
+        ct.LaunchError,
+        "argument 'x' is a 0-d array; pass a number, or an array of at least one dimension",
+        args=(np.array(1.0, np.float32), 16),
+    ),
+    launch(
+        "complex_array",
+        ct.LaunchError,
+        f"argument 'x' has dtype complex64, which is not supported; use one of {SUPPORTED}",
+        args=(np.zeros(16, np.complex64), 16),
+    ),
+    grid_mistake("grid_string", "big", GRID_SHAPE + "'big'"),
+    grid_mistake("grid_4_tuple", (1, 1, 1, 1), GRID_SHAPE + "(1, 1, 1, 1)"),
+    grid_mistake("grid_float", 2.0, GRID_SHAPE + "2.0"),
+    grid_mistake("grid_negative", -1, "grid dimensions must be non-negative, got (-1,)"),
+    launch(
+        "launch_without_grid",
+        ct.LaunchError,
+        "launch a tile program with a grid: copy_tile[grid](...)",
+        grid=NO_GRID,
+        modes=(INTERPRET,),
+    ),
+    launch(
+        "block_threads_not_multiple_of_32",
+        ct.TileValueError,
+        "block_threads must be a multiple of 32 between 32 and 1024, got 100",
+        jit={"block_threads": 100},
+    ),
+    launch(
+        "block_threads_too_large",
+        ct.TileValueError,
+        "block_threads must be a multiple of 32 between 32 and 1024, got 2048",
+        jit={"block_threads": 2048},
+    ),
+    launch(
+        "tile_too_large_for_block",
+        ct.TileValueError,
+        "a tile of 100000 elements needs 98 items per thread at 1024 threads; tiles are kept in registers, "
+        "at most 32 items per thread (32768 elements at 1024 threads): use smaller tiles",
+        constexprs={"T": 100000},
+    ),
+]
+
+
+def expected_message(m: Mistake) -> str:
+    """`m.message` with each `{MARKER}` replaced by the line of `# MARKER` in the program."""
+    return re.sub(r"\{([A-Z]+)\}", lambda g: str(line_of(m.at or m.program, f"# {g[1]}")), m.message)
+
+
+def _params() -> list:
+    names = [m.name for m in CATALOGUE]
+    assert len(names) == len(set(names)), "duplicate entry names"
+    out = []
+    for m in CATALOGUE:
+        for mode in m.modes:
+            marks = [pytest.mark.xfail(strict=True, reason=m.xfail[mode])] if mode in m.xfail else []
+            out.append(pytest.param(m, mode, id=f"{m.name}-{mode}", marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("mistake, mode", _params())
+def test_mistake_is_reported_at_the_users_line(mistake: Mistake, mode: str) -> None:
+    err = provoke(mistake, mode)
+    text = str(err)
+    assert type(err) is mistake.error, f"{type(err).__name__}: {text}"
+    assert err.message == expected_message(mistake), text
+    assert err.loc is not None, f"no location: {text}"
+    if mistake.launch:
+        where = (__file__, line_of(provoke, f"# {mode.upper()}"))
+    else:
+        fn = mistake.at or mistake.program
+        where = (inspect.getsourcefile(inspect.unwrap(fn)), line_of(fn, "# HERE"))
+    assert (err.loc.filename, err.loc.line) == where, text
+    assert "coop_tiles/lang" not in text and "coop_tiles/runtime" not in text, text
