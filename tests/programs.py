@@ -566,6 +566,11 @@ def ref_bool_copy(x, y, n, TILE):
     return [y]
 
 
+def _column_major(a: Any) -> Any:
+    """The same values laid out column by column (NumPy, CuPy or PyTorch): rows become strided."""
+    return (a.T.copy() if hasattr(a, "copy") else a.T.contiguous()).T
+
+
 def _to_dtype(a: np.ndarray, dt: Any) -> np.ndarray:
     return a.astype(np.float32).astype(dt)
 
@@ -661,7 +666,7 @@ def new_feature_cases(rng: np.random.Generator) -> list[Case]:
     x = rng.uniform(0, 1, (5, 700)).astype(np.float32)
     for name, prepare in [
         ("contiguous", None),
-        ("transposed", lambda args: [args[0].T.copy().T, args[1]]),
+        ("transposed", lambda args: [_column_major(args[0]), args[1]]),
     ]:
         cases.append(
             Case(

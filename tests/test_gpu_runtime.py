@@ -246,3 +246,38 @@ def test_cupy_imported_after_the_first_launch():
     root = Path(__file__).resolve().parent.parent
     done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+@ct.jit
+def every_dtype_out(out, i8, u16, i32, u32, i64, u64, f16, bf16, f64, flag):
+    out[0] = i8
+    out[1] = u16
+    out[2] = i32
+    out[3] = u32
+    out[4] = i64
+    out[5] = u64
+    out[6] = f16
+    out[7] = bf16
+    out[8] = f64
+    out[9] = flag
+
+
+def test_scalar_parameters_of_every_dtype_reach_the_kernel():
+    """Both launch paths (a first call compiles through Python, the second takes the fast path)."""
+    cp = pytest.importorskip("cupy")
+    out = cp.zeros(10, cp.float64)
+    for _ in range(2):
+        values = (
+            np.int8(-100),
+            np.uint16(65000),
+            np.int32(-(2**31)),
+            np.uint32(2**32 - 1),
+            np.int64(-(2**40)),
+            np.uint64(2**53),
+            np.float16(-1.5),
+            ct.bfloat16(3.25),
+            np.float64(1e-300),
+            np.bool_(True),
+        )
+        every_dtype_out[1](out, *values)
+        np.testing.assert_array_equal(out.get(), [float(v) for v in values])

@@ -372,6 +372,10 @@ class Builder:
                 merged[name] = Undefined(name, why)
         self.scope = merged
 
+    def combine(self, fn: CombineFunction, dtypes: tuple[np.dtype, ...]) -> ir.Combine:
+        """The typed combine function `fn` over items of `dtypes` (what `op=fn` of a scan or reduce uses)."""
+        return build_combine(self, fn, dtypes)
+
     def inline(self, helper: Callable, args: tuple, kwargs: dict, node: ast.AST) -> Any:
         """Inline a plain Python helper function called from the tile program."""
         if self.inline_depth >= MAX_INLINE_DEPTH:

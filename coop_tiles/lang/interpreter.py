@@ -75,6 +75,10 @@ class Frame:
         else:
             self.env[var.name] = cast(value, var.type.dtype)
 
+    @staticmethod
+    def evaluate_combine(combine: ir.Combine, left: tuple, right: tuple) -> tuple:
+        return evaluate_combine(combine, left, right)
+
     def run(self, body: list[ir.Stmt]) -> None:
         for s in body:
             try:

@@ -12,7 +12,7 @@ from ..dtypes import accumulator, check_op, cxx_name, storage_dtype
 from ..errors import TileTypeError, TileValueError
 from ..lang import ir
 from ..lang.combine import CombineFunction
-from ..lang.values import Const, is_tile
+from ..lang.values import Const, describe, is_tile
 from .base import seq
 
 UFUNCS = {
@@ -40,14 +40,12 @@ def typed_op(b: Any, op: Any, t: Any, what: str) -> tuple[str | ir.Combine, tupl
     on float32 copies of the tile."""
     items = seq(t)
     if not items or not all(is_tile(v) for v in items):
-        raise TileTypeError(f"{what} expects a tile or a tuple of tiles, got {_describe(t)}")
+        raise TileTypeError(f"{what} expects a tile or a tuple of tiles, got {describe(t)}")
     if len({v.type.size for v in items}) > 1:
         raise TileTypeError(f"{what} of tiles of different sizes: " + ", ".join(str(v.type) for v in items))
     if isinstance(op, Const) and isinstance(op.value, CombineFunction):
-        from ..lang.frontend import build_combine
-
         dtypes = tuple(v.type.dtype for v in items)
-        return build_combine(b, op.value, dtypes), tuple(items), dtypes
+        return b.combine(op.value, dtypes), tuple(items), dtypes
     if isinstance(op, Const) and callable(op.value) and hasattr(op.value, "__code__"):
         raise TileValueError(
             f"op must be one of {', '.join(repr(o) for o in UFUNCS)} or a @ct.combine function, "
@@ -55,7 +53,7 @@ def typed_op(b: Any, op: Any, t: Any, what: str) -> tuple[str | ir.Combine, tupl
         )
     if not (isinstance(op, Const) and isinstance(op.value, str)):
         raise TileValueError(
-            f"op must be one of {', '.join(repr(o) for o in UFUNCS)} or a @ct.combine function, got {_describe(op)}"
+            f"op must be one of {', '.join(repr(o) for o in UFUNCS)} or a @ct.combine function, got {describe(op)}"
         )
     if len(items) != 1 or not isinstance(t, ir.Var):
         raise TileTypeError(f"{what} of a tuple of tiles needs a @ct.combine function as op")
@@ -76,17 +74,10 @@ def combine_operands(b: Any, value: Any, dtypes: tuple[np.dtype, ...], what: str
     return tuple(b.convert(b.scalar(v, what), dt) for v, dt in zip(values, dtypes))
 
 
-def _describe(v: Any) -> str:
-    from ..lang.values import describe
-
-    return describe(v)
-
-
-def combine_scan(fn: ir.Combine, xs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+def combine_scan(frame: Any, fn: ir.Combine, xs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
     """Inclusive scan with a combine function: log2(n) vectorized steps, the earlier element
     always on the left (Hillis and Steele)."""
-    from ..lang.interpreter import evaluate_combine
-
+    evaluate_combine = frame.evaluate_combine
     xs = tuple(x.copy() for x in xs)
     n, d = len(xs[0]), 1
     while d < n:
@@ -97,10 +88,9 @@ def combine_scan(fn: ir.Combine, xs: tuple[np.ndarray, ...]) -> tuple[np.ndarray
     return xs
 
 
-def combine_fold(fn: ir.Combine, xs: tuple[np.ndarray, ...]) -> tuple[Any, ...]:
+def combine_fold(frame: Any, fn: ir.Combine, xs: tuple[np.ndarray, ...]) -> tuple[Any, ...]:
     """The in-order fold of a combine function over the elements (a pairwise tree, order kept)."""
-    from ..lang.interpreter import evaluate_combine
-
+    evaluate_combine = frame.evaluate_combine
     while len(xs[0]) > 1:
         n = len(xs[0])
         even = n - n % 2

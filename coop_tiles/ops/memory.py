@@ -11,6 +11,7 @@ from .. import tile
 from ..errors import TileTypeError, TileValueError
 from ..lang import ir
 from ..lang.types import TileType
+from ..lang.values import Const
 from .base import ArrayArg, ShimCall, TileArg, TileOp, ValueArg, register
 
 
@@ -111,7 +112,7 @@ class Store(TileOp):
         t = b.tile(a["t"], "the stored value")
         t = b.convert(t, array.type.dtype)  # stored in the array's dtype
         b.emit(TileStore(array, _offset(b, a["offset"], "the offset"), t, _valid(b, a["valid"])))
-        return _none()
+        return Const(None)
 
     def interpret(self, s: TileStore, frame) -> None:
         array = frame.get(s.array)
@@ -133,9 +134,3 @@ class Store(TileOp):
         )
         w.transfer(call, s.cid, "store", s.tile, s.array.type, "")
         return call
-
-
-def _none():
-    from ..lang.values import Const
-
-    return Const(None)

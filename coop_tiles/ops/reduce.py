@@ -44,7 +44,7 @@ class Reduce(TileOp):
     def interpret(self, s: TileReduce, frame) -> None:
         xs = tuple(frame.get(v) for v in s.srcs)
         if s.combine:
-            values = combine_fold(frame.program.combines[s.op], xs)
+            values = combine_fold(frame, frame.program.combines[s.op], xs)
         else:
             with errstate():
                 values = (UFUNCS[s.op].reduce(xs[0], dtype=xs[0].dtype),)

@@ -63,7 +63,7 @@ class Scan(TileOp):
             fn = frame.program.combines[s.op]
             if seed is not None:
                 xs = tuple(np.concatenate([[v], x]).astype(x.dtype) for v, x in zip(seed, xs))
-            acc = combine_scan(fn, xs)
+            acc = combine_scan(frame, fn, xs)
             if seed is not None:
                 out = tuple(a[:-1] if s.exclusive else a[1:] for a in acc)
             else:
