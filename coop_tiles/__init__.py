@@ -12,8 +12,10 @@ def cumsum(x, y, n, TILE: ct.constexpr):
 cumsum[ct.cdiv(n, 4096)](x, y, n, TILE=4096)
 """
 
+import ml_dtypes as _ml_dtypes
+import numpy as _np
+
 from . import ops, tile
-from .dtypes import bfloat16, float16
 from .errors import (
     CompileError,
     DivergenceError,
@@ -47,6 +49,11 @@ from .lang.builtins import (
 from .lang.combine import CombineFunction, combine
 from .runtime.autotune import Autotuner, Config, autotune
 from .runtime.kernel import CompiledKernel
+
+#: 16-bit floats: `ct.bfloat16` is ml_dtypes' bfloat16 scalar type (NumPy arrays of it in the
+#: interpreter, torch.bfloat16 tensors on the GPU); `ct.float16` is NumPy's.
+bfloat16 = _ml_dtypes.bfloat16
+float16 = _np.float16
 
 __version__ = "0.1.0"
 

@@ -14,7 +14,7 @@ from .errors import LaunchError, SourceLocation, TileError
 from .lang import interpreter
 from .lang.frontend import build_program
 from .lang.source import parse_function
-from .lang.types import ArrayType, ScalarType, type_of_python_scalar
+from .lang.types import ArrayType, ScalarType
 from .planner.layout import choose_block_threads
 from .runtime import arguments, blockdims, launcher
 from .runtime.cache import DiskCache
@@ -297,13 +297,7 @@ def host_arg_type(value: Any, name: str) -> ArrayType | ScalarType:
         return ArrayType(dtype, value.ndim, unit)
     if hasattr(value, "__cuda_array_interface__") or hasattr(value, "__dlpack_device__"):
         return arguments.arg_type(value, name)
-    try:
-        t = type_of_python_scalar(value)
-    except TileError:
-        raise LaunchError(f"argument {name!r} must be an array or a number, got {type(value).__name__}") from None
-    if t.dtype.kind in "iu" and isinstance(value, int) and not -(2**63) <= value < 2**63:
-        raise LaunchError(f"argument {name!r} = {value} does not fit in int64")
-    return t
+    return arguments.scalar_arg_type(value, name)
 
 
 def jit(

@@ -165,10 +165,15 @@ def arg_type(obj: Any, name: str) -> ArrayType | ScalarType:
     arr = device_array(obj, name)
     if arr is not None:
         return arr.type
+    return scalar_arg_type(obj, name)
+
+
+def scalar_arg_type(obj: Any, name: str) -> ScalarType:
+    """The type of a scalar argument; LaunchError for anything else or an int beyond int64."""
     try:
         t = type_of_python_scalar(obj)
     except Exception:
-        raise LaunchError(f"argument {name!r} must be a device array or a number, got {type(obj).__name__}") from None
+        raise LaunchError(f"argument {name!r} must be an array or a number, got {type(obj).__name__}") from None
     if t.dtype.kind in "iu" and isinstance(obj, int) and not -(2**63) <= obj < 2**63:
         raise LaunchError(f"argument {name!r} = {obj} does not fit in int64")
     return t
