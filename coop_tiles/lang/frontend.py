@@ -466,6 +466,11 @@ def _stmt_if(b: Builder, s: ast.If) -> None:
         b.body(s.body if cond.value else s.orelse)
         return
     if b.inline_depth and _has_return(s):
+        if b.prefix.startswith("combine"):
+            raise TileSyntaxError(
+                "a @ct.combine function's `return` must be its last statement, not inside an `if`; "
+                "choose between values with ct.where"
+            )
         raise TileSyntaxError("a helper's `return` must be its last statement, not inside an `if`")
     before = b.scope
     then, after_then = b.branch(s.body, before)

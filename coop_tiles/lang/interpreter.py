@@ -201,7 +201,8 @@ def evaluate_combine(combine: ir.Combine, left: tuple, right: tuple) -> tuple:
     for p, v in zip(combine.params, (*left, *right)):
         f.env[p.name] = cast(v, p.type.dtype)
     f.run(combine.body)
-    return tuple(cast(f.get(r), dt) for r, dt in zip(combine.results, combine.dtypes))
+    shape = np.shape(left[0])  # a constant result stands for every element
+    return tuple(np.broadcast_to(cast(f.get(r), dt), shape).copy() for r, dt in zip(combine.results, combine.dtypes))
 
 
 def run(program: ir.Program, grid: tuple[int, int, int], args: list[Any]) -> None:
