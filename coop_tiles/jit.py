@@ -236,6 +236,8 @@ def _scalar(value: Any, name: str) -> tuple[Any, tuple, int]:
 def _numpy_scalar(value: Any, name: str) -> tuple[Any, tuple, int]:
     if value.dtype.itemsize == 2 and value.dtype.kind not in "iu":  # 16-bit floats travel as their bits
         return ("scalar", value.dtype), (int(np.asarray(value).view(np.uint16)), 0), 0
+    if value.dtype == np.bool_:
+        return ("scalar", value.dtype), (int(value), 0), 0
     return ("scalar", value.dtype), (value, 0), 0
 
 
@@ -249,6 +251,21 @@ def _array(value: Any, name: str) -> tuple[Any, tuple, int]:
     if arr.dtype.num >= 256:  # a user-defined dtype (bfloat16): its num is not unique
         key = (arr.dtype, t.ndim, t.unit_stride)
     return key, arr.launch_values(), launcher.LIBRARY_BITS.get(arr.library, 0)
+
+
+#: the key of a 1-D unit-stride PyTorch tensor, by torch dtype (the one `_array` gives it)
+_torch_keys: dict[Any, Any] = {}
+
+
+def _torch_tensor(value: Any, name: str) -> tuple[Any, tuple, int]:
+    """A PyTorch tensor; a 1-D unit-stride one on the GPU without building a DeviceArray."""
+    key = _torch_keys.get(value.dtype)
+    if key is None or not value.is_cuda or value.dim() != 1 or (value.stride(0) != 1 and value.shape[0] > 1):
+        key, values, library = _array(value, name)
+        if value.dim() == 1 and isinstance(values[1], int):
+            _torch_keys[value.dtype] = key
+        return key, values, library
+    return key, (value.data_ptr(), value.shape[0]), launcher.TORCH
 
 
 def _cupy_array(value: Any, name: str) -> tuple[Any, tuple, int]:
@@ -273,6 +290,8 @@ def _classifier(cls: type) -> Callable:
         found = _numpy_scalar
     elif cls.__module__.split(".")[0] == "cupy" and cls.__name__ == "ndarray":
         found = _cupy_array
+    elif cls.__module__.split(".")[0] == "torch" and hasattr(cls, "data_ptr"):
+        found = _torch_tensor
     else:
         found = _array
     _classifiers[cls] = found

@@ -281,3 +281,21 @@ def test_scalar_parameters_of_every_dtype_reach_the_kernel():
         )
         every_dtype_out[1](out, *values)
         np.testing.assert_array_equal(out.get(), [float(v) for v in values])
+
+
+def test_strided_numba_and_dlpack_arrays():
+    """2-D views from Numba (__cuda_array_interface__ with strides) and DLPack-only arrays are read
+    in place, and writes land in the caller's view."""
+    cp = pytest.importorskip("cupy")
+    from numba import cuda
+    from programs import rows_cumsum
+
+    x = np.random.default_rng(3).uniform(0, 1, (700, 6)).astype(np.float32)
+    expected = np.cumsum(x.T, axis=1, dtype=np.float64)
+    numba_view = cuda.to_device(x).T  # (6, 700) with strides (4, 24): rows are strided
+    out = cp.zeros((6, 700), cp.float32)
+    rows_cumsum[6](numba_view, out, CHUNK=256)
+    np.testing.assert_allclose(out.get(), expected, rtol=1e-5, atol=1e-4)
+    base = cp.zeros((700, 6), cp.float32)
+    rows_cumsum[6](DLPackOnly(cp.asarray(x).T), DLPackOnly(base.T), CHUNK=256)  # the output is a strided view too
+    np.testing.assert_allclose(base.get().T, expected, rtol=1e-5, atol=1e-4)

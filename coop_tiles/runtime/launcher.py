@@ -111,7 +111,11 @@ LIBRARY_BITS = {"cupy": CUPY, "torch": TORCH}
 def current_stream(libraries: int) -> int:
     """The current stream of the array library in use (PyTorch, else CuPy), else the legacy default."""
     if libraries & TORCH:
-        return _torch().cuda.current_stream().cuda_stream
+        torch = _torch()
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Triton reads: no Stream object
+        if raw is not None:
+            return raw(torch.cuda.current_device())
+        return torch.cuda.current_stream().cuda_stream
     if libraries & CUPY:
         return _cupy().cuda.get_current_stream().ptr
     return 0
