@@ -43,3 +43,31 @@ def test_interpreter_rejects_out_of_range_scalar_indexes():
     for bad in (4, -1):
         with pytest.raises(ct.TileValueError, match=f"index {bad} is outside an array of 4 elements"):
             k[1](x, bad)
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
+def test_every_interpreted_value_has_its_compiled_type(case, monkeypatch):
+    """After each statement, every variable it assigned holds a value of the dtype (and tile size)
+    the typed IR gives it, the one the compiled kernel uses."""
+    from coop_tiles.lang import interpreter, ir
+    from coop_tiles.lang.types import ArrayType, TileType
+
+    checked = []
+    original = interpreter.Frame.run
+
+    def run_and_check(frame, body):
+        for s in body:
+            original(frame, [s])
+            for var in ir.outputs(s):
+                if isinstance(var.type, ArrayType) or var.name not in frame.env:
+                    continue
+                value = np.asarray(frame.env[var.name])
+                assert value.dtype == var.type.dtype, f"{s}: {var} holds {value.dtype}"
+                if isinstance(var.type, TileType):
+                    assert value.shape == (var.type.size,), f"{s}: {var} holds shape {value.shape}"
+                checked.append(var)
+
+    monkeypatch.setattr(interpreter.Frame, "run", run_and_check)
+    args = [a.copy() if isinstance(a, np.ndarray) else a for a in case.args]
+    ct.jit(case.kernel.fn, interpret=True)[case.grid](*case.launch_args(args), **case.constexprs)
+    assert checked
