@@ -63,3 +63,10 @@ def test_pinned_block_threads_sets_items_per_thread():
     assert k.block_threads == 128
     assert {t.items_per_thread for t in k.plan.tiles.values()} == {8}
     assert "__launch_bounds__(128)" in k.shim_source
+
+
+@pytest.mark.parametrize("case", list(_programs.values()), ids=lambda c: c.kernel.__name__)
+def test_no_local_memory(case):
+    """Tiles, tuple items and combine functions stay in registers: no .local (stack) memory."""
+    k = case.kernel.compile(*case.args, arch="sm_90", **case.constexprs)
+    assert k.local_memory_bytes() == 0
