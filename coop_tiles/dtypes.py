@@ -142,3 +142,16 @@ def cxx_identity(op: str, dt: np.dtype) -> str:
     if dt.kind == "f":
         return f"-{limits}::infinity()" if op == "max" else f"{limits}::infinity()"
     return f"{limits}::lowest()" if op == "max" else f"{limits}::max()"
+
+
+def cast(x: object, dt: np.dtype) -> object:
+    """`x` (a NumPy scalar or array) converted to `dt` as the generated code converts it: to bool
+    as `x != 0`, 16-bit floats through float32, other conversions as C does them."""
+    if dt == bool_:
+        return np.asarray(x) != 0 if np.ndim(x) else np.bool_(np.asarray(x) != 0)
+    a = np.asarray(x)
+    if a.dtype in HALF_DTYPES and dt != float32:
+        a = a.astype(float32)
+    with np.errstate(all="ignore"):
+        out = a.astype(dt)
+    return out if out.ndim else out[()]

@@ -13,7 +13,23 @@ import numpy as np
 
 from .lang.stub import stub
 
-__all__ = ["load", "store", "full", "zeros", "arange", "scan", "reduce", "sum", "max", "min"]
+__all__ = [
+    "load",
+    "store",
+    "atomic_add",
+    "full",
+    "zeros",
+    "arange",
+    "scan",
+    "reduce",
+    "sum",
+    "max",
+    "min",
+    "histogram",
+    "sort",
+    "flag_heads",
+    "adjacent_difference",
+]
 
 
 @stub
@@ -29,6 +45,13 @@ def load(a: Any, offset: int, size: int, *, valid: int | None = None, other: Any
 def store(a: Any, offset: int, t: Any, *, valid: int | None = None) -> None:
     """Write tile ``t`` to ``a[offset:]`` (a 1-D array or view), converted to ``a``'s dtype,
     skipping elements ``i >= valid``."""
+
+
+@stub
+def atomic_add(a: Any, offset: int, t: Any, *, valid: int | None = None) -> None:
+    """Atomically add tile ``t`` (converted to ``a``'s dtype) to ``a[offset:]`` element by element,
+    skipping elements ``i >= valid``: the way per-program results merge into a global one.
+    ``a`` is a 1-D array or view of int32, uint32, int64, uint64, float32 or float64."""
 
 
 @stub
@@ -80,3 +103,44 @@ def max(t: Any) -> Any:  # noqa: A001
 @stub
 def min(t: Any) -> Any:  # noqa: A001
     """``tile.reduce(t, "min")``."""
+
+
+@stub
+def histogram(t: Any, bins: int, *, valid: int | None = None, algorithm: str = "auto") -> Any:
+    """An int32 tile of ``bins`` counts of the integer tile ``t``: element ``k`` counts the
+    elements equal to ``k``. Values outside ``[0, bins)`` and elements ``i >= valid`` are not
+    counted. ``algorithm`` is ``"atomic"`` (shared-memory atomics), ``"sort"`` (sort, then
+    count runs) or ``"auto"`` (see docs/language.md). Example:
+    ``h = h + tile.histogram(t, 256, valid=n - base)``."""
+
+
+@stub
+def sort(
+    keys: Any,
+    values: Any = None,
+    *,
+    valid: int | None = None,
+    descending: bool = False,
+    begin_bit: int = 0,
+    end_bit: int | None = None,
+    compare: Any = None,
+) -> Any:
+    """Stable block sort of a tile of keys (and a payload tile, returned as ``(keys, values)``).
+
+    Without ``compare``: a radix sort (``cub::BlockRadixSort``) of integer or float keys, by
+    the bits ``[begin_bit, end_bit)`` of their order-preserving unsigned form; floats sort as
+    ``numpy.sort`` does, NaNs last. With ``compare=fn`` (a ``@ct.combine`` function returning
+    true when its first operand goes first; for a tuple of key tiles it takes both tuples): a
+    merge sort (``cub::BlockMergeSort``). Elements ``i >= valid`` go after every valid one, in
+    their original order.
+    """
+
+
+@stub
+def flag_heads(t: Any) -> Any:
+    """A bool tile: true where an element differs from its predecessor (element 0 is a head)."""
+
+
+@stub
+def adjacent_difference(t: Any) -> Any:
+    """``t[i] - t[i - 1]`` in ``t``'s dtype, with element 0 kept as it is."""

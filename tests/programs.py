@@ -6,6 +6,7 @@ sequential NumPy reference written independently of coop_tiles.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -336,6 +337,58 @@ def bool_copy(x, y, n, TILE: ct.constexpr):
     tile.store(y, base, ~t | (tile.arange(TILE) % 3 == 0), valid=n - base)
 
 
+@ct.jit
+def histogram_loop(x, out, n, BINS: ct.constexpr, CHUNK: ct.constexpr, ALGO: ct.constexpr):
+    """Per-program counts accumulated over a strided loop, merged with atomics."""
+    h = tile.zeros(BINS, np.int32)
+    for base in range(ct.program_id(0) * CHUNK, n, ct.num_programs(0) * CHUNK):
+        t = tile.load(x, base, CHUNK, valid=n - base, other=0)
+        h = h + tile.histogram(t, BINS, valid=n - base, algorithm=ALGO)
+    tile.atomic_add(out, 0, h)
+
+
+@ct.jit
+def atomic_sums(x, out, n, TILE: ct.constexpr):
+    """Every program adds its tile into the same slots: out[i] = sum over programs of x[p * TILE + i]."""
+    base = ct.program_id(0) * TILE
+    tile.atomic_add(out, 0, tile.load(x, base, TILE, valid=n - base, other=0), valid=n - base)
+
+
+@ct.jit
+def neighbors(x, heads, diffs, n, TILE: ct.constexpr):
+    base = ct.program_id(0) * TILE
+    t = tile.load(x, base, TILE, valid=n - base, other=0)
+    tile.store(heads, base, tile.flag_heads(t), valid=n - base)
+    tile.store(diffs, base, tile.adjacent_difference(t), valid=n - base)
+
+
+@ct.jit
+def segment_sort(keys, values, out_k, out_v, n, TILE: ct.constexpr, DESCENDING: ct.constexpr):
+    """Each program sorts its segment (keys with a payload); the tail segment is partial."""
+    base = ct.program_id(0) * TILE
+    k = tile.load(keys, base, TILE, valid=n - base, other=0)
+    v = tile.load(values, base, TILE, valid=n - base, other=0)
+    sk, sv = tile.sort(k, v, valid=n - base, descending=DESCENDING)
+    tile.store(out_k, base, sk, valid=n - base)
+    tile.store(out_v, base, sv, valid=n - base)
+
+
+@ct.combine
+def by_abs_then_sign(a_key, a_tag, b_key, b_tag):
+    """Order by |key|, then by tag, descending: a user comparison over a tuple of keys."""
+    return (ct.abs(a_key) < ct.abs(b_key)) | ((ct.abs(a_key) == ct.abs(b_key)) & (a_tag > b_tag))
+
+
+@ct.jit
+def segment_merge_sort(keys, tags, out_k, out_t, n, TILE: ct.constexpr):
+    base = ct.program_id(0) * TILE
+    k = tile.load(keys, base, TILE, valid=n - base, other=0)
+    g = tile.load(tags, base, TILE, valid=n - base, other=0)
+    sk, sg = tile.sort((k, g), valid=n - base, compare=by_abs_then_sign)
+    tile.store(out_k, base, sk, valid=n - base)
+    tile.store(out_t, base, sg, valid=n - base)
+
+
 # ----- references --------------------------------------------------------------------------------------
 def ref_vector_add(x, y, out, n, TILE):
     out[:n] = x[:n] + y[:n]
@@ -569,6 +622,146 @@ def ref_bool_copy(x, y, n, TILE):
 def _column_major(a: Any) -> Any:
     """The same values laid out column by column (NumPy, CuPy or PyTorch): rows become strided."""
     return (a.T.copy() if hasattr(a, "copy") else a.T.contiguous()).T
+
+
+def ref_histogram_loop(x, out, n, BINS, CHUNK, ALGO):
+    v = x[:n].astype(np.int64) if x.dtype.kind == "i" else x[:n].astype(np.uint64)
+    out[:] += np.bincount(v[(v >= 0) & (v < BINS)].astype(np.int64), minlength=BINS).astype(out.dtype)
+    return [out]
+
+
+def ref_atomic_sums(x, out, n, TILE):
+    with np.errstate(all="ignore"):
+        for start, chunk in _tiles(x[:n], TILE):
+            out[: len(chunk)] += chunk.astype(out.dtype)
+    return [out]
+
+
+def ref_neighbors(x, heads, diffs, n, TILE):
+    for start, chunk in _tiles(x[:n], TILE):
+        heads[start : start + len(chunk)] = [True] + [chunk[i] != chunk[i - 1] for i in range(1, len(chunk))]
+        with np.errstate(all="ignore"):
+            d = [chunk[0]] + [chunk[i] - chunk[i - 1] for i in range(1, len(chunk))]
+        diffs[start : start + len(chunk)] = np.array(d, dtype=x.dtype)
+    return [heads, diffs]
+
+
+def ref_segment_sort(keys, values, out_k, out_v, n, TILE, DESCENDING):
+    for start, chunk in _tiles(keys[:n], TILE):
+        f = [
+            v.item()
+            for v in (chunk.astype(np.float64) if chunk.dtype.kind == "f" or chunk.dtype == ct.bfloat16 else chunk)
+        ]
+        nan = [v != v for v in f]  # NaNs go last either way; equal keys keep their order (stable)
+        sign = -1 if DESCENDING else 1
+        # -0.0 and +0.0 may come in either order (the contract); this pins the radix order, -0.0 first
+        zero_sign = [math.copysign(1.0, v) if v == 0 else 0.0 for v in f]
+        order = sorted(range(len(chunk)), key=lambda i: (nan[i], 0 if nan[i] else sign * f[i], sign * zero_sign[i]))
+        out_k[start : start + len(chunk)] = chunk[order]
+        out_v[start : start + len(chunk)] = values[start : start + len(chunk)][order]
+    return [out_k, out_v]
+
+
+def ref_segment_merge_sort(keys, tags, out_k, out_t, n, TILE):
+    for start, chunk in _tiles(keys[:n], TILE):
+        t = tags[start : start + len(chunk)]
+        order = sorted(range(len(chunk)), key=lambda i: (abs(int(chunk[i])), -int(t[i])))
+        out_k[start : start + len(chunk)] = chunk[order]
+        out_t[start : start + len(chunk)] = t[order]
+    return [out_k, out_t]
+
+
+def toolbox_cases(rng: np.random.Generator) -> list[Case]:
+    """Histogram, atomics, discontinuities, adjacent differences, radix and merge sort."""
+    cases = []
+    for dt, n, bins, lo, hi, algo in [
+        (np.uint8, 5000, 256, 0, 255, "auto"),
+        (np.int32, 4000, 1000, -100, 1100, "atomic"),
+        (np.int8, 777, 50, -128, 127, "sort"),
+        (np.uint64, 600, 7, 0, 12, "auto"),
+        (np.int16, 300, 1, -2, 2, "atomic"),
+        (np.int64, 2000, 4096, -10, 5000, "auto"),
+        (np.uint16, 900, 33, 0, 40, "sort"),
+    ]:
+        x = _rand(rng, n, dt, lo, hi)
+        cases.append(
+            Case(
+                f"histogram_loop[{np.dtype(dt).name},bins={bins},{algo}]",
+                histogram_loop,
+                [x, np.zeros(bins, np.int32), n],
+                {"BINS": bins, "CHUNK": 512, "ALGO": algo},
+                3,
+                [1],
+                ref_histogram_loop,
+            )
+        )
+    for dt in (np.int32, np.uint32, np.int64, np.uint64, np.float32, np.float64):
+        n = 1000
+        x = _rand(rng, n, dt, 0, 50)
+        cases.append(
+            Case(
+                f"atomic_sums[{np.dtype(dt).name}]",
+                atomic_sums,
+                [x, np.zeros(128, dt), n],
+                {"TILE": 128},
+                ct.cdiv(n, 128),
+                [1],
+                ref_atomic_sums,
+                rtol=1e-5 if np.dtype(dt).kind == "f" else 0,
+            )
+        )
+    for dt in (np.int8, np.uint16, np.int32, np.int64, np.float32, np.float64, np.float16, ct.bfloat16):
+        n = 700
+        x = _rand(rng, n, np.float32, -3, 3).round().astype(dt)  # repeats, so there are runs
+        cases.append(
+            Case(
+                f"neighbors[{np.dtype(dt).name}]",
+                neighbors,
+                [x, np.zeros(n, bool), np.zeros(n, dt), n],
+                {"TILE": 256},
+                ct.cdiv(n, 256),
+                [1, 2],
+                ref_neighbors,
+                library="torch" if np.dtype(dt) == ct.bfloat16 else "cupy",
+            )
+        )
+    for dt in INT_DTYPES + FLOAT_DTYPES + [np.float16, ct.bfloat16]:
+        for descending in (False, True):
+            n, tile_size = 1000, 384
+            if np.dtype(dt).kind in "iu":
+                keys = _rand(rng, n, dt, -50, 50)
+            else:
+                keys = rng.uniform(-5, 5, n).round(1).astype(dt)
+                keys[::37] = np.nan
+                keys[1::53] = -np.asarray(np.nan, dtype=dt)
+                keys[2::41] = -0.0
+            values = np.arange(n, dtype=np.int32)
+            cases.append(
+                Case(
+                    f"segment_sort[{np.dtype(dt).name},{'desc' if descending else 'asc'}]",
+                    segment_sort,
+                    [keys, values, np.zeros(n, dt), np.zeros(n, np.int32), n],
+                    {"TILE": tile_size, "DESCENDING": descending},
+                    ct.cdiv(n, tile_size),
+                    [2, 3],
+                    ref_segment_sort,
+                    library="torch" if np.dtype(dt) == ct.bfloat16 else "cupy",
+                )
+            )
+    n = 500
+    keys, tags = _rand(rng, n, np.int32, -20, 20), _rand(rng, n, np.int16, 0, 3)
+    cases.append(
+        Case(
+            "segment_merge_sort[(int32, int16)]",
+            segment_merge_sort,
+            [keys, tags, np.zeros(n, np.int32), np.zeros(n, np.int16), n],
+            {"TILE": 128},
+            ct.cdiv(n, 128),
+            [2, 3],
+            ref_segment_merge_sort,
+        )
+    )
+    return cases
 
 
 def _to_dtype(a: np.ndarray, dt: Any) -> np.ndarray:
@@ -925,7 +1118,7 @@ def make_cases(seed: int = 0) -> list[Case]:
             ref_vector_add,
         )
     )  # the third program has valid < 0
-    return cases + new_feature_cases(rng)
+    return cases + new_feature_cases(rng) + toolbox_cases(rng)
 
 
 CASES = make_cases()

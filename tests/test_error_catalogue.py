@@ -536,8 +536,8 @@ def takes_three(a_l, b_l, a_r):
 
 
 @ct.combine
-def returns_one(a_l, b_l, a_r, b_r):  # HERE
-    return a_r * a_l
+def returns_one(a_l, b_l, a_r, b_r):
+    return a_r * a_l  # HERE
 
 
 @ct.combine
@@ -770,6 +770,88 @@ def stores_before_the_start(x, n, T: ct.constexpr):
 def copy_tile(x, n, T: ct.constexpr):
     t = tile.load(x, 0, T, valid=n)
     tile.store(x, 0, t, valid=n)
+
+
+# ================================================================================================
+# The block toolbox: histogram, atomics, sort, neighbours
+# ================================================================================================
+I = np.zeros(16, np.int32)
+B = np.zeros(16, np.bool_)
+I8 = np.zeros(16, np.int8)
+
+
+def histogram_of_floats(x, n, T: ct.constexpr):
+    h = tile.histogram(tile.load(x, 0, T), 4)  # HERE
+    tile.store(x, 0, h)
+
+
+def histogram_runtime_bins(x, n, T: ct.constexpr):
+    h = tile.histogram(tile.load(x, 0, T), n)  # HERE
+    tile.store(x, 0, h)
+
+
+def histogram_zero_bins(x, n, T: ct.constexpr):
+    h = tile.histogram(tile.load(x, 0, T), 0)  # HERE
+    tile.store(x, 0, h)
+
+
+def histogram_unknown_algorithm(x, n, T: ct.constexpr):
+    h = tile.histogram(tile.load(x, 0, T), 4, algorithm="radix")  # HERE
+    tile.store(x, 0, h)
+
+
+def atomic_add_int8(x, n, T: ct.constexpr):
+    tile.atomic_add(x, 0, tile.load(x, 0, T))  # HERE
+
+
+def atomic_add_scalar(x, n, T: ct.constexpr):
+    tile.atomic_add(x, 0, n)  # HERE
+
+
+def sort_bools(x, n, T: ct.constexpr):
+    s = tile.sort(tile.load(x, 0, T))  # HERE
+    tile.store(x, 0, s)
+
+
+def sort_payload_size_mismatch(x, n, T: ct.constexpr):
+    k, v = tile.sort(tile.load(x, 0, T), tile.arange(T * 2))  # HERE
+    tile.store(x, 0, k)
+
+
+def sort_bad_bits(x, n, T: ct.constexpr):
+    s = tile.sort(tile.load(x, 0, T), end_bit=40)  # HERE
+    tile.store(x, 0, s)
+
+
+def sort_tuple_without_compare(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    a, b = tile.sort((t, t))  # HERE
+    tile.store(x, 0, a)
+
+
+@ct.combine
+def not_a_comparison(a, b):
+    return a - b  # HERE
+
+
+def sort_compare_not_bool(x, n, T: ct.constexpr):
+    s = tile.sort(tile.load(x, 0, T), compare=not_a_comparison)  # HERE
+    tile.store(x, 0, s)
+
+
+@ct.combine
+def less(a, b):
+    return a < b
+
+
+def sort_compare_and_descending(x, n, T: ct.constexpr):
+    s = tile.sort(tile.load(x, 0, T), compare=less, descending=True)  # HERE
+    tile.store(x, 0, s)
+
+
+def adjacent_difference_of_bools(x, n, T: ct.constexpr):
+    d = tile.adjacent_difference(tile.load(x, 0, T))  # HERE
+    tile.store(x, 0, d)
 
 
 def launch(name: str, error: type[ct.TileError], message: str, **kw: Any) -> Mistake:
@@ -1241,6 +1323,85 @@ CATALOGUE: list[Mistake] = [
         "a tile of 100000 elements needs 98 items per thread at 1024 threads; tiles are kept in registers, "
         "at most 32 items per thread (32768 elements at 1024 threads): use smaller tiles",
         constexprs={"T": 100000},
+    ),
+    # --- the block toolbox -------------------------------------------------------------------------
+    Mistake(
+        "histogram_of_floats",
+        histogram_of_floats,
+        TYPE,
+        "tile.histogram counts the values of an integer tile, got tile<float32, 8>; convert it first "
+        "(t.astype(np.int32)): values outside [0, bins) are not counted",
+    ),
+    Mistake(
+        "histogram_runtime_bins",
+        histogram_runtime_bins,
+        VALUE,
+        "bins must be a compile-time constant (a literal, a ct.constexpr parameter, or an expression of them), "
+        "got a runtime int64 (python scalar)",
+        args=(I, 16),
+    ),
+    Mistake("histogram_zero_bins", histogram_zero_bins, VALUE, "bins must be a positive int, got 0", args=(I, 16)),
+    Mistake(
+        "histogram_unknown_algorithm",
+        histogram_unknown_algorithm,
+        VALUE,
+        "algorithm must be 'auto', 'atomic' or 'sort', got 'radix'",
+        args=(I, 16),
+    ),
+    Mistake(
+        "atomic_add_int8",
+        atomic_add_int8,
+        TYPE,
+        "tile.atomic_add into an array of int8 is not supported; use one of int32, uint32, int64, uint64, float32, "
+        "float64",
+        args=(I8, 16),
+    ),
+    Mistake("atomic_add_scalar", atomic_add_scalar, TYPE, "the added value must be a tile, got int64 (python scalar)"),
+    Mistake(
+        "sort_bools",
+        sort_bools,
+        TYPE,
+        "tile.sort of a bool tile is not supported; convert it with t.astype(np.uint8)",
+        args=(B, 16),
+    ),
+    Mistake(
+        "sort_payload_size_mismatch",
+        sort_payload_size_mismatch,
+        TYPE,
+        "the payload has 16 elements and the keys 8",
+    ),
+    Mistake(
+        "sort_bad_bits",
+        sort_bad_bits,
+        VALUE,
+        "the sorted bits [begin_bit, end_bit) must satisfy 0 <= begin_bit < end_bit <= 32 for float32 keys, "
+        "got [0, 40)",
+    ),
+    Mistake(
+        "sort_tuple_without_compare",
+        sort_tuple_without_compare,
+        TYPE,
+        "sorting a tuple of key tiles needs a comparison: tile.sort(keys, compare=fn)",
+    ),
+    Mistake(
+        "sort_compare_not_bool",
+        sort_compare_not_bool,
+        TYPE,
+        "a sort's compare function must return a bool (a comparison such as a < b), not_a_comparison returns float32",
+        at=not_a_comparison,
+    ),
+    Mistake(
+        "sort_compare_and_descending",
+        sort_compare_and_descending,
+        VALUE,
+        "descending, begin_bit and end_bit belong to the radix sort; with compare= the comparison says the order",
+    ),
+    Mistake(
+        "adjacent_difference_of_bools",
+        adjacent_difference_of_bools,
+        TYPE,
+        "tile.adjacent_difference of a bool tile is not defined; use tile.flag_heads",
+        args=(B, 16),
     ),
 ]
 

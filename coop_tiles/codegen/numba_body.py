@@ -355,15 +355,19 @@ def generate_combine(combine: ir.Combine) -> BodySource:
     """Numba source of a combine function: operands by value, results through pointers (the C
     functor in the shims calls it inside CUB; LTO inlines it)."""
     w = _BodyWriter(None)
-    k = len(combine.dtypes)
+    k = len(combine.result_dtypes)
     results = [f"r{i}" for i in range(k)]
     w.line(0, f"def {combine.name}({', '.join([p.name for p in combine.params] + results)}):")
     w.declare(combine.body, 1)
     w.stmts(combine.body, 1)
-    for r, value in zip(results, combine.results):
-        w.line(1, f"{r}[0] = {w.operand(value, False)}")
+    for r, value, dt in zip(results, combine.results, combine.result_dtypes):
+        # a bool result goes out as a byte (Numba stores its booleans in bytes; C++'s bool is one)
+        w.line(
+            1,
+            f"{r}[0] = {convert(w.operand(value, False), dt, np.dtype(np.uint8)) if dt == BOOL else w.operand(value, False)}",
+        )
     types = [numba_storage(p.type.dtype) for p in combine.params] + [
-        f"CPointer({numba_storage(d)})" for d in combine.dtypes
+        f"CPointer({'uint8' if d == BOOL else numba_storage(d)})" for d in combine.result_dtypes
     ]
     source = "# coop_tiles combine function (generated)\n" + "\n".join(w.lines) + "\n"
     return BodySource(source, combine.name, HALF_DECLS, tuple(types), combine_symbol(combine.name))

@@ -11,23 +11,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..dtypes import cxx_identity, cxx_name
+from ..dtypes import cxx_identity, cxx_name, is_half
 from ..lang import ir
 from ..lang.types import ArrayType
 from ..ops.base import ArrayArg, OutArg, ShimCall, TileArg, ValueArg, op_of
 from ..planner.layout import BLOCKED, CollectiveChoice, LayoutPlan, TileLayout
 from .params import kernel_params
 
-HEADERS = """\
-#include <cub/block/block_load.cuh>
-#include <cub/block/block_store.cuh>
-#include <cub/block/block_scan.cuh>
-#include <cub/block/block_reduce.cuh>
-#include <cuda/std/cstdint>
-#include <cuda/std/limits>
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-"""
+#: headers every translation unit includes; ops add theirs with `ShimWriter.include` (NVRTC's
+#: cost is mostly parsing CUB, so a kernel includes only what its ops use).
+HEADERS = (
+    "cub/block/block_load.cuh",
+    "cub/block/block_store.cuh",
+    "cub/block/block_scan.cuh",
+    "cub/block/block_reduce.cuh",
+    "cuda/std/cstdint",
+    "cuda/std/limits",
+    "cuda/std/type_traits",
+)
+HALF_HEADERS = ("cuda_fp16.h", "cuda_bf16.h")
+
+
+def include_lines(headers: tuple[str, ...] | list[str]) -> str:
+    return "".join(f"#include <{h}>\n" for h in headers)
+
 
 FUNCTORS = """\
 namespace coop {
@@ -38,6 +45,11 @@ struct min { template <class T> __device__ __forceinline__ T operator()(const T&
 struct bit_and { template <class T> __device__ __forceinline__ T operator()(const T& a, const T& b) const { return static_cast<T>(a & b); } };
 struct bit_or { template <class T> __device__ __forceinline__ T operator()(const T& a, const T& b) const { return static_cast<T>(a | b); } };
 struct bit_xor { template <class T> __device__ __forceinline__ T operator()(const T& a, const T& b) const { return static_cast<T>(a ^ b); } };
+// Whether an integer is a histogram bin in [0, bins), whatever its signedness and width.
+template <class T> __device__ __forceinline__ bool in_bins(T x, long long bins) {
+  if constexpr (cuda::std::is_signed<T>::value) return x >= 0 && static_cast<long long>(x) < bins;
+  else return static_cast<unsigned long long>(x) < static_cast<unsigned long long>(bins);
+}
 // Block prefix callback: seeds a scan with `running` and keeps the running fold (the carry).
 template <class T, class Op> struct carry {
   T running;
@@ -64,11 +76,13 @@ class ShimSource:
     storage_decls: dict[int, str]
     #: the body's call of each collective's shim, by collective id
     calls: dict[int, ShimCall]
+    #: every header the translation unit includes
+    headers: tuple[str, ...] = HEADERS
 
 
-def storage_query_source(decls: dict[int, str]) -> str:
+def storage_query_source(decls: dict[int, str], headers: tuple[str, ...] = HEADERS) -> str:
     """A translation unit exporting sizeof/alignof of each TempStorage, for reading from PTX."""
-    parts = [HEADERS, FUNCTORS]
+    parts = [include_lines(headers), FUNCTORS]
     for cid, decl in decls.items():
         parts.append(decl.replace("@", str(cid)))
         parts.append(
@@ -108,6 +122,11 @@ class ShimWriter:
         self.threads = layouts.block_threads
         self.parts: list[str] = []
         self.storage_decls: dict[int, str] = {}
+        self.headers: list[str] = list(HEADERS)
+
+    def include(self, *headers: str) -> None:
+        """Include `headers` in the translation unit (once each)."""
+        self.headers += [h for h in headers if h not in self.headers]
 
     def layout(self, var: ir.Var) -> TileLayout:
         return self.layouts.tiles[var.name]
@@ -117,6 +136,11 @@ class ShimWriter:
 
     def element_index(self, var: ir.Var) -> str:
         return element_index(self.layout(var), self.threads)
+
+    @staticmethod
+    def clamp(size: int) -> str:
+        """`v`, the count of valid leading elements of a transfer (see `_clamp`)."""
+        return _clamp(size)
 
     def identity(self, op: str, dt) -> str:
         return cxx_identity(op, dt)
@@ -192,6 +216,13 @@ def generate_shims(program: ir.Program, layouts: LayoutPlan) -> ShimSource:
     """The C++ source of every shim of `program` plus its kernel entry."""
     writer = ShimWriter(layouts)
     calls = {}
+    halves = (
+        any(is_half(t.dtype) for t in ir.tile_vars(program).values())
+        or any(is_half(t.dtype) for _, t in program.params)
+        or any(is_half(d) for c in program.combines.values() for d in c.dtypes)
+    )
+    if halves:
+        writer.include(*HALF_HEADERS)
     for s in program.walk():
         if isinstance(s, ir.Collective):
             calls[s.cid] = op_of(s).lower(s, writer)
@@ -207,6 +238,13 @@ def generate_shims(program: ir.Program, layouts: LayoutPlan) -> ShimSource:
         f"  {body}({args});\n}}\n"
     )
     source = "\n".join(
-        [f"// coop_tiles shims for {program.name}", HEADERS, FUNCTORS, HALF_CONVERSIONS, *writer.parts, entry]
+        [
+            f"// coop_tiles shims for {program.name}",
+            include_lines(writer.headers),
+            FUNCTORS,
+            HALF_CONVERSIONS if halves else "",
+            *writer.parts,
+            entry,
+        ]
     )
-    return ShimSource(source, kernel, body, writer.storage_decls, calls)
+    return ShimSource(source, kernel, body, writer.storage_decls, calls, tuple(writer.headers))

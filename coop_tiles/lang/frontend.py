@@ -85,6 +85,7 @@ class Builder:
         self.inline_depth = 0
         self.stack: list[SourceLocation] = []  # helper call sites, outermost first
         self.returned: Any = None
+        self.returned_at: ast.AST | None = None  # the `return` that gave `returned`
         self.current: ast.AST | None = None  # the node being handled, for statement locations
 
     # ----- bookkeeping -------------------------------------------------------------------
@@ -372,9 +373,10 @@ class Builder:
                 merged[name] = Undefined(name, why)
         self.scope = merged
 
-    def combine(self, fn: CombineFunction, dtypes: tuple[np.dtype, ...]) -> ir.Combine:
-        """The typed combine function `fn` over items of `dtypes` (what `op=fn` of a scan or reduce uses)."""
-        return build_combine(self, fn, dtypes)
+    def combine(self, fn: CombineFunction, dtypes: tuple[np.dtype, ...], compare: bool = False) -> ir.Combine:
+        """The typed combine function `fn` over items of `dtypes` (what `op=fn` of a scan or reduce
+        uses; with `compare`, a sort's comparison)."""
+        return build_combine(self, fn, dtypes, compare)
 
     def inline(self, helper: Callable, args: tuple, kwargs: dict, node: ast.AST) -> Any:
         """Inline a plain Python helper function called from the tile program."""
@@ -454,6 +456,7 @@ def _stmt_pass(b: Builder, s: ast.Pass) -> None:
 def _stmt_return(b: Builder, s: ast.Return) -> None:
     if b.inline_depth:
         b.returned = b.expr(s.value) if s.value is not None else Const(None)
+        b.returned_at = s
         return
     if s.value is not None:
         raise TileSyntaxError("a tile program can't return a value; store results with tile.store")
@@ -870,9 +873,12 @@ def build_program(
     return ir.Program(parsed.tree.name, list(params), b.stmts, parsed.source_hash, b.program.combines)
 
 
-def build_combine(outer: Builder, combine: CombineFunction, dtypes: tuple[np.dtype, ...]) -> ir.Combine:
-    """Type `combine` over items of `dtypes` (once per program and dtypes) and return it."""
-    key = (combine, dtypes)
+def build_combine(
+    outer: Builder, combine: CombineFunction, dtypes: tuple[np.dtype, ...], compare: bool = False
+) -> ir.Combine:
+    """Type `combine` over items of `dtypes` (once per program and dtypes) and return it; with
+    `compare`, as a sort's comparison returning one bool."""
+    key = (combine, dtypes, compare)
     name = outer.program.combine_names.get(key)
     if name is not None:
         return outer.program.combines[name]
@@ -904,14 +910,22 @@ def build_combine(outer: Builder, combine: CombineFunction, dtypes: tuple[np.dty
             e.add_call_site(call_site)
         raise
     returned = b.returned if isinstance(b.returned, tuple) else (b.returned,)
-    if b.returned is None or len(returned) != k:
+    result_dtypes = (np.dtype(np.bool_),) if compare else dtypes
+    at = b.returned_at or parsed.tree
+    if b.returned is None or len(returned) != len(result_dtypes):
         got = "nothing" if b.returned is None else f"{len(returned)} value{'s' if len(returned) != 1 else ''}"
+        want = "one bool (true when its first operand goes first)" if compare else f"{k} scalar(s)"
         raise TileTypeError(
-            f"@ct.combine function {combine.__name__} must return {k} scalar(s), it returns {got}",
-            loc=parsed.loc(parsed.tree),
+            f"@ct.combine function {combine.__name__} must return {want}, it returns {got}", loc=parsed.loc(at)
         )
-    with b.located(parsed.tree):
-        results = tuple(b.convert(b.scalar(r, "a combine function's result"), dt) for r, dt in zip(returned, dtypes))
+    with b.located(at):
+        values = [b.scalar(r, "a combine function's result") for r in returned]
+        if compare and values[0].type.dtype != np.bool_:
+            raise TileTypeError(
+                f"a sort's compare function must return a bool (a comparison such as a < b), "
+                f"{combine.__name__} returns {values[0].type}"
+            )
+        results = tuple(b.convert(v, dt) for v, dt in zip(values, result_dtypes))
     for s in ir.walk(b.stmts):
         if isinstance(s, (ir.Collective, ir.If, ir.ForRange, ir.While, ir.ArrayRead, ir.ArrayWrite, ir.ProgramId)):
             what = "tile ops" if isinstance(s, ir.Collective) else "control flow on values, arrays or program ids"
@@ -920,7 +934,7 @@ def build_combine(outer: Builder, combine: CombineFunction, dtypes: tuple[np.dty
                 "(use ct.where for choices)",
                 loc=s.loc,
             )
-    fn = ir.Combine(name, params, b.stmts, results, dtypes)
+    fn = ir.Combine(name, params, b.stmts, results, dtypes, result_dtypes)
     outer.program.combines[name] = fn
     outer.program.combine_names[key] = name
     return fn

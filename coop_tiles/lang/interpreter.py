@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import compute_dtype, is_half
+from ..dtypes import cast, compute_dtype
 from ..errors import TileError, TileValueError
 from ..ops.base import op_of
 from ..ops.elementwise import ELEMENTWISE
@@ -24,18 +24,6 @@ from .types import ArrayType, TileType
 
 class _Return(Exception):
     pass
-
-
-def cast(x: Any, dt: np.dtype) -> Any:
-    """`x` (a NumPy scalar or array) converted to `dt` as the generated code converts it."""
-    if dt == np.bool_:
-        return np.asarray(x) != 0 if np.ndim(x) else np.bool_(np.asarray(x) != 0)
-    a = np.asarray(x)
-    if is_half(a.dtype) and dt != np.float32:
-        a = a.astype(np.float32)  # 16-bit floats convert through float32
-    with np.errstate(all="ignore"):
-        out = a.astype(dt)
-    return out if out.ndim else out[()]
 
 
 def elementwise(op: str, values: list[Any], compute: np.dtype, out: np.dtype) -> Any:
@@ -202,7 +190,8 @@ def evaluate_combine(combine: ir.Combine, left: tuple, right: tuple) -> tuple:
         f.env[p.name] = cast(v, p.type.dtype)
     f.run(combine.body)
     shape = np.shape(left[0])  # a constant result stands for every element
-    return tuple(np.broadcast_to(cast(f.get(r), dt), shape).copy() for r, dt in zip(combine.results, combine.dtypes))
+    results = zip(combine.results, combine.result_dtypes)
+    return tuple(np.broadcast_to(cast(f.get(r), dt), shape).copy() for r, dt in results)
 
 
 def run(program: ir.Program, grid: tuple[int, int, int], args: list[Any]) -> None:

@@ -189,13 +189,19 @@ class Program:
 @dataclass
 class Combine:
     """A typed @ct.combine function: 2k scalar parameters (the earlier element's k, then the later
-    one's), a body of scalar statements, and k results in the item dtypes."""
+    one's), a body of scalar statements, and its results: k in the item dtypes for a scan or
+    reduction, one bool for a sort's comparison."""
 
     name: str
     params: tuple[Var, ...]
     body: list[Stmt]
     results: tuple[Value, ...]
-    dtypes: tuple[np.dtype, ...]
+    dtypes: tuple[np.dtype, ...]  # of each element's k operands
+    result_dtypes: tuple[np.dtype, ...] = ()  # of the results: `dtypes` unless a comparison (bool)
+
+    def __post_init__(self) -> None:
+        if not self.result_dtypes:
+            self.result_dtypes = self.dtypes
 
     def __str__(self) -> str:
         lines = [f"combine {self.name}({', '.join(str(p) for p in self.params)}):"]

@@ -90,6 +90,11 @@ class TileOp:
     def layout(self, s: Any, ctx: LayoutContext) -> None:
         """Join or constrain tile layouts (default: none)."""
 
+    def global_access(self, s: Any) -> tuple[ir.Var, bool] | None:
+        """(the array, whether it writes) when the op touches global memory: the planner puts
+        barriers between threads' conflicting accesses."""
+        return None
+
     def choose(self, s: Any, ctx: LayoutContext) -> CollectiveChoice | None:
         return None
 

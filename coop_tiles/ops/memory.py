@@ -84,6 +84,9 @@ class Load(TileOp):
         data[:count] = array[start : start + count]
         frame.env[s.out.name] = data
 
+    def global_access(self, s: TileLoad):
+        return s.array, False
+
     def choose(self, s: TileLoad, ctx):
         return ctx.transfer_choice(s, s.out, s.array, load=True)
 
@@ -118,6 +121,9 @@ class Store(TileOp):
         array = frame.get(s.array)
         start, count = _span(frame, array, s.offset, s.valid, s.tile.type.size, "tile.store")
         array[start : start + count] = frame.get(s.tile)[:count]
+
+    def global_access(self, s: TileStore):
+        return s.array, True
 
     def choose(self, s: TileStore, ctx):
         return ctx.transfer_choice(s, s.tile, s.array, load=False)

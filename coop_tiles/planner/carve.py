@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..lang import ir
+from ..ops.base import op_of
 
 SMALL_STORAGE_BYTES = 1024
 #: Dynamic shared memory is aligned to 16 bytes; offsets are relative to it.
@@ -164,10 +165,13 @@ def _copy(d: _Dirty) -> _Dirty:
 
 def _global_access(s: ir.Stmt) -> tuple[str, bool] | None:
     """(the array, is a write) of a statement that touches global memory."""
-    array = getattr(s, "array", None)
-    if not isinstance(array, ir.Var) or isinstance(s, (ir.ArrayView, ir.ArrayShape)):
-        return None
-    return array.name, isinstance(s, ir.ArrayWrite) or type(s).__name__ == "TileStore"
+    if isinstance(s, ir.ArrayRead):
+        return s.array.name, False
+    if isinstance(s, ir.ArrayWrite):
+        return s.array.name, True
+    op = op_of(s)
+    access = op.global_access(s) if op is not None else None
+    return (access[0].name, access[1]) if access is not None else None
 
 
 def _overlaps(offset: int, size: int, regions: list[Region]) -> bool:

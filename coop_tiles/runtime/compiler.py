@@ -42,7 +42,9 @@ def storage_stage(shims: ShimSource, arch: str, cache: DiskCache) -> dict[int, S
     found = {cid: cache.get("storage", key) for cid, key in keys.items()}
     missing = {cid: shims.storage_decls[cid] for cid, need in found.items() if need is None}
     if missing:
-        sizes = toolchain.read_storage_sizes(toolchain.nvrtc_compile(storage_query_source(missing), arch, "ptx"))
+        sizes = toolchain.read_storage_sizes(
+            toolchain.nvrtc_compile(storage_query_source(missing, shims.headers), arch, "ptx")
+        )
         for cid in missing:
             try:
                 found[cid] = StorageNeed(sizes[f"coop_bytes_{cid}"], sizes[f"coop_align_{cid}"])
