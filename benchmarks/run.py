@@ -3,12 +3,14 @@
 Every figure is a median over repetitions after warm-up, timed with CUDA events (kernels)
 or perf_counter over thousands of launches (host overhead), against a baseline timed in
 the same run: the device copy bandwidth, CuPy, a plain Numba kernel, a CuPy RawKernel, Triton
-(benchmarks/_baselines.py) and torch.cumsum.
+(benchmarks/_baselines.py), torch.cumsum, torch.bincount and torch.sort, and CUB (benchmarks/cub_baselines.cu,
+built with nvcc at run time into the git-ignored benchmarks/.build/ and loaded with ctypes).
 
     python benchmarks/run.py [--out docs/benchmarks.md] [--quick] [--only linrec,half]
 
-Sections: bandwidth, launch, compile, blocks (issues 2 and 3), linrec, half, rows2d (issue 7). Each
-issue-7 section records its own failures as rows of the table rather than stopping the run.
+Sections: bandwidth, launch, compile, blocks (issues 2 and 3), linrec, half, rows2d (issue 7), histogram,
+segsort (issue 8). Each issue-7 and issue-8 section records its own failures as rows of the table rather than
+stopping the run.
 """
 
 from __future__ import annotations
@@ -85,14 +87,58 @@ except Exception as error:
     tile_linrec, LINREC_ERROR = None, error
 
 
-def cuda_time_ms(fn, warmup: int = 3, reps: int = 15) -> float:
+# tile.histogram, tile.atomic_add and tile.sort (issue 8) are newer still: the same guard, for the histogram and
+# segsort sections.
+try:
+
+    @ct.jit
+    def tile_histogram(x, out, n, BINS: ct.constexpr, CHUNK: ct.constexpr):
+        """Persistent: each program strides over x a CHUNK at a time, adds each chunk's histogram to its own, and
+        adds that to `out` (BINS int32 zeros) at the end."""
+        h = tile.zeros(BINS, np.int32)
+        for base in range(ct.program_id(0) * CHUNK, n, ct.num_programs(0) * CHUNK):
+            t = tile.load(x, base, CHUNK, valid=n - base, other=0)
+            h = h + tile.histogram(t, BINS, valid=n - base)
+        tile.atomic_add(out, 0, h)
+
+    @ct.jit
+    def tile_segment_sort(keys, keys_out, SEGMENT: ct.constexpr):
+        """One program per segment: sort its keys."""
+        base = ct.program_id(0) * SEGMENT
+        k = tile.load(keys, base, SEGMENT)
+        tile.store(keys_out, base, tile.sort(k))
+
+    @ct.jit
+    def tile_segment_sort_pairs(keys, keys_out, vals, vals_out, SEGMENT: ct.constexpr):
+        """One program per segment: sort its keys, with the values as the payload."""
+        base = ct.program_id(0) * SEGMENT
+        k = tile.load(keys, base, SEGMENT)
+        v = tile.load(vals, base, SEGMENT)
+        sk, sv = tile.sort(k, v)
+        tile.store(keys_out, base, sk)
+        tile.store(vals_out, base, sv)
+
+    ISSUE8_ERROR: Exception | None = None
+except Exception as error:
+    tile_histogram = tile_segment_sort = tile_segment_sort_pairs = None
+    ISSUE8_ERROR = error
+
+
+def cuda_time_ms(fn, warmup: int = 3, reps: int = 15, before: Callable[[], None] | None = None) -> float:
+    """Median over `reps` of fn()'s time between two CUDA events on the current stream, after `warmup` calls.
+    `before()` (resetting an output that fn accumulates into) runs before every call, ahead of the start event:
+    stream-ordered before the timed interval, so outside it."""
     import cupy as cp
 
     for _ in range(warmup):
+        if before is not None:
+            before()
         fn()
     start, stop = cp.cuda.Event(), cp.cuda.Event()
     times = []
     for _ in range(reps):
+        if before is not None:
+            before()
         start.record()
         fn()
         stop.record()
@@ -302,7 +348,7 @@ def compile_rows(arch: str) -> dict:
 
 # ----- issue 7: a tuple scan, 16-bit floats, 2-D arrays --------------------------------------------------------
 
-SECTIONS = ("bandwidth", "launch", "compile", "blocks", "linrec", "half", "rows2d")
+SECTIONS = ("bandwidth", "launch", "compile", "blocks", "linrec", "half", "rows2d", "histogram", "segsort")
 CHECK_TILES = 4  # correctness is checked on the first tiles of each output
 LINREC_TILES = (4096, 2048)
 TRITON_TILES = (1024, 2048, 4096)
@@ -365,13 +411,22 @@ def _free_device_memory() -> None:
         sys.modules["torch"].cuda.empty_cache()
 
 
-def _tune(configs: Any, launch: Callable, reset: Callable[[], None], check: Callable[[Any], bool]) -> dict:
+def _tune(
+    configs: Any,
+    launch: Callable,
+    reset: Callable[[], None],
+    check: Callable[[Any], bool],
+    *,
+    reset_each_rep: bool = False,
+) -> dict:
     """Time `launch(config)()` for each config on an output poisoned by `reset()`, then `check(config)` what it
-    wrote: the fastest config, its time, every config's time, and whether every config was correct."""
+    wrote: the fastest config, its time, every config's time, and whether every config was correct. With
+    `reset_each_rep`, reset() runs before every repetition, outside the timing (for kernels that accumulate into
+    their output)."""
     times, correct = {}, True
     for config in configs:
         reset()
-        times[config] = cuda_time_ms(launch(config))
+        times[config] = cuda_time_ms(launch(config), before=reset if reset_each_rep else None)
         correct = bool(check(config)) and correct
     best = min(times, key=times.get)
     return {"best": best, "ms": times[best], "times": times, "correct": correct}
@@ -544,6 +599,405 @@ def _rows2d_row(x: Any) -> dict:
         lambda c: torch.allclose(y, expected, rtol=1e-4, atol=1e-2),
     )
     return {"torch_ms": torch_ms, "coop": coop}
+
+
+# ----- issue 8: histograms and segmented sorts, against CUB built for the run ----------------------------------
+
+BENCH_DIR = Path(__file__).resolve().parent
+CUB_SOURCE = BENCH_DIR / "cub_baselines.cu"
+BUILD_DIR = BENCH_DIR / ".build"  # git-ignored
+HIST_CASES = (  # dtype, log2 n (capped by the run's largest size), bins, values drawn uniformly from [low, high)
+    ("uint8", 28, 256, (0, 256)),
+    ("int32", 26, 1000, (-100, 1100)),
+)
+HIST_CHUNKS = (2048, 4096, 8192)
+HIST_WAVES = (4, 8)  # programs per SM of the persistent grids
+TRITON_HIST_BLOCKS = (1024, 4096)
+SEGSORT_LOG2N = 24
+SEGMENT = 2048
+SEGSORT_KEY_RANGE = (-(1 << 20), 1 << 20)  # negative keys, and about one tied pair per segment
+SEGSORT_TRITON_WARPS = (4, 8)
+_CUB_LIBRARY: dict[str, Any] = {}  # arch -> the loaded library, or the exception its build raised
+
+
+def _nvcc() -> str:
+    """The nvcc to build with: on PATH, else under $CUDA_HOME or /usr/local/cuda."""
+    import shutil
+
+    roots = [root for root in (os.environ.get("CUDA_HOME"), "/usr/local/cuda") if root]
+    candidates = [shutil.which("nvcc"), *(str(Path(root) / "bin" / "nvcc") for root in roots)]
+    for candidate in candidates:
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    raise RuntimeError("nvcc not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin): CUB baselines not built")
+
+
+def _build_cub_library(arch: str) -> Path:
+    """benchmarks/cub_baselines.cu built with nvcc into a shared library under benchmarks/.build/, named by a
+    hash of the source, the flags and nvcc's version, so that an edit or another toolkit rebuilds it."""
+    import hashlib
+
+    nvcc = _nvcc()
+    flags = ["-O3", f"-arch={arch}", "-std=c++17", "-shared", "-Xcompiler", "-fPIC"]
+    version = subprocess.run([nvcc, "--version"], capture_output=True, text=True).stdout
+    key = hashlib.sha256("\0".join([CUB_SOURCE.read_text(), *flags, version]).encode()).hexdigest()[:16]
+    library = BUILD_DIR / f"cub_baselines-{arch}-{key}.so"
+    if library.exists():
+        return library
+    BUILD_DIR.mkdir(parents=True, exist_ok=True)
+    partial = library.with_suffix(f".{os.getpid()}.tmp")
+    done = subprocess.run([nvcc, *flags, "-o", str(partial), str(CUB_SOURCE)], capture_output=True, text=True)
+    if done.returncode != 0:
+        errors = [line for line in done.stderr.splitlines() if "error" in line] or done.stderr.splitlines() or ["?"]
+        raise RuntimeError(f"nvcc failed on cub_baselines.cu: {errors[0].strip()}")
+    os.replace(partial, library)
+    return library
+
+
+def _declare_cub(lib: Any) -> Any:
+    """The ctypes signatures of cub_baselines.cu's extern "C" functions (each returns a cudaError_t as int)."""
+    import ctypes
+
+    p, i, size = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_size_t)
+    histogram = [p, size, p, p, ctypes.c_longlong, i, i, i, p]
+    signatures = {
+        "cub_histogram_even_u8": histogram,
+        "cub_histogram_even_i32": histogram,
+        "cub_segment_sort_length": [],
+        "cub_error_name": [i],
+        "cub_segment_sort_keys": [p, p, i, p],
+        "cub_segment_sort_pairs": [p, p, p, p, i, p],
+    }
+    for name, argtypes in signatures.items():
+        function = getattr(lib, name)
+        function.argtypes, function.restype = argtypes, ctypes.c_int
+    lib.cub_error_name.restype = ctypes.c_char_p
+    return lib
+
+
+def cub_library(arch: str) -> Any:
+    """The CUB baselines library for `arch` (built on first use, then loaded with ctypes), once per process; a
+    failed build raises the same error for every section that asks again."""
+    import ctypes
+
+    if arch not in _CUB_LIBRARY:
+        try:
+            _CUB_LIBRARY[arch] = _declare_cub(ctypes.CDLL(str(_build_cub_library(arch))))
+        except Exception as error:
+            _CUB_LIBRARY[arch] = error
+    if isinstance(_CUB_LIBRARY[arch], Exception):
+        raise _CUB_LIBRARY[arch]
+    return _CUB_LIBRARY[arch]
+
+
+def _cub_call(lib: Any, status: int, what: str) -> None:
+    """Raise, naming the error, on a non-zero cudaError_t from the library."""
+    if status != 0:
+        raise RuntimeError(f"{what} failed: {lib.cub_error_name(status).decode()} ({status})")
+
+
+def _stream_handle() -> int:
+    """The raw handle of CuPy's current stream (0: the legacy default stream), which the events time."""
+    import cupy as cp
+
+    return cp.cuda.get_current_stream().ptr
+
+
+def _sm_count() -> int:
+    import cupy as cp
+
+    return cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"]
+
+
+def _host(array: Any) -> np.ndarray:
+    """A CuPy array or PyTorch tensor, on the host."""
+    import cupy as cp
+
+    if hasattr(array, "cpu"):
+        return array.cpu().numpy()
+    return cp.asnumpy(array)
+
+
+# histograms
+
+
+def histogram_rows(sizes: list[int], arch: str) -> list[dict]:
+    """Each case of HIST_CASES (n capped at 2^max(sizes)): coop_tiles, CUB's DeviceHistogram::HistogramEven,
+    Triton and torch.bincount, against the copy's read rate for the same bytes."""
+    rows = []
+    for dtype, log2n, bins, value_range in HIST_CASES:
+        log2n = min(log2n, max(sizes))
+        case = {"case": f"{dtype}, {bins} bins", "n": f"2^{log2n}", "elements": 1 << log2n, "range": value_range}
+        rows.append({**case, **_guarded(_histogram_row, dtype, 1 << log2n, bins, value_range, arch)})
+        _free_device_memory()
+    return rows
+
+
+def _histogram_data(dtype: str, n: int, value_range: tuple[int, int], bins: int) -> tuple[Any, np.ndarray]:
+    """n values of `dtype` uniform in value_range on the device, and the NumPy counts of those in [0, bins)."""
+    import cupy as cp
+
+    x = cp.random.RandomState(8).randint(*value_range, size=n, dtype=cp.int32).astype(dtype)
+    host = cp.asnumpy(x).astype(np.int64)
+    return x, np.bincount(host[(host >= 0) & (host < bins)], minlength=bins)
+
+
+def _read_limit_ms(x: Any) -> float:
+    """Half the time of a device copy of x's bytes (viewed as int32, as the bandwidth section copies): the time
+    a kernel that only reads x needs at the copy's read rate."""
+    import cupy as cp
+
+    words = x.view(cp.int32)
+    dst = cp.empty_like(words)
+    return cuda_time_ms(lambda: cp.copyto(dst, words)) / 2
+
+
+def _histogram_row(dtype: str, n: int, bins: int, value_range: tuple[int, int], arch: str) -> dict:
+    """One case: every implementation timed (output zeroed before each repetition, outside the timing) and its
+    counts compared with NumPy's."""
+    import cupy as cp
+
+    x, expected = _histogram_data(dtype, n, value_range, bins)
+    out = cp.zeros(bins, cp.int32)
+
+    def reset() -> None:
+        out.fill(0)
+
+    def check(_config: Any = None) -> bool:
+        return bool(np.array_equal(cp.asnumpy(out), expected))
+
+    return {
+        "read_ms": _read_limit_ms(x),
+        "coop": _guarded(_histogram_coop, x, out, n, bins, reset, check),
+        "cub": _guarded(_histogram_cub, x, out, n, bins, arch, reset, check),
+        "triton": _guarded(_histogram_triton, x, out, n, bins, reset, check),
+        "torch": _guarded(_histogram_torch, x, bins, expected),
+    }
+
+
+def _histogram_coop(x: Any, out: Any, n: int, bins: int, reset: Callable, check: Callable) -> dict:
+    """tile_histogram on SMs x HIST_WAVES programs, best of HIST_CHUNKS x HIST_WAVES."""
+    if tile_histogram is None:
+        raise ISSUE8_ERROR
+    sms = _sm_count()
+    return _tune(
+        [(chunk, waves) for chunk in HIST_CHUNKS for waves in HIST_WAVES],
+        lambda c: lambda: tile_histogram[sms * c[1]](x, out, n, BINS=bins, CHUNK=c[0]),
+        reset,
+        check,
+        reset_each_rep=True,
+    )
+
+
+def _histogram_cub(x: Any, out: Any, n: int, bins: int, arch: str, reset: Callable, check: Callable) -> dict:
+    """cub::DeviceHistogram::HistogramEven over [0, bins), temporary storage sized and allocated once, outside
+    the timing. CUB zeroes its output itself, inside its time; the reset before each repetition only keeps the
+    timing the same as the others'."""
+    import ctypes
+
+    import cupy as cp
+
+    lib = cub_library(arch)
+    histogram = lib.cub_histogram_even_u8 if x.dtype == cp.uint8 else lib.cub_histogram_even_i32
+    temp_bytes, stream = ctypes.c_size_t(0), _stream_handle()
+    args = (x.data.ptr, out.data.ptr, n, bins, 0, bins, stream)
+    _cub_call(lib, histogram(None, ctypes.byref(temp_bytes), *args), "HistogramEven (size query)")
+    temp = cp.empty(max(temp_bytes.value, 1), cp.uint8)
+
+    def launch() -> None:
+        _cub_call(lib, histogram(temp.data.ptr, ctypes.byref(temp_bytes), *args), "HistogramEven")
+
+    return _tune(["HistogramEven"], lambda _: launch, reset, check, reset_each_rep=True)
+
+
+def _histogram_triton(x: Any, out: Any, n: int, bins: int, reset: Callable, check: Callable) -> dict:
+    """The persistent tl.histogram + tl.atomic_add kernel of benchmarks/_baselines.py, best of
+    TRITON_HIST_BLOCKS x HIST_WAVES."""
+    from _baselines import triton_histogram
+
+    sms = _sm_count()
+    return _tune(
+        [(block, waves) for block in TRITON_HIST_BLOCKS for waves in HIST_WAVES],
+        lambda c: triton_histogram(x, out, n, bins, block=c[0], programs=sms * c[1]),
+        reset,
+        check,
+        reset_each_rep=True,
+    )
+
+
+def _histogram_torch(x: Any, bins: int, expected: np.ndarray) -> dict:
+    """torch.bincount(x, minlength=bins) on a zero-copy view of x; when values can fall outside [0, bins), they
+    are masked out first (`x[(x >= 0) & (x < bins)]`, inside the timing: bincount counts every value)."""
+    import cupy as cp
+    import torch
+
+    tx = torch.as_tensor(x, device="cuda")
+    if x.dtype == cp.uint8 and bins >= 256:
+
+        def count() -> Any:
+            return torch.bincount(tx, minlength=bins)
+    else:
+
+        def count() -> Any:
+            return torch.bincount(tx[(tx >= 0) & (tx < bins)], minlength=bins)
+
+    ms = cuda_time_ms(count)
+    counts = _host(count())
+    correct = counts.shape == expected.shape and np.array_equal(counts, expected)
+    return {"best": "bincount", "ms": ms, "times": {"bincount": ms}, "correct": bool(correct)}
+
+
+# segmented sorts
+
+
+def segsort_rows(arch: str) -> list[dict]:
+    """Segmented sort of 2^24 int32 keys in segments of 2048, keys only and with an int32 payload: coop_tiles
+    (one program per segment), a hand-written CUB BlockRadixSort kernel, torch.sort and Triton's tl.sort."""
+    rows = []
+    for payload in (False, True):
+        name = "keys + int32 payload" if payload else "keys only"
+        rows.append({"sort": name, "n": f"2^{SEGSORT_LOG2N}", **_guarded(_segsort_row, payload, arch)})
+        _free_device_memory()
+    return rows
+
+
+def _segsort_data() -> dict:
+    """Keys uniform in SEGSORT_KEY_RANGE, payload the element's index, their device copies and output arrays, and
+    the expected outputs: np.sort per segment, and the payload gathered by a stable argsort."""
+    import cupy as cp
+
+    n = 1 << SEGSORT_LOG2N
+    keys = np.random.default_rng(8).integers(*SEGSORT_KEY_RANGE, n).astype(np.int32)
+    order = np.argsort(keys.reshape(-1, SEGMENT), axis=1, kind="stable")
+    vals = np.arange(n, dtype=np.int32)
+    return {
+        "n": n,
+        "keys": cp.asarray(keys),
+        "vals": cp.asarray(vals),
+        "keys_out": cp.empty(n, cp.int32),
+        "vals_out": cp.empty(n, cp.int32),
+        "host_keys": keys,
+        "expected_keys": np.take_along_axis(keys.reshape(-1, SEGMENT), order, axis=1).ravel(),
+        "expected_vals": np.take_along_axis(vals.reshape(-1, SEGMENT), order, axis=1).ravel(),
+    }
+
+
+def _segsort_correct(data: dict, keys_out: Any, vals_out: Any = None, *, stable: bool = True) -> bool:
+    """Keys against np.sort per segment; the payload against the stable argsort gather, or (stable=False) as a
+    permutation of each segment's own indices that carries the keys."""
+    keys = _host(keys_out).ravel()
+    if not np.array_equal(keys, data["expected_keys"]):
+        return False
+    if vals_out is None:
+        return True
+    vals = _host(vals_out).ravel()
+    if stable:
+        return bool(np.array_equal(vals, data["expected_vals"]))
+    own = np.array_equal(np.sort(vals.reshape(-1, SEGMENT), axis=1).ravel(), np.arange(data["n"]))
+    return bool(own and np.array_equal(data["host_keys"][vals], keys))
+
+
+def _segsort_reset(data: dict) -> Callable[[], None]:
+    """Poison both outputs (a key outside SEGSORT_KEY_RANGE, an index outside the array)."""
+
+    def reset() -> None:
+        data["keys_out"].fill(np.iinfo(np.int32).max)
+        data["vals_out"].fill(-1)
+
+    return reset
+
+
+def _segsort_row(payload: bool, arch: str) -> dict:
+    """One variant: every implementation timed and checked on the same keys."""
+    data = _segsort_data()
+    return {
+        "coop": _guarded(_segsort_coop, data, payload),
+        "cub": _guarded(_segsort_cub, data, payload, arch),
+        "torch": _guarded(_segsort_torch, data, payload, False),
+        "torch_stable": _guarded(_segsort_torch, data, payload, True),
+        "triton": _guarded(_segsort_triton, data, payload),
+    }
+
+
+def _segsort_check(data: dict, payload: bool, stable: bool = True) -> Callable[[Any], bool]:
+    """check(config) for _tune: the shared outputs checked as _segsort_correct does."""
+    vals_out = data["vals_out"] if payload else None
+    return lambda _config: _segsort_correct(data, data["keys_out"], vals_out, stable=stable)
+
+
+def _segsort_coop(data: dict, payload: bool) -> dict:
+    """tile_segment_sort(_pairs), one program per segment, block size chosen by the runtime."""
+    if tile_segment_sort is None:
+        raise ISSUE8_ERROR
+    d, grid = data, data["n"] // SEGMENT
+    if payload:
+        launch = lambda: tile_segment_sort_pairs[grid](  # noqa: E731
+            d["keys"], d["keys_out"], d["vals"], d["vals_out"], SEGMENT=SEGMENT
+        )
+    else:
+        launch = lambda: tile_segment_sort[grid](d["keys"], d["keys_out"], SEGMENT=SEGMENT)  # noqa: E731
+    return _tune([SEGMENT], lambda _: launch, _segsort_reset(d), _segsort_check(d, payload))
+
+
+def _segsort_cub(data: dict, payload: bool, arch: str) -> dict:
+    """The hand-written kernel of benchmarks/cub_baselines.cu: BlockLoad (warp-transpose), BlockRadixSort<int,
+    256, 8(, int)>::SortBlockedToStriped, striped stores; one block per segment."""
+    lib, d = cub_library(arch), data
+    if lib.cub_segment_sort_length() != SEGMENT:
+        raise RuntimeError(f"cub_baselines.cu sorts segments of {lib.cub_segment_sort_length()}, not {SEGMENT}")
+    segments, stream = d["n"] // SEGMENT, _stream_handle()
+    ptrs = {name: d[name].data.ptr for name in ("keys", "keys_out", "vals", "vals_out")}
+
+    def launch() -> None:
+        if payload:
+            status = lib.cub_segment_sort_pairs(
+                ptrs["keys"], ptrs["keys_out"], ptrs["vals"], ptrs["vals_out"], segments, stream
+            )
+        else:
+            status = lib.cub_segment_sort_keys(ptrs["keys"], ptrs["keys_out"], segments, stream)
+        _cub_call(lib, status, "segment sort launch")
+
+    return _tune(["BlockRadixSort"], lambda _: launch, _segsort_reset(d), _segsort_check(d, payload))
+
+
+def _segsort_torch(data: dict, payload: bool, stable: bool) -> dict:
+    """torch.sort(keys.view(-1, 2048), dim=1, stable=...) into preallocated outputs (it always writes int64
+    indices too); with the payload, torch.gather(vals, 1, indices) after it."""
+    import torch
+
+    keys = torch.as_tensor(data["keys"], device="cuda").view(-1, SEGMENT)
+    vals = torch.as_tensor(data["vals"], device="cuda").view(-1, SEGMENT)
+    keys_out, vals_out = torch.empty_like(keys), torch.empty_like(vals)
+    indices = torch.empty(keys.shape, device=keys.device, dtype=torch.int64)
+
+    def launch() -> None:
+        torch.sort(keys, dim=1, stable=stable, out=(keys_out, indices))
+        if payload:
+            torch.gather(vals, 1, indices, out=vals_out)
+
+    def reset() -> None:
+        keys_out.fill_(np.iinfo(np.int32).max)
+        vals_out.fill_(-1)
+
+    def check(_config: Any) -> bool:
+        return _segsort_correct(data, keys_out, vals_out if payload else None, stable=stable)
+
+    return _tune(["stable" if stable else "default"], lambda _: launch, reset, check)
+
+
+def _segsort_triton(data: dict, payload: bool) -> dict:
+    """tl.sort per segment (benchmarks/_baselines.py; the payload through a packed 64-bit key), best of
+    SEGSORT_TRITON_WARPS."""
+    from _baselines import triton_segment_sort
+
+    d = data
+    vals = (d["vals"], d["vals_out"]) if payload else (None, None)
+    return _tune(
+        SEGSORT_TRITON_WARPS,
+        lambda warps: triton_segment_sort(d["keys"], d["keys_out"], *vals, segment=SEGMENT, warps=warps),
+        _segsort_reset(d),
+        _segsort_check(d, payload),
+    )
 
 
 # ----- the markdown ----------------------------------------------------------------------------------------------
@@ -794,6 +1248,146 @@ def _rows2d_lines(rows: list[dict]) -> list[str]:
     return lines + ["", bar, ""]
 
 
+def _rate_cell(result: dict, nbytes: float, label: Callable[[Any], str] | None = None) -> str:
+    """GB/s of a result (with its best config when `label` names it), or its failure."""
+    if "error" in result:
+        return f"failed: {result['error']}"
+    cell = _gbs(nbytes, result["ms"])
+    return f"{cell} ({label(result['best'])})" if label else cell
+
+
+def _ms_cell(result: dict, label: Callable[[Any], str] | None = None) -> str:
+    """ms of a result (with its best config when `label` names it), or its failure."""
+    if "error" in result:
+        return f"failed: {result['error']}"
+    return f"{result['ms']:.3f} ({label(result['best'])})" if label else f"{result['ms']:.3f}"
+
+
+def _speedup(baseline: dict, coop: dict) -> str:
+    """The baseline's time over coop_tiles' (above 1: coop_tiles faster), bold, or a dash if either failed."""
+    if "error" in baseline or "error" in coop:
+        return "—"
+    return f"**{baseline['ms'] / coop['ms']:.2f}x**"
+
+
+def _histogram_lines(rows: list[dict]) -> list[str]:
+    chunks, waves = "/".join(map(str, HIST_CHUNKS)), "/".join(map(str, HIST_WAVES))
+    lines = [
+        "",
+        "## Histograms: `tile.histogram` in a persistent loop, merged with `tile.atomic_add`",
+        "",
+        "`tile_histogram` runs SMs × k programs, each striding over the array a CHUNK at a time, "
+        "`h = h + tile.histogram(t, BINS, valid=n - base)` from `h = tile.zeros(BINS, np.int32)`, then "
+        f"`tile.atomic_add(out, 0, h)`; best of CHUNK {chunks} × k {waves}. Baselines on the same array: "
+        "`cub::DeviceHistogram::HistogramEven` over [0, BINS) (benchmarks/cub_baselines.cu, built with nvcc for "
+        "the run; temporary storage allocated once, outside the timing), a persistent Triton kernel "
+        f"(`tl.histogram` + `tl.atomic_add`, best of BLOCK {'/'.join(map(str, TRITON_HIST_BLOCKS))} × k {waves}, "
+        "4 warps), and `torch.bincount(x, minlength=BINS)`; for int32, whose values fall outside [0, BINS), "
+        "torch first masks them out (`x[(x >= 0) & (x < BINS)]`, inside its time: bincount counts every value).",
+        "The output (BINS int32) is zeroed before every repetition, outside the timing; CUB zeroes its output "
+        "itself, inside its time. GB/s counts the bytes read (n × itemsize); the read limit is half the time of "
+        "a device copy of the same bytes (the copy's read rate, as for `tile.sum`), and *of read rate* is that "
+        "limit over coop_tiles' time. *coop / X* is X's time over coop_tiles' (above 1: coop_tiles faster).",
+        "Correct: every implementation's counts equal `np.bincount` of the values in [0, BINS).",
+        "",
+        "| case | n | values | read limit GB/s | coop_tiles GB/s | of read rate | CUB GB/s | coop / CUB | "
+        "Triton GB/s | coop / Triton | torch.bincount GB/s | correct (coop / CUB / Triton / torch) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(_failed_row(r, ("case", "n"), 12))
+            continue
+        coop, cub, triton, torch_ = r["coop"], r["cub"], r["triton"], r["torch"]
+        nbytes = r["elements"] * (1 if r["case"].startswith("uint8") else 4)
+        rate = "—" if "error" in coop else f"**{r['read_ms'] / coop['ms']:.1%}**"
+        verdict = " / ".join(_verdict(x) for x in (coop, cub, triton, torch_))
+        lines.append(
+            _cells(
+                r["case"],
+                r["n"],
+                f"[{r['range'][0]}, {r['range'][1]})",
+                _gbs(nbytes, r["read_ms"]),
+                _rate_cell(coop, nbytes, lambda c: f"CHUNK {c[0]}, k {c[1]}"),
+                rate,
+                _rate_cell(cub, nbytes),
+                _speedup(cub, coop),
+                _rate_cell(triton, nbytes, lambda c: f"BLOCK {c[0]}, k {c[1]}"),
+                _speedup(triton, coop),
+                _rate_cell(torch_, nbytes),
+                verdict,
+            )
+        )
+    measured = [r for r in rows if "error" not in r]
+    if measured:
+        lines += ["", "Every configuration, ms:", ""]
+    for r in measured:
+        coop = _config_times(r["coop"], lambda c: f"CHUNK {c[0]} k {c[1]}")
+        triton = _config_times(r["triton"], lambda c: f"BLOCK {c[0]} k {c[1]}")
+        lines.append(f"- {r['case']}: coop_tiles {coop}; Triton {triton}")
+    bar = "Bar (issue 8): at least 0.9x CUB DeviceHistogram's throughput, and at least 4x Triton's."
+    return lines + ["", bar, ""]
+
+
+def _faster(a: dict, b: dict) -> dict:
+    """The faster of two results (the one that did not fail, if one did)."""
+    if "error" in a:
+        return b
+    if "error" in b:
+        return a
+    return a if a["ms"] <= b["ms"] else b
+
+
+def _segsort_lines(rows: list[dict]) -> list[str]:
+    lo, hi = SEGSORT_KEY_RANGE
+    lines = [
+        "",
+        f"## Segmented sort: `tile.sort`, one program per segment of {SEGMENT} int32 keys",
+        "",
+        f"`k = tile.load(keys, base, {SEGMENT})`, `tile.sort(k)` (payload: `sk, sv = tile.sort(k, v)`), stores; "
+        "block size chosen by the runtime. Baselines on the same arrays: a hand-written CUB kernel "
+        "(benchmarks/cub_baselines.cu: `BlockLoad` warp-transpose, `BlockRadixSort<int, 256, 8(, int)>::"
+        "SortBlockedToStriped`, striped stores, one block per segment), "
+        f"`torch.sort(x.view(-1, {SEGMENT}), dim=1)` into preallocated outputs (it writes int64 indices too; "
+        "with the payload, `torch.gather(v, 1, indices)` after it), default and `stable=True`, and Triton "
+        "`tl.sort` per segment (payload: sorting `key << 32 | position` as int64, then gathering the payload "
+        f"by position), best of {'/'.join(map(str, SEGSORT_TRITON_WARPS))} warps.",
+        f"Keys uniform in [{lo}, {hi}) (negative keys, and about one tied pair per segment); the payload is the "
+        "element's index. *coop / X* is X's time over coop_tiles' (above 1: coop_tiles faster); *coop / torch* "
+        "takes the faster torch.sort variant.",
+        "Correct: keys equal `np.sort` per segment; the payload equals the stable-argsort gather, except for "
+        "torch.sort's default (unstable) variant, where it must be a permutation of the segment's indices that "
+        "carries the keys.",
+        "",
+        "| sort | n | coop_tiles ms | CUB kernel ms | coop / CUB | torch.sort ms | torch.sort stable ms | "
+        "coop / torch | Triton ms | correct (coop / CUB / torch / torch stable / Triton) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(_failed_row(r, ("sort", "n"), 10))
+            continue
+        coop, cub, triton = r["coop"], r["cub"], r["triton"]
+        torch_, stable = r["torch"], r["torch_stable"]
+        verdict = " / ".join(_verdict(x) for x in (coop, cub, torch_, stable, triton))
+        lines.append(
+            _cells(
+                r["sort"],
+                r["n"],
+                _ms_cell(coop),
+                _ms_cell(cub),
+                _speedup(cub, coop),
+                _ms_cell(torch_),
+                _ms_cell(stable),
+                _speedup(_faster(torch_, stable), coop),
+                _ms_cell(triton, lambda warps: f"{warps} warps"),
+                verdict,
+            )
+        )
+    bar = "Bar (issue 8): at least 0.95x the hand-written CUB kernel, and at least 2x torch.sort."
+    return lines + ["", bar, ""]
+
+
 def render(
     device: str,
     bandwidth: list[dict] | None = None,
@@ -803,6 +1397,8 @@ def render(
     linrec: list[dict] | None = None,
     half: list[dict] | None = None,
     rows2d: list[dict] | None = None,
+    histogram: list[dict] | None = None,
+    segsort: list[dict] | None = None,
 ) -> str:
     """The markdown of docs/benchmarks.md: the header, then every section that was run (None: not run), in a
     fixed order."""
@@ -814,6 +1410,8 @@ def render(
         (linrec, _linrec_lines),
         (half, _half_lines),
         (rows2d, _rows2d_lines),
+        (histogram, _histogram_lines),
+        (segsort, _segsort_lines),
     )
     lines = _header_lines(device)
     for data, section_lines in sections:
@@ -839,7 +1437,11 @@ def _parse_args() -> argparse.Namespace:
         help="the markdown file to write (default docs/benchmarks.md; with --only, none: the markdown is printed "
         "and docs/benchmarks.md is left alone)",
     )
-    parser.add_argument("--quick", action="store_true", help="only 2^24 elements (a smoke run; rows2d keeps its shape)")
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="only 2^24 elements (a smoke run: histograms capped at 2^24; rows2d and segsort keep their sizes)",
+    )
     parser.add_argument(
         "--only", type=_section_names, default=None, help=f"comma list of sections to run, of {', '.join(SECTIONS)}"
     )
@@ -847,8 +1449,9 @@ def _parse_args() -> argparse.Namespace:
 
 
 def measure(only: tuple[str, ...], sizes: list[int], arch: str) -> dict[str, Any]:
-    """The results of the sections in `only`, keyed as render() takes them. Issue 7's sections come last: each
-    records its own failures, but a kernel that faults leaves the CUDA context unusable for whatever follows."""
+    """The results of the sections in `only`, keyed as render() takes them. Issues 7's and 8's sections come last:
+    each records its own failures, but a kernel that faults leaves the CUDA context unusable for whatever
+    follows."""
     results: dict[str, Any] = {}
     if "bandwidth" in only:
         results["bandwidth"] = bandwidth_rows(sizes)
@@ -864,6 +1467,10 @@ def measure(only: tuple[str, ...], sizes: list[int], arch: str) -> dict[str, Any
         results["half"] = _section(half_rows, sizes)
     if "rows2d" in only:
         results["rows2d"] = _section(rows2d_rows)
+    if "histogram" in only:
+        results["histogram"] = _section(histogram_rows, sizes, arch)
+    if "segsort" in only:
+        results["segsort"] = _section(segsort_rows, arch)
     return results
 
 

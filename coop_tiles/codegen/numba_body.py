@@ -362,10 +362,8 @@ def generate_combine(combine: ir.Combine) -> BodySource:
     w.stmts(combine.body, 1)
     for r, value, dt in zip(results, combine.results, combine.result_dtypes):
         # a bool result goes out as a byte (Numba stores its booleans in bytes; C++'s bool is one)
-        w.line(
-            1,
-            f"{r}[0] = {convert(w.operand(value, False), dt, np.dtype(np.uint8)) if dt == BOOL else w.operand(value, False)}",
-        )
+        stored = w.operand(value, False)
+        w.line(1, f"{r}[0] = {convert(stored, dt, np.dtype(np.uint8)) if dt == BOOL else stored}")
     types = [numba_storage(p.type.dtype) for p in combine.params] + [
         f"CPointer({'uint8' if d == BOOL else numba_storage(d)})" for d in combine.result_dtypes
     ]
