@@ -135,8 +135,18 @@ class Sort(TileOp):
             frame.env[s.value_out.name] = np.concatenate([v[order], v[count:]])
 
     def layout(self, s: TileSort, ctx) -> None:
-        tiles = [*s.keys, *s.key_outs, *([s.values, s.value_out] if s.values is not None else [])]
-        ctx.join_blocked(tiles)
+        """Inputs blocked. A radix sort of whole tiles may leave its results in either arrangement:
+        if nothing needs them blocked, they come out STRIPED (SortBlockedToStriped), which lets
+        them go to memory directly, without a shared-memory exchange."""
+        inputs = [*s.keys, *([s.values] if s.values is not None else [])]
+        outputs = [*s.key_outs, *([s.value_out] if s.value_out is not None else [])]
+        size = s.keys[0].type.size
+        whole = s.valid is None and size % ctx.threads == 0
+        if s.compare is None and whole:
+            ctx.join_blocked(inputs)
+            ctx.join(outputs)
+        else:
+            ctx.join_blocked(inputs + outputs)
 
     def choose(self, s: TileSort, ctx):
         if s.compare is None:
@@ -194,19 +204,23 @@ class Sort(TileOp):
         else:
             body += f"    {u} r = x0[i];\n"
         body += f"    k[i] = {index} < v ? r : {pad};\n  }}\n"
-        verb = "SortDescending" if s.descending else "Sort"
+        striped = w.layout(s.key_outs[0]).arrangement != w.layout(s.keys[0]).arrangement
+        verb = ("SortDescending" if s.descending else "Sort") + ("BlockedToStriped" if striped else "")
         values = ", vals" if s.values is not None else ""
         body += f"  {cub_type}(s.temp).{verb}(k{values}, {s.begin_bit}, {s.end_bit});\n"
         back = {"float32": "__uint_as_float(r)", "float64": "__longlong_as_double((long long)r)"}
         body += f"  for (int i = 0; i < {items}; ++i) {{\n    {u} r = k[i];\n"
         if is_float(dt):
             body += f"    r = (r & {sign}) ? {u}(r ^ {sign}) : {u}(~r);\n"
-            body += f"    y0[i] = {index} < v ? {back.get(dt.name, 'r')} : x0[i];\n  }}\n"
+            key = back.get(dt.name, "r")
         elif dt.kind == "i":
-            body += f"    y0[i] = {index} < v ? {cxx_name(dt)}(r ^ {sign}) : x0[i];\n  }}\n"
+            key = f"{cxx_name(dt)}(r ^ {sign})"
         else:
-            body += f"    y0[i] = {index} < v ? r : x0[i];\n  }}\n"
-        return code, body
+            key = "r"
+        # elements past `valid` get their own keys back (blocked: the same slot held them); a
+        # striped result only comes from whole tiles without `valid`
+        body += f"    y0[i] = {key};\n" if striped else f"    y0[i] = {index} < v ? {key} : x0[i];\n"
+        return code, body + "  }\n"
 
     @staticmethod
     def _merge(s: TileSort, w, k: int, items: int, value_t: str, index: str, body: str) -> tuple[str, str]:
