@@ -15,7 +15,7 @@ from ..dtypes import cxx_identity, cxx_name, is_half
 from ..lang import ir
 from ..lang.types import ArrayType
 from ..ops.base import ArrayArg, OutArg, ShimCall, TileArg, ValueArg, op_of
-from ..planner.layout import BLOCKED, CollectiveChoice, LayoutPlan, TileLayout
+from ..planner.layout import BLOCKED, VECTORIZED, CollectiveChoice, LayoutPlan, TileLayout
 from .params import kernel_params
 
 #: headers every translation unit includes; ops add theirs with `ShimWriter.include` (NVRTC's
@@ -191,7 +191,28 @@ class ShimWriter:
         verb = kind.capitalize()  # Load / Store
         choice = self.choice(cid)
         code, body = "", self.items_ref("x", "items", tile, items) + _clamp(lay.size)
-        if not array.unit_stride:
+        if choice.algorithm == VECTORIZED:
+            # each thread's items are contiguous: whole 16-byte words when the tile is full and aligned
+            words = items * tile.type.dtype.itemsize // 16
+            direct = f"cub::{verb}DirectBlocked"
+            aligned = "reinterpret_cast<unsigned long long>(a + a_off + offset) % 16 == 0"
+            if kind == "load":
+                move = (
+                    f"    const uint4* src = reinterpret_cast<const uint4*>(a + a_off + offset) + threadIdx.x * {words};\n"
+                    f"    uint4 w[{words}];\n    for (int j = 0; j < {words}; ++j) w[j] = src[j];\n"
+                    "    memcpy(x, w, sizeof(w));\n"
+                )
+            else:
+                move = (
+                    f"    uint4 w[{words}];\n    memcpy(w, x, sizeof(w));\n"
+                    f"    uint4* dst = reinterpret_cast<uint4*>(a + a_off + offset) + threadIdx.x * {words};\n"
+                    f"    for (int j = 0; j < {words}; ++j) dst[j] = w[j];\n"
+                )
+            body += (
+                f"  if (v == {full} && {aligned}) {{\n{move}  }} else {{\n"
+                f"    {direct}(int(threadIdx.x), a + a_off + offset, x, int(v){guarded_extra});\n  }}\n"
+            )
+        elif not array.unit_stride:
             index = element_index(lay, self.threads)
             where = "a[a_off + (offset + e) * a_stride]"
             move = f"x[i] = e < v ? {where} : other;" if kind == "load" else f"if (e < v) {where} = x[i];"

@@ -87,6 +87,9 @@ class Load(TileOp):
     def global_access(self, s: TileLoad):
         return s.array, False
 
+    def layout(self, s: TileLoad, ctx) -> None:
+        ctx.prefer_vectorized(s.out, s.array)
+
     def choose(self, s: TileLoad, ctx):
         return ctx.transfer_choice(s, s.out, s.array, load=True)
 
@@ -124,6 +127,9 @@ class Store(TileOp):
 
     def global_access(self, s: TileStore):
         return s.array, True
+
+    def layout(self, s: TileStore, ctx) -> None:
+        ctx.prefer_vectorized(s.tile, s.array)
 
     def choose(self, s: TileStore, ctx):
         return ctx.transfer_choice(s, s.tile, s.array, load=False)

@@ -18,6 +18,10 @@ from ..ops.base import op_of
 
 BLOCKED = "blocked"
 STRIPED = "striped"
+#: direct blocked transfers in 16-byte words: for 1- and 2-byte dtypes, whose striped or
+#: warp-transposed transfers move only 1 or 2 bytes per thread and instruction
+VECTORIZED = "DIRECT_VECTORIZED"
+VECTOR_BYTES = 16
 DEFAULT_BLOCK_THREADS = 256
 MAX_BLOCK_THREADS = 1024
 #: Tiles live in registers; past this many items per thread they would spill.
@@ -105,6 +109,7 @@ class LayoutContext:
         self.threads = threads
         self.groups = _Groups()
         self.blocked: set[str] = set()
+        self.vector_tiles: set[str] = set()
         self.tiles: dict[str, TileLayout] = {}
 
     def join(self, tiles: list[ir.Var]) -> None:
@@ -121,17 +126,34 @@ class LayoutContext:
     ) -> CollectiveChoice:
         return CollectiveChoice(s.cid, op, primitive, algorithm, s.loc.line if s.loc else None, storage)
 
+    def prefer_vectorized(self, tile: ir.Var, array: ir.Var) -> None:
+        """A transfer of `tile` would move whole 16-byte words per thread if it were blocked: make
+        its group BLOCKED unless something needs another arrangement (no op needs striped)."""
+        if vectorizable(tile, array, self.threads):
+            self.vector_tiles.add(tile.name)
+
     def transfer_choice(self, s: ir.Collective, tile: ir.Var, array: ir.Var, load: bool) -> CollectiveChoice:
-        """Loads and stores: BLOCK_*_WARP_TRANSPOSE for blocked tiles of unit-stride arrays,
-        else direct (striped: coalesced; blocked over a strided view: element by element)."""
+        """Loads and stores: direct in 16-byte words for blocked tiles of 1- and 2-byte dtypes,
+        BLOCK_*_WARP_TRANSPOSE for other blocked tiles of unit-stride arrays, else direct
+        (striped: coalesced; blocked over a strided view: element by element)."""
         layout = self.tiles[tile.name]
         kind = "load" if load else "store"
         if not array.type.unit_stride:
             return self.choice(s, kind, "strided", "DIRECT", storage=False)
+        if layout.arrangement == BLOCKED and vectorizable(tile, array, self.threads):
+            return self.choice(s, kind, f"{kind.capitalize()}DirectBlocked", VECTORIZED, storage=False)
         if layout.arrangement == BLOCKED and layout.items_per_thread > 1:
             verb = "Load" if load else "Store"
             return self.choice(s, kind, f"Block{verb}", f"BLOCK_{kind.upper()}_WARP_TRANSPOSE")
         return self.choice(s, kind, "LoadDirectStriped" if load else "StoreDirectStriped", "DIRECT", storage=False)
+
+
+def vectorizable(tile: ir.Var, array: ir.Var, threads: int) -> bool:
+    """Whether a blocked transfer of `tile` to or from `array` can move 16-byte words: a 1- or
+    2-byte dtype, a unit-stride array, and each thread's bytes a whole number of words."""
+    itemsize = tile.type.dtype.itemsize
+    items = -(-tile.type.size // threads)
+    return itemsize <= 2 and array.type.unit_stride and items * itemsize % VECTOR_BYTES == 0
 
 
 def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -> LayoutPlan:
@@ -145,7 +167,7 @@ def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -
             ctx.join([s.out, *(a for a in srcs if isinstance(a, ir.Var) and isinstance(a.type, TileType))])
         elif (op := op_of(s)) is not None:
             op.layout(s, ctx)
-    blocked_roots = {ctx.groups.find(n) for n in ctx.blocked}
+    blocked_roots = {ctx.groups.find(n) for n in ctx.blocked | ctx.vector_tiles}
     lines: dict[str, int | None] = {}
     for s in program.walk():
         for out in ir.outputs(s):
