@@ -348,6 +348,14 @@ def histogram_loop(x, out, n, BINS: ct.constexpr, CHUNK: ct.constexpr, ALGO: ct.
 
 
 @ct.jit
+def tile_histograms(x, out, n, TILE: ct.constexpr, BINS: ct.constexpr):
+    """One histogram per tile, stored as a row of a (programs, BINS) array."""
+    pid = ct.program_id(0)
+    base = pid * TILE
+    tile.store(out[pid], 0, tile.histogram(tile.load(x, base, TILE, valid=n - base, other=0), BINS, valid=n - base))
+
+
+@ct.jit
 def atomic_sums(x, out, n, TILE: ct.constexpr):
     """Every program adds its tile into the same slots: out[i] = sum over programs of x[p * TILE + i]."""
     base = ct.program_id(0) * TILE
@@ -630,6 +638,13 @@ def ref_histogram_loop(x, out, n, BINS, CHUNK, ALGO):
     return [out]
 
 
+def ref_tile_histograms(x, out, n, TILE, BINS):
+    for pid, (start, chunk) in enumerate(_tiles(x[:n], TILE)):
+        v = chunk.astype(np.int64)
+        out[pid] = np.bincount(v[(v >= 0) & (v < BINS)], minlength=BINS)
+    return [out]
+
+
 def ref_atomic_sums(x, out, n, TILE):
     with np.errstate(all="ignore"):
         for start, chunk in _tiles(x[:n], TILE):
@@ -693,6 +708,20 @@ def toolbox_cases(rng: np.random.Generator) -> list[Case]:
                 3,
                 [1],
                 ref_histogram_loop,
+            )
+        )
+    for dt, bins in [(np.int16, 100), (np.uint8, 3), (np.int32, 513)]:
+        n, tile_size = 1000, 384
+        grid = ct.cdiv(n, tile_size)
+        cases.append(
+            Case(
+                f"tile_histograms[{np.dtype(dt).name},bins={bins}]",
+                tile_histograms,
+                [_rand(rng, n, dt, -5, bins + 5), np.zeros((grid, bins), np.int32), n],
+                {"TILE": tile_size, "BINS": bins},
+                grid,
+                [1],
+                ref_tile_histograms,
             )
         )
     for dt in (np.int32, np.uint32, np.int64, np.uint64, np.float32, np.float64):

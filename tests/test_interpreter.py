@@ -71,3 +71,18 @@ def test_every_interpreted_value_has_its_compiled_type(case, monkeypatch):
     args = [a.copy() if isinstance(a, np.ndarray) else a for a in case.args]
     ct.jit(case.kernel.fn, interpret=True)[case.grid](*case.launch_args(args), **case.constexprs)
     assert checked
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.name.startswith("histogram_loop[")][:3], ids=lambda c: c.name)
+def test_rewritten_histogram_loop_keeps_its_meaning(case):
+    """The GPU's IR keeps a loop's histogram counts in shared memory (begin, composite, end): run
+    that rewritten IR in the interpreter and check it against the same reference."""
+    from coop_tiles.lang import interpreter
+    from coop_tiles.ops.histogram import HistogramComposite
+
+    program = case.kernel.compile(*case.args, arch="sm_90", **case.constexprs).program
+    assert any(isinstance(s, HistogramComposite) for s in program.walk())
+    args = [a.copy() if isinstance(a, np.ndarray) else a for a in case.args]
+    runtime = [a for a, name in zip(args, case.kernel.parsed.params) if name not in case.constexprs]
+    interpreter.run(program, (case.grid, 1, 1), runtime)
+    case.check([args[i] for i in case.outputs])

@@ -191,7 +191,7 @@ class _BodyWriter:
                 parts.append(f"ptr({a.var.name}_out)")
                 types.append(f"CPointer({numba_storage(a.var.type.dtype)})")
                 after.append(f"{a.var.name} = {a.var.name}_out[0]")
-        region = self.plan.carve.regions.get(cid)
+        region = self.plan.carve.regions.get(cid if c.region is None else c.region)
         parts += ["smem", str(region.offset if region else 0)]
         self.shims.append(ShimDecl(c.name, "void", (*types, "CPointer(uint8)", "int64")))
         self.line(depth, f"{c.name}({', '.join(parts)})")

@@ -70,6 +70,8 @@ class ShimCall:
     name: str
     args: tuple[TileArg | ValueArg | ArrayArg | OutArg, ...]
     ret: ir.Var | None = None
+    #: the collective whose TempStorage region the shim works in (default: its own)
+    region: int | None = None
 
 
 # ----- the op definition ------------------------------------------------------------------------

@@ -80,33 +80,230 @@ class Histogram(TileOp):
         return ctx.choice(s, f"histogram[{s.bins}]", "BlockHistogram", ALGORITHMS[algorithm])
 
     def lower(self, s: TileHistogram, w) -> ShimCall:
-        size = s.src.type.size
-        valid = s.valid if s.valid is not None else ir.Lit(size, INT64)
+        valid = s.valid if s.valid is not None else ir.Lit(s.src.type.size, INT64)
         call = ShimCall(
-            f"coop_histogram_{s.cid}", (TileArg(s.src, "in0"), TileArg(s.out, "out0"), ValueArg(valid, "valid"))
+            f"coop_histogram_{s.cid}", (TileArg(s.src, "in0"), TileArg(s.out, "acc"), ValueArg(valid, "valid"))
         )
         w.include("cub/block/block_histogram.cuh")
-        src, out = w.layout(s.src), w.layout(s.out)
-        bin_t = "cuda::std::uint16_t" if s.bins < 65535 else "cuda::std::uint32_t"
-        cub_type = (
-            f"cub::BlockHistogram<{bin_t}, {w.threads}, {src.items_per_thread}, {s.bins + 1}, "
-            f"cub::{w.choice(s.cid).algorithm}>"
-        )
+        cub_type = _cub_histogram(w, s.src, s.bins, s.cid)
         code = w.storage(s.cid, cub_type, f"unsigned int counts[{s.bins + 1}]; ")
-        body = w.storage_ref(s.cid) + w.items_ref("x", "in0", s.src, src.items_per_thread)
-        body += w.items_ref("y", "out0", s.out, out.items_per_thread)
-        body += f"  const long long v = valid < 0 ? 0 : (valid > {size} ? {size} : valid);\n"
-        body += f"  {bin_t} bin[{src.items_per_thread}];\n"
-        body += (
-            f"  for (int i = 0; i < {src.items_per_thread}; ++i)\n"
-            f"    bin[i] = ({w.element_index(s.src)} < v && coop::in_bins(x[i], {s.bins})) ? {bin_t}(x[i]) : "
-            f"{bin_t}({s.bins});\n"
-        )
+        body = w.storage_ref(s.cid) + _bins(w, s.src, s.bins)
         body += f"  {cub_type}(s.temp).Histogram(bin, s.counts);\n  __syncthreads();\n"
-        body += (
-            f"  for (int i = 0; i < {out.items_per_thread}; ++i) {{\n"
-            f"    const int k = {w.element_index(s.out)};\n"
-            f"    y[i] = k < {s.bins} ? cuda::std::int32_t(s.counts[k]) : 0;\n  }}\n"
-        )
+        body += _counts_to_tile(w, s.out, s.bins, to_tile=True)
         w.define(call, code, body)
+        return call
+
+
+def _bins(w, src: ir.Var, bins: int) -> str:
+    """Each item's bin, or the spare bin `bins` for items not counted (out of range, or i >= valid)."""
+    size, items, bin_t = src.type.size, w.layout(src).items_per_thread, _bin_type(bins)
+    return (
+        w.items_ref("x", "in0", src, items)
+        + f"  const long long v = valid < 0 ? 0 : (valid > {size} ? {size} : valid);\n  {bin_t} bin[{items}];\n"
+        + f"  for (int i = 0; i < {items}; ++i)\n"
+        + f"    bin[i] = ({w.element_index(src)} < v && coop::in_bins(x[i], {bins})) ? {bin_t}(x[i])"
+        + f" : {bin_t}({bins});\n"
+    )
+
+
+# ----- counts kept in shared memory through a loop -------------------------------------------------
+@dataclass
+class HistogramBegin(ir.Collective):
+    """Before a loop of `acc = acc + tile.histogram(src, ...)`: write `acc` into the shared counts."""
+
+    acc: ir.Var
+    src: ir.Var  # the tile the loop counts (its layout sets the primitive's items per thread)
+    bins: int
+    algorithm: str
+
+
+@dataclass
+class HistogramComposite(ir.Collective):
+    """In the loop: composite `src`'s counts into the shared counts of `begin` (its collective id)."""
+
+    src: ir.Var
+    bins: int
+    valid: ir.Value | None
+    algorithm: str
+    begin: int
+
+
+@dataclass
+class HistogramEnd(ir.Collective):
+    """After the loop: read the shared counts back into `acc`."""
+
+    acc: ir.Var
+    bins: int
+    begin: int
+
+
+def _names(value: object) -> list[str]:
+    if isinstance(value, ir.Var):
+        return [value.name]
+    if isinstance(value, tuple):
+        return [n for v in value for n in _names(v)]
+    return []
+
+
+def _references(stmts: list[ir.Stmt]) -> dict[str, int]:
+    """How often each variable appears (read or written) in `stmts`, nested bodies included."""
+    counts: dict[str, int] = {}
+    for s in ir.walk(stmts):
+        for key, value in vars(s).items():
+            if key not in ("loc", "inlined", "sid"):
+                for name in _names(value):
+                    counts[name] = counts.get(name, 0) + 1
+    return counts
+
+
+def _accumulation(body: list[ir.Stmt], loop: ir.Stmt, program_refs: dict[str, int]) -> tuple[int, ir.Var] | None:
+    """(index in `body`, accumulator) of `h = h + tile.histogram(...)` that can stay in shared memory:
+    the histogram and the sum are used only there, and `h` nowhere else in the loop."""
+    loop_refs = _references([loop])
+    for j in range(len(body) - 2):
+        hist, add, copy = body[j : j + 3]
+        if not (isinstance(hist, TileHistogram) and isinstance(add, ir.TileMap) and isinstance(copy, ir.Copy)):
+            continue
+        others = [a for a in add.args if not (isinstance(a, ir.Var) and a.name == hist.out.name)]
+        if add.op != "add" or len(others) != 1 or not isinstance(others[0], ir.Var):
+            continue
+        acc = others[0]
+        if (
+            copy.out.name == acc.name
+            and isinstance(copy.src, ir.Var)
+            and copy.src.name == add.out.name
+            and acc.type == hist.out.type
+            and program_refs.get(hist.out.name) == 2
+            and program_refs.get(add.out.name) == 2
+            and loop_refs.get(acc.name) == 2
+        ):
+            return j, acc
+    return None
+
+
+def accumulate_in_shared_memory(program: ir.Program) -> None:
+    """Rewrite each loop of `h = h + tile.histogram(t, ...)` so that the counts stay in one shared
+    region through the loop: written there once before it, composited into by every iteration
+    (no re-zeroing, no copy to registers), read back once after it."""
+    refs = _references(program.body)
+    stmts = list(ir.walk(program.body))
+    ids = {
+        "cid": max((s.cid for s in stmts if isinstance(s, ir.Collective)), default=-1),
+        "sid": max((s.sid for s in stmts), default=0),
+    }
+
+    def new(stmt: ir.Collective, like: ir.Stmt) -> ir.Collective:
+        ids["cid"] += 1
+        ids["sid"] += 1
+        stmt.cid, stmt.sid, stmt.loc, stmt.inlined = ids["cid"], ids["sid"], like.loc, like.inlined
+        return stmt
+
+    def visit(body: list[ir.Stmt]) -> None:
+        i = 0
+        while i < len(body):
+            s = body[i]
+            for nested in (getattr(s, f, None) for f in ("then", "orelse", "body", "cond_body")):
+                if isinstance(nested, list):
+                    visit(nested)
+            found = _accumulation(s.body, s, refs) if isinstance(s, (ir.ForRange, ir.While)) else None
+            if found is not None:
+                j, acc = found
+                hist = s.body[j]
+                begin = new(HistogramBegin(acc, hist.src, hist.bins, hist.algorithm), hist)
+                s.body[j : j + 3] = [
+                    new(HistogramComposite(hist.src, hist.bins, hist.valid, hist.algorithm, begin.cid), hist)
+                ]
+                body[i : i + 1] = [begin, s, new(HistogramEnd(acc, hist.bins, begin.cid), hist)]
+                i += 2
+            i += 1
+
+    visit(program.body)
+
+
+def _cub_histogram(w, src: ir.Var, bins: int, algorithm_cid: int) -> str:
+    return (
+        f"cub::BlockHistogram<{_bin_type(bins)}, {w.threads}, {w.layout(src).items_per_thread}, {bins + 1}, "
+        f"cub::{w.choice(algorithm_cid).algorithm}>"
+    )
+
+
+def _bin_type(bins: int) -> str:
+    return "cuda::std::uint16_t" if bins < 65535 else "cuda::std::uint32_t"
+
+
+def _counts_to_tile(w, acc: ir.Var, bins: int, to_tile: bool) -> str:
+    """Copy the shared counts into the tile `acc` (or back), each thread its own items."""
+    items = w.layout(acc).items_per_thread
+    move = "y[i] = cuda::std::int32_t(s.counts[k]);" if to_tile else "s.counts[k] = (unsigned int)y[i];"
+    return (
+        w.items_ref("y", "acc", acc, items)
+        + f"  for (int i = 0; i < {items}; ++i) {{ const int k = {w.element_index(acc)}; if (k < {bins}) {move} }}\n"
+    )
+
+
+@register
+class HistogramBeginOp(TileOp):
+    stmt = HistogramBegin
+
+    def interpret(self, s: HistogramBegin, frame) -> None:
+        frame.env[f"counts{s.cid}"] = frame.get(s.acc).copy()
+
+    def layout(self, s: HistogramBegin, ctx) -> None:
+        ctx.pinned.add(s.cid)
+
+    def choose(self, s: HistogramBegin, ctx):
+        algorithm = resolve_algorithm(s.algorithm, s.bins, ctx.tiles[s.src.name].items_per_thread)
+        return ctx.choice(s, f"histogram[{s.bins}] counts", "BlockHistogram", ALGORITHMS[algorithm])
+
+    def lower(self, s: HistogramBegin, w) -> ShimCall:
+        call = ShimCall(f"coop_histogram_begin_{s.cid}", (TileArg(s.acc, "acc"),))
+        w.include("cub/block/block_histogram.cuh")
+        cub_type = _cub_histogram(w, s.src, s.bins, s.cid)
+        code = w.storage(s.cid, cub_type, f"unsigned int counts[{s.bins + 1}]; ")
+        code += f"using coop_histogram_{s.cid}_t = {cub_type};\n"
+        body = "  __syncthreads();\n" + w.storage_ref(s.cid) + _counts_to_tile(w, s.acc, s.bins, to_tile=False)
+        body += f"  if (threadIdx.x == 0) s.counts[{s.bins}] = 0;\n  __syncthreads();\n"
+        w.define(call, code, body)
+        return call
+
+
+@register
+class HistogramCompositeOp(TileOp):
+    stmt = HistogramComposite
+
+    def interpret(self, s: HistogramComposite, frame) -> None:
+        x = frame.get(s.src)
+        count = x.size if s.valid is None else int(np.clip(int(frame.get(s.valid)), 0, x.size))
+        wide = x[:count].astype(np.uint64) if x.dtype.kind == "u" else x[:count].astype(np.int64)
+        counted = wide[(wide >= 0) & (wide < s.bins)].astype(np.int64)
+        frame.env[f"counts{s.begin}"] += np.bincount(counted, minlength=s.bins).astype(np.int32)
+
+    def choose(self, s: HistogramComposite, ctx):
+        return ctx.choice(s, f"histogram[{s.bins}] +=", "BlockHistogram", "Composite", storage=False)
+
+    def lower(self, s: HistogramComposite, w) -> ShimCall:
+        valid = s.valid if s.valid is not None else ir.Lit(s.src.type.size, INT64)
+        args = (TileArg(s.src, "in0"), ValueArg(valid, "valid"))
+        call = ShimCall(f"coop_histogram_add_{s.cid}", args, region=s.begin)
+        sort = w.choice(s.begin).algorithm == ALGORITHMS["sort"]  # its TempStorage is reused: a barrier
+        body = ("  __syncthreads();\n" if sort else "") + w.storage_ref(s.begin) + _bins(w, s.src, s.bins)
+        body += f"  coop_histogram_{s.begin}_t(s.temp).Composite(bin, s.counts);\n"
+        w.define(call, "", body)
+        return call
+
+
+@register
+class HistogramEndOp(TileOp):
+    stmt = HistogramEnd
+
+    def interpret(self, s: HistogramEnd, frame) -> None:
+        frame.env[s.acc.name] = frame.env.pop(f"counts{s.begin}")
+
+    def choose(self, s: HistogramEnd, ctx):
+        return ctx.choice(s, f"histogram[{s.bins}] end", "BlockHistogram", "read counts", storage=False)
+
+    def lower(self, s: HistogramEnd, w) -> ShimCall:
+        call = ShimCall(f"coop_histogram_end_{s.cid}", (TileArg(s.acc, "acc"),), region=s.begin)
+        body = "  __syncthreads();\n" + w.storage_ref(s.begin) + _counts_to_tile(w, s.acc, s.bins, to_tile=True)
+        w.define(call, "", body)
         return call

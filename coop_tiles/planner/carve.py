@@ -182,13 +182,27 @@ def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
 
 
-def carve(program: ir.Program, needs: dict[int, StorageNeed]) -> CarvePlan:
-    """Offsets for every collective that needs TempStorage, and the barriers between them."""
+def carve(program: ir.Program, needs: dict[int, StorageNeed], pinned: frozenset[int] = frozenset()) -> CarvePlan:
+    """Offsets for every collective that needs TempStorage, and the barriers between them.
+
+    A `pinned` collective's region lives across other collectives (a histogram's counts kept in
+    shared memory through a loop): pinned regions come first and are never reused; the rest
+    are carved after them."""
     roots: dict[str, str] = {}
     for s in program.walk():
         if isinstance(s, ir.ArrayView):
             roots[s.out.name] = roots.get(s.array.name, s.array.name)
-    carver = _Carver(needs, roots)
+    fixed: dict[int, Region] = {}
+    base = 0
+    for cid in sorted(pinned):
+        need = needs[cid]
+        offset = _round_up(base, max(1, min(need.align, BASE_ALIGNMENT)))
+        fixed[cid] = Region(cid, offset, need.size, need.align)
+        base = offset + need.size
+    base = _round_up(base, BASE_ALIGNMENT)
+    carver = _Carver({cid: n for cid, n in needs.items() if cid not in pinned}, roots)
     carver.walk(program.body, _Dirty())
-    total = max((r.end for r in carver.regions.values()), default=0)
-    return CarvePlan(carver.regions, _round_up(total, BASE_ALIGNMENT), carver.barriers)
+    regions = {cid: Region(cid, r.offset + base, r.size, r.align) for cid, r in carver.regions.items()}
+    regions.update(fixed)
+    total = max((r.end for r in regions.values()), default=0)
+    return CarvePlan(regions, _round_up(total, BASE_ALIGNMENT), carver.barriers)

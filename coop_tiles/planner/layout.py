@@ -57,6 +57,8 @@ class LayoutPlan:
     block_threads: int
     tiles: dict[str, TileLayout]
     collectives: dict[int, CollectiveChoice]
+    #: collectives whose TempStorage stays live across others (never reused)
+    pinned: frozenset[int] = frozenset()
 
 
 def choose_block_threads(program: ir.Program, pinned: int | None) -> int:
@@ -110,6 +112,7 @@ class LayoutContext:
         self.groups = _Groups()
         self.blocked: set[str] = set()
         self.vector_tiles: set[str] = set()
+        self.pinned: set[int] = set()
         self.tiles: dict[str, TileLayout] = {}
 
     def join(self, tiles: list[ir.Var]) -> None:
@@ -188,4 +191,4 @@ def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -
     for s in program.walk():
         if isinstance(s, ir.Collective):
             collectives[s.cid] = op_of(s).choose(s, ctx)
-    return LayoutPlan(threads, ctx.tiles, collectives)
+    return LayoutPlan(threads, ctx.tiles, collectives, frozenset(ctx.pinned))

@@ -55,4 +55,5 @@ class Plan:
 
 def finish_plan(program: ir.Program, layouts: LayoutPlan, needs: dict[int, StorageNeed]) -> Plan:
     """Carve TempStorage for `layouts` given each collective's queried size and alignment."""
-    return Plan(program.name, layouts.block_threads, layouts.tiles, layouts.collectives, carve(program, needs))
+    carved = carve(program, needs, layouts.pinned)
+    return Plan(program.name, layouts.block_threads, layouts.tiles, layouts.collectives, carved)

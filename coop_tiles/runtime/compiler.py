@@ -14,6 +14,7 @@ from ..errors import CompileError
 from ..lang import ir
 from ..lang.frontend import build_program
 from ..lang.source import parse_function
+from ..ops.histogram import accumulate_in_shared_memory
 from ..planner import LayoutPlan, Plan, StorageNeed, finish_plan, plan_layouts
 from . import toolchain
 from .cache import DiskCache, make_key
@@ -22,6 +23,13 @@ from .kernel import CompiledKernel, Signature
 
 def build_stage(fn: Callable, sig: Signature) -> ir.Program:
     return build_program(fn, dict(sig.params), dict(sig.constexprs))
+
+
+def rewrite_stage(program: ir.Program) -> ir.Program:
+    """Rewrites of the typed IR for the GPU that keep its meaning (the interpreter runs it as
+    built): histogram counts accumulated in shared memory through a loop."""
+    accumulate_in_shared_memory(program)
+    return program
 
 
 def layout_stage(program: ir.Program, sig: Signature) -> LayoutPlan:
@@ -76,7 +84,7 @@ def compile_kernel(fn: Callable, sig: Signature, cache: DiskCache | None = None)
     (block size, tile too large) are left for the caller to locate at the launch."""
     cache = cache if cache is not None else DiskCache()
     parsed = parse_function(fn)
-    program = build_stage(fn, sig)
+    program = rewrite_stage(build_stage(fn, sig))
     layouts = layout_stage(program, sig)
     shims = shim_stage(program, layouts)
     try:
