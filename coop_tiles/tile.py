@@ -29,6 +29,7 @@ __all__ = [
     "sort",
     "flag_heads",
     "adjacent_difference",
+    "run_length_decode",
 ]
 
 
@@ -144,3 +145,11 @@ def flag_heads(t: Any) -> Any:
 @stub
 def adjacent_difference(t: Any) -> Any:
     """``t[i] - t[i - 1]`` in ``t``'s dtype, with element 0 kept as it is."""
+
+
+@stub
+def run_length_decode(values: Any, lengths: Any, size: int) -> Any:
+    """``(decoded, total)``: a tile of ``size`` items holding ``values[i]`` repeated
+    ``lengths[i]`` times, in order, and the block-uniform decoded count ``sum(lengths)`` (an
+    int64, counting every run even when they do not all fit). Negative lengths count as 0;
+    items past ``total`` are unspecified."""

@@ -356,6 +356,18 @@ def tile_histograms(x, out, n, TILE: ct.constexpr, BINS: ct.constexpr):
 
 
 @ct.jit
+def run_length(values, lengths, out, totals, n, RUNS: ct.constexpr, SIZE: ct.constexpr):
+    """Each program decodes its RUNS runs into a tile of SIZE items and reports the full count."""
+    pid = ct.program_id(0)
+    base = pid * RUNS
+    v = tile.load(values, base, RUNS, valid=n - base, other=0)
+    k = tile.load(lengths, base, RUNS, valid=n - base, other=0)
+    decoded, total = tile.run_length_decode(v, k, SIZE)
+    tile.store(out[pid], 0, decoded, valid=total)
+    totals[pid] = total
+
+
+@ct.jit
 def atomic_sums(x, out, n, TILE: ct.constexpr):
     """Every program adds its tile into the same slots: out[i] = sum over programs of x[p * TILE + i]."""
     base = ct.program_id(0) * TILE
@@ -645,6 +657,14 @@ def ref_tile_histograms(x, out, n, TILE, BINS):
     return [out]
 
 
+def ref_run_length(values, lengths, out, totals, n, RUNS, SIZE):
+    for pid, (start, chunk) in enumerate(_tiles(values[:n], RUNS)):
+        decoded = [v for v, k in zip(chunk, lengths[start : start + len(chunk)]) for _ in range(max(0, int(k)))]
+        out[pid, : min(SIZE, len(decoded))] = decoded[:SIZE]
+        totals[pid] = len(decoded)
+    return [out, totals]
+
+
 def ref_atomic_sums(x, out, n, TILE):
     with np.errstate(all="ignore"):
         for start, chunk in _tiles(x[:n], TILE):
@@ -722,6 +742,21 @@ def toolbox_cases(rng: np.random.Generator) -> list[Case]:
                 grid,
                 [1],
                 ref_tile_histograms,
+            )
+        )
+    for dt, runs, size, hi in [(np.float32, 64, 512, 9), (np.int16, 100, 300, 5), (np.uint8, 37, 64, 4)]:
+        n = 300
+        grid = ct.cdiv(n, runs)
+        values, lengths = _rand(rng, n, dt, 0, 100), _rand(rng, n, np.int32, -2, hi)  # some negative: count as 0
+        cases.append(
+            Case(
+                f"run_length[{np.dtype(dt).name},runs={runs},size={size}]",
+                run_length,
+                [values, lengths, np.zeros((grid, size), dt), np.zeros(grid, np.int64), n],
+                {"RUNS": runs, "SIZE": size},
+                grid,
+                [2, 3],
+                ref_run_length,
             )
         )
     for dt in (np.int32, np.uint32, np.int64, np.uint64, np.float32, np.float64):

@@ -854,6 +854,17 @@ def adjacent_difference_of_bools(x, n, T: ct.constexpr):
     tile.store(x, 0, d)
 
 
+def run_lengths_of_floats(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    d, total = tile.run_length_decode(t, t, 16)  # HERE
+    tile.store(x, 0, d)
+
+
+def run_lengths_size_mismatch(x, n, T: ct.constexpr):
+    d, total = tile.run_length_decode(tile.load(x, 0, T), tile.arange(T * 2), 16)  # HERE
+    tile.store(x, 0, d)
+
+
 def launch(name: str, error: type[ct.TileError], message: str, **kw: Any) -> Mistake:
     return Mistake(name, copy_tile, error, message, launch=True, **kw)
 
@@ -1396,6 +1407,13 @@ CATALOGUE: list[Mistake] = [
         VALUE,
         "descending, begin_bit and end_bit belong to the radix sort; with compare= the comparison says the order",
     ),
+    Mistake(
+        "run_lengths_of_floats",
+        run_lengths_of_floats,
+        TYPE,
+        "the run lengths must be an integer tile, got tile<float32, 8>",
+    ),
+    Mistake("run_lengths_size_mismatch", run_lengths_size_mismatch, TYPE, "8 run values but 16 run lengths"),
     Mistake(
         "adjacent_difference_of_bools",
         adjacent_difference_of_bools,
