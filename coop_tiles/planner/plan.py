@@ -37,14 +37,15 @@ class Plan:
                 f"{t.arrangement:<11}"
             )
         out.append("collectives:")
+        width = max([12, *(len(c.op) for c in self.collectives.values())])
         out.append(
-            f"  {'#':>3} {'line':>5}  {'op':<12} {'CUB primitive':<19} {'algorithm':<29} "
+            f"  {'#':>3} {'line':>5}  {'op':<{width}} {'CUB primitive':<23} {'algorithm':<29} "
             f"{'offset':>7} {'bytes':>7} {'align':>5}"
         )
         for cid, c in sorted(self.collectives.items()):
             r = self.carve.regions.get(cid)
             where = f"{r.offset:>7} {r.size:>7} {r.align:>5}" if r else f"{'-':>7} {'0':>7} {'-':>5}"
-            out.append(f"  {cid:>3} {c.line or '?':>5}  {c.op:<12} {c.primitive:<19} {c.algorithm:<29} {where}")
+            out.append(f"  {cid:>3} {c.line or '?':>5}  {c.op:<{width}} {c.primitive:<23} {c.algorithm:<29} {where}")
         out.append("barriers (__syncthreads before):")
         if not self.carve.barriers:
             out.append("  none")
