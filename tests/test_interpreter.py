@@ -86,3 +86,16 @@ def test_rewritten_histogram_loop_keeps_its_meaning(case):
     runtime = [a for a, name in zip(args, case.kernel.parsed.params) if name not in case.constexprs]
     interpreter.run(program, (case.grid, 1, 1), runtime)
     case.check([args[i] for i in case.outputs])
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 5, 8, 13, 100, 257, 1000])
+def test_interpreter_merge_sort_is_the_stable_order(n):
+    """The interpreter's vectorized merge sort gives the permutation a stable sort gives."""
+    from coop_tiles.ops.sort import stable_merge_order
+
+    keys = np.random.default_rng(n).integers(0, 7, n)
+    np.testing.assert_array_equal(
+        stable_merge_order(n, lambda a, b: keys[a] < keys[b]), np.argsort(keys, kind="stable")
+    )
+    descending = sorted(range(n), key=lambda i: -keys[i])
+    np.testing.assert_array_equal(stable_merge_order(n, lambda a, b: keys[a] > keys[b]), descending)

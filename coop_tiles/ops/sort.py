@@ -14,7 +14,7 @@ Merge sort compares with the user's function wrapped so that invalid elements go
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -121,12 +121,11 @@ class Sort(TileOp):
         else:
             fn = frame.program.combines[s.compare]
 
-            def cmp(i: int, j: int) -> int:
-                if frame.evaluate_combine(fn, tuple(k[i] for k in keys), tuple(k[j] for k in keys))[0]:
-                    return -1
-                return 1 if frame.evaluate_combine(fn, tuple(k[j] for k in keys), tuple(k[i] for k in keys))[0] else 0
+            def first(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+                """Whether element a[j] goes before element b[j], for every j at once."""
+                return frame.evaluate_combine(fn, tuple(k[a] for k in keys), tuple(k[b] for k in keys))[0]
 
-            order = np.array(sorted(range(count), key=functools.cmp_to_key(cmp)), dtype=np.int64)
+            order = stable_merge_order(count, first)
             outs = [np.concatenate([k[order], k[count:]]) for k in keys]
         for var, value in zip(s.key_outs, outs):
             frame.env[var.name] = value.astype(var.type.dtype)
@@ -281,3 +280,35 @@ def from_order_bits(ordered: np.ndarray, dt: np.dtype) -> np.ndarray:
     else:
         r = ordered
     return r.astype(np.dtype(f"uint{bits}")).view(dt)
+
+
+def stable_merge_order(count: int, first: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:
+    """The permutation a stable merge sort gives, with `first(a, b)` (element-wise over index
+    arrays) true when element `a` goes before `b`. Bottom-up: at each width every element finds
+    its place in the merged pair of runs by a binary search in the other run, all elements at
+    once (the comparison runs vectorized, a few times per level, never once per pair)."""
+    order = np.arange(count, dtype=np.int64)
+    width = 1
+    while width < count:
+        pos = np.arange(count)
+        run = pos // width
+        partner_lo = np.minimum((run ^ 1) * width, count)
+        partner_len = np.minimum(partner_lo + width, count) - partner_lo
+        left = run % 2 == 0
+        lo, hi = np.zeros(count, dtype=np.int64), partner_len.astype(np.int64)
+        while np.any(lo < hi):
+            active = lo < hi
+            mid = (lo + hi) // 2
+            other = order[np.minimum(partner_lo + mid, count - 1)]
+            me = order[pos]
+            # a left element counts the right ones that strictly go first; a right element the
+            # left ones that do not go after it (equal keys keep their order: the sort is stable)
+            goes_before = np.where(left, first(other, me), ~first(me, other))
+            lo = np.where(active & goes_before, mid + 1, lo)
+            hi = np.where(active & ~goes_before, mid, hi)
+        block = (run // 2) * 2 * width
+        new = np.empty_like(order)
+        new[block + (pos - run * width) + lo] = order
+        order = new
+        width *= 2
+    return order
