@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from . import ops  # noqa: F401 - registers every tile op
+from .dtypes import SUPPORTED, is_half
 from .errors import LaunchError, SourceLocation, TileError
 from .lang import interpreter
 from .lang.frontend import build_program
@@ -234,7 +235,7 @@ def _scalar(value: Any, name: str) -> tuple[Any, tuple, int]:
 
 
 def _numpy_scalar(value: Any, name: str) -> tuple[Any, tuple, int]:
-    if value.dtype.itemsize == 2 and value.dtype.kind not in "iu":  # 16-bit floats travel as their bits
+    if is_half(value.dtype):  # 16-bit floats travel as their bits
         return ("scalar", value.dtype), (int(np.asarray(value).view(np.uint16)), 0), 0
     if value.dtype == np.bool_:
         return ("scalar", value.dtype), (int(value), 0), 0
@@ -305,8 +306,6 @@ def host_arg_type(value: Any, name: str) -> ArrayType | ScalarType:
         if value.ndim == 0:
             raise LaunchError(f"argument {name!r} is a 0-d array; pass a number, or an array of at least one dimension")
         dtype = np.dtype(value.dtype)
-        from .dtypes import SUPPORTED
-
         if dtype not in SUPPORTED:
             raise LaunchError(
                 f"argument {name!r} has dtype {dtype.name}, which is not supported; use one of "

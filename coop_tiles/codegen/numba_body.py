@@ -301,7 +301,7 @@ def _tile_full(w: _BodyWriter, s, depth: int) -> None:
 
 
 def _tile_arange(w: _BodyWriter, s, depth: int) -> None:
-    index = element_index(w.plan.tiles[s.out.name], w.plan.block_threads).replace("int(threadIdx.x)", "tid")
+    index = element_index(w.plan.tiles[s.out.name], w.plan.block_threads, tid="tid")
     w.line(depth, f"for i in range({w.items(s.out)}):")
     w.line(depth + 1, f"{s.out.name}[i] = {convert(f'np.int64({index})', np.dtype(np.int64), s.out.type.dtype)}")
 
@@ -331,8 +331,10 @@ def _handlers() -> dict:
 _HANDLERS = _handlers()
 
 
-def generate_body(program: ir.Program, plan: Plan, calls: dict[int, ShimCall], function: str) -> BodySource:
-    """Numba source of `function(smem, *params)`, the program body called by the C++ entry."""
+def generate_body(
+    program: ir.Program, plan: Plan, calls: dict[int, ShimCall], function: str, abi_name: str
+) -> BodySource:
+    """Numba source of `function(smem, *params)`, the program body the C++ entry calls as `abi_name`."""
     w = _BodyWriter(plan, calls=calls)
     params, param_types = ["smem"], ["CPointer(uint8)"]
     for name, t in program.params:
@@ -348,7 +350,8 @@ def generate_body(program: ir.Program, plan: Plan, calls: dict[int, ShimCall], f
     w.declare(program.body, 1)
     w.stmts(program.body, 1)
     header = "# coop_tiles program body (generated; see .plan for layouts and barriers)\n"
-    return BodySource(header + "\n".join(w.lines) + "\n", function, tuple(dict.fromkeys(w.shims)), tuple(param_types))
+    shims = tuple(dict.fromkeys(w.shims))
+    return BodySource(header + "\n".join(w.lines) + "\n", function, shims, tuple(param_types), abi_name)
 
 
 def generate_combine(combine: ir.Combine) -> BodySource:

@@ -97,21 +97,25 @@ def combine_symbol(name: str) -> str:
     return f"coop_{name}"
 
 
+def clamp_valid(size: int) -> str:
+    """`v`: how many leading elements are valid: the `valid` argument clamped to [0, size]."""
+    return f"  long long v = valid < 0 ? 0 : (valid > {size} ? {size} : valid);\n"
+
+
 def _clamp(size: int) -> str:
-    """`v`: how many leading elements are valid: `valid` clamped to [0, size], and never past the
-    end of the array (a tile starting outside the array has none)."""
+    """`clamp_valid`, and never past the end of the array (a tile starting outside it has none)."""
     return (
-        f"  long long v = valid < 0 ? 0 : (valid > {size} ? {size} : valid);\n"
-        "  const long long room = (offset < 0 || offset >= a_len) ? 0 : a_len - offset;\n"
-        "  if (v > room) v = room;\n"
+        clamp_valid(size)
+        + "  const long long room = (offset < 0 || offset >= a_len) ? 0 : a_len - offset;\n"
+        + "  if (v > room) v = room;\n"
     )
 
 
-def element_index(lay: TileLayout, threads: int) -> str:
-    """The C++ index of item `i` of this thread in the tile."""
+def element_index(lay: TileLayout, threads: int, tid: str = "int(threadIdx.x)") -> str:
+    """The index of item `i` of thread `tid` in the tile (a C++ or Python expression)."""
     if lay.arrangement == BLOCKED:
-        return f"(int(threadIdx.x) * {lay.items_per_thread} + i)"
-    return f"(i * {threads} + int(threadIdx.x))"
+        return f"({tid} * {lay.items_per_thread} + i)"
+    return f"(i * {threads} + {tid})"
 
 
 class ShimWriter:
@@ -141,6 +145,10 @@ class ShimWriter:
     def clamp(size: int) -> str:
         """`v`, the count of valid leading elements of a transfer (see `_clamp`)."""
         return _clamp(size)
+
+    @staticmethod
+    def clamp_valid(size: int) -> str:
+        return clamp_valid(size)
 
     def identity(self, op: str, dt) -> str:
         return cxx_identity(op, dt)

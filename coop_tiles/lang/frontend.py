@@ -675,7 +675,7 @@ def _expr_call(b: Builder, e: ast.Call) -> Any:
         return op.build(b, bind_call(target, args, kwargs), target)
     if isinstance(target, type) and (issubclass(target, np.generic) or target in (int, float, bool)):
         return _cast_call(b, target, args, kwargs)
-    if target is as_dtype(np.float32).type or _is_dtype_object(target):
+    if isinstance(target, np.dtype):
         return _cast_call(b, target, args, kwargs)
     if isinstance(target, CombineFunction):
         raise TileTypeError(f"@ct.combine function {target.__name__} is called by tile.scan/tile.reduce (op=...)")
@@ -684,10 +684,6 @@ def _expr_call(b: Builder, e: ast.Call) -> Any:
     if inspect.isfunction(target):
         return b.inline(target, args, kwargs, e)
     raise TileSyntaxError(f"{getattr(target, '__qualname__', target)!r} can't be called in a tile program")
-
-
-def _is_dtype_object(target: Any) -> bool:
-    return isinstance(target, np.dtype)
 
 
 def bind_call(fn: Callable, args: tuple, kwargs: dict) -> dict[str, Any]:

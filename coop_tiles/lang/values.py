@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import ir
+from .types import ArrayType, TileType
 
 
 @dataclass(frozen=True)
@@ -42,14 +43,10 @@ class Undefined:
 
 
 def is_tile(v: Any) -> bool:
-    from .types import TileType
-
     return isinstance(v, ir.Var) and isinstance(v.type, TileType)
 
 
 def is_array(v: Any) -> bool:
-    from .types import ArrayType
-
     return isinstance(v, ir.Var) and isinstance(v.type, ArrayType)
 
 

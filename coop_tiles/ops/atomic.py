@@ -10,8 +10,8 @@ from .. import tile
 from ..errors import TileTypeError
 from ..lang import ir
 from ..lang.values import Const
-from .base import ArrayArg, ShimCall, TileArg, TileOp, ValueArg, register
-from .memory import _offset, _one_d, _span, _valid
+from .base import ArrayArg, ShimCall, TileArg, TileOp, ValueArg, register, valid_arg, valid_value
+from .memory import offset_value, one_d_array, touched_span
 
 #: array dtype -> the type CUDA's atomicAdd takes it as
 ATOMIC_TYPES = {
@@ -38,18 +38,18 @@ class AtomicAdd(TileOp):
     stmt = TileAtomicAdd
 
     def build(self, b, a, public):
-        array = _one_d(b, a["a"], "tile.atomic_add's first argument")
+        array = one_d_array(b, a["a"], "tile.atomic_add's first argument")
         dt = array.type.dtype
         if dt not in ATOMIC_TYPES:
             names = ", ".join(d.name for d in ATOMIC_TYPES)
             raise TileTypeError(f"tile.atomic_add into an array of {dt.name} is not supported; use one of {names}")
         t = b.convert(b.tile(a["t"], "the added value"), dt)
-        b.emit(TileAtomicAdd(array, _offset(b, a["offset"], "the offset"), t, _valid(b, a["valid"])))
+        b.emit(TileAtomicAdd(array, offset_value(b, a["offset"], "the offset"), t, valid_value(b, a["valid"])))
         return Const(None)
 
     def interpret(self, s: TileAtomicAdd, frame) -> None:
         array = frame.get(s.array)
-        start, count = _span(frame, array, s.offset, s.valid, s.tile.type.size, "tile.atomic_add")
+        start, count = touched_span(frame, array, s.offset, s.valid, s.tile.type.size, "tile.atomic_add")
         with np.errstate(all="ignore"):
             array[start : start + count] += frame.get(s.tile)[:count]
 
@@ -66,7 +66,7 @@ class AtomicAdd(TileOp):
             (
                 ArrayArg(s.array, "a"),
                 ValueArg(s.offset, "offset"),
-                ValueArg(s.valid if s.valid is not None else ir.Lit(size, s.offset.type), "valid"),
+                valid_arg(s.valid, size),
                 TileArg(s.tile, "items"),
             ),
         )

@@ -124,6 +124,25 @@ def op_of(s: ir.Stmt) -> TileOp | None:
     return BY_STMT.get(type(s))
 
 
+# ----- `valid=`: how many leading elements of a tile an op takes (shared by every op with one) -----
+def valid_value(b: Any, v: Any) -> ir.Value | None:
+    """The front end's `valid` argument as an int64 scalar, or None when left out."""
+    v = b.optional(v)
+    return None if v is None else b.convert(b.scalar(v, "valid", "iu"), np.dtype(np.int64))
+
+
+def valid_count(frame: Any, valid: ir.Value | None, size: int) -> int:
+    """The interpreter's count of valid elements: `valid` clamped to [0, size]."""
+    return size if valid is None else int(np.clip(int(frame.get(valid)), 0, size))
+
+
+def valid_arg(valid: ir.Value | None, size: int) -> ValueArg:
+    """The `valid` shim argument (`size` when left out); the shim clamps it (`ShimWriter.clamp_valid`)."""
+    from ..lang.types import INT64
+
+    return ValueArg(valid if valid is not None else ir.Lit(size, INT64), "valid")
+
+
 def seq(values: Any) -> tuple:
     """A value or tuple of values as a tuple."""
     return values if isinstance(values, tuple) else (values,)

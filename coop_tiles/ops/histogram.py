@@ -20,9 +20,8 @@ from .. import tile
 from ..dtypes import kind
 from ..errors import TileTypeError, TileValueError
 from ..lang import ir
-from ..lang.types import INT64, TileType
-from .base import ShimCall, TileArg, TileOp, ValueArg, register
-from .memory import _valid
+from ..lang.types import TileType
+from .base import ShimCall, TileArg, TileOp, register, valid_arg, valid_count, valid_value
 
 ALGORITHMS = {"atomic": "BLOCK_HISTO_ATOMIC", "sort": "BLOCK_HISTO_SORT"}
 SORT_MAX_BINS = 16
@@ -64,26 +63,19 @@ class Histogram(TileOp):
         if algorithm not in ("auto", *ALGORITHMS):
             raise TileValueError(f"algorithm must be 'auto', 'atomic' or 'sort', got {algorithm!r}")
         out = b.temp(TileType(np.dtype(np.int32), bins))
-        b.emit(TileHistogram(out, src, bins, _valid(b, a["valid"]), algorithm))
+        b.emit(TileHistogram(out, src, bins, valid_value(b, a["valid"]), algorithm))
         return out
 
     def interpret(self, s: TileHistogram, frame) -> None:
-        x = frame.get(s.src)
-        count = x.size if s.valid is None else int(np.clip(int(frame.get(s.valid)), 0, x.size))
-        x = x[:count]
-        wide = x.astype(np.uint64) if x.dtype.kind == "u" else x.astype(np.int64)
-        counted = wide[(wide >= 0) & (wide < s.bins)].astype(np.int64)
-        frame.env[s.out.name] = np.bincount(counted, minlength=s.bins).astype(np.int32)
+        frame.env[s.out.name] = counts(frame, s.src, s.valid, s.bins)
 
     def choose(self, s: TileHistogram, ctx):
         algorithm = resolve_algorithm(s.algorithm, s.bins, ctx.tiles[s.src.name].items_per_thread)
         return ctx.choice(s, f"histogram[{s.bins}]", "BlockHistogram", ALGORITHMS[algorithm])
 
     def lower(self, s: TileHistogram, w) -> ShimCall:
-        valid = s.valid if s.valid is not None else ir.Lit(s.src.type.size, INT64)
-        call = ShimCall(
-            f"coop_histogram_{s.cid}", (TileArg(s.src, "in0"), TileArg(s.out, "acc"), ValueArg(valid, "valid"))
-        )
+        args = (TileArg(s.src, "in0"), TileArg(s.out, "acc"), valid_arg(s.valid, s.src.type.size))
+        call = ShimCall(f"coop_histogram_{s.cid}", args)
         w.include("cub/block/block_histogram.cuh")
         cub_type = _cub_histogram(w, s.src, s.bins, s.cid)
         code = w.storage(s.cid, cub_type, f"unsigned int counts[{s.bins + 1}]; ")
@@ -94,12 +86,21 @@ class Histogram(TileOp):
         return call
 
 
+def counts(frame, src: ir.Var, valid: ir.Value | None, bins: int) -> np.ndarray:
+    """The interpreter's counts: int32 occurrences of 0..bins-1 among the first `valid` elements."""
+    x = frame.get(src)
+    x = x[: valid_count(frame, valid, x.size)]
+    wide = x.astype(np.uint64) if x.dtype.kind == "u" else x.astype(np.int64)
+    return np.bincount(wide[(wide >= 0) & (wide < bins)].astype(np.int64), minlength=bins).astype(np.int32)
+
+
 def _bins(w, src: ir.Var, bins: int) -> str:
     """Each item's bin, or the spare bin `bins` for items not counted (out of range, or i >= valid)."""
     size, items, bin_t = src.type.size, w.layout(src).items_per_thread, _bin_type(bins)
     return (
         w.items_ref("x", "in0", src, items)
-        + f"  const long long v = valid < 0 ? 0 : (valid > {size} ? {size} : valid);\n  {bin_t} bin[{items}];\n"
+        + w.clamp_valid(size)
+        + f"  {bin_t} bin[{items}];\n"
         + f"  for (int i = 0; i < {items}; ++i)\n"
         + f"    bin[i] = ({w.element_index(src)} < v && coop::in_bins(x[i], {bins})) ? {bin_t}(x[i])"
         + f" : {bin_t}({bins});\n"
@@ -272,18 +273,13 @@ class HistogramCompositeOp(TileOp):
     stmt = HistogramComposite
 
     def interpret(self, s: HistogramComposite, frame) -> None:
-        x = frame.get(s.src)
-        count = x.size if s.valid is None else int(np.clip(int(frame.get(s.valid)), 0, x.size))
-        wide = x[:count].astype(np.uint64) if x.dtype.kind == "u" else x[:count].astype(np.int64)
-        counted = wide[(wide >= 0) & (wide < s.bins)].astype(np.int64)
-        frame.env[f"counts{s.begin}"] += np.bincount(counted, minlength=s.bins).astype(np.int32)
+        frame.env[f"counts{s.begin}"] += counts(frame, s.src, s.valid, s.bins)
 
     def choose(self, s: HistogramComposite, ctx):
         return ctx.choice(s, f"histogram[{s.bins}] +=", "BlockHistogram", "Composite", storage=False)
 
     def lower(self, s: HistogramComposite, w) -> ShimCall:
-        valid = s.valid if s.valid is not None else ir.Lit(s.src.type.size, INT64)
-        args = (TileArg(s.src, "in0"), ValueArg(valid, "valid"))
+        args = (TileArg(s.src, "in0"), valid_arg(s.valid, s.src.type.size))
         call = ShimCall(f"coop_histogram_add_{s.cid}", args, region=s.begin)
         sort = w.choice(s.begin).algorithm == ALGORITHMS["sort"]  # its TempStorage is reused: a barrier
         body = ("  __syncthreads();\n" if sort else "") + w.storage_ref(s.begin) + _bins(w, s.src, s.bins)

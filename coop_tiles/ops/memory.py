@@ -12,7 +12,7 @@ from ..errors import TileTypeError, TileValueError
 from ..lang import ir
 from ..lang.types import TileType
 from ..lang.values import Const
-from .base import ArrayArg, ShimCall, TileArg, TileOp, ValueArg, register
+from .base import ArrayArg, ShimCall, TileArg, TileOp, ValueArg, register, valid_arg, valid_count, valid_value
 
 
 @dataclass
@@ -32,7 +32,7 @@ class TileStore(ir.Collective):
     valid: ir.Value | None
 
 
-def _one_d(b: Any, v: Any, what: str) -> ir.Var:
+def one_d_array(b: Any, v: Any, what: str) -> ir.Var:
     array = b.array(v, what)
     if array.type.ndim != 1:
         raise TileTypeError(
@@ -42,19 +42,14 @@ def _one_d(b: Any, v: Any, what: str) -> ir.Var:
     return array
 
 
-def _offset(b: Any, v: Any, what: str) -> ir.Value:
+def offset_value(b: Any, v: Any, what: str) -> ir.Value:
     return b.convert(b.scalar(v, what, "iu"), np.dtype(np.int64))
 
 
-def _valid(b: Any, v: Any) -> ir.Value | None:
-    v = b.optional(v)
-    return None if v is None else _offset(b, v, "valid")
-
-
-def _span(frame: Any, array: np.ndarray, offset: ir.Value, valid: ir.Value | None, size: int, what: str):
+def touched_span(frame: Any, array: np.ndarray, offset: ir.Value, valid: ir.Value | None, size: int, what: str):
     """(offset, count) of the elements an op touches; TileValueError when they leave the array."""
     start = int(frame.get(offset))
-    count = size if valid is None else int(np.clip(int(frame.get(valid)), 0, size))
+    count = valid_count(frame, valid, size)
     if count and (start < 0 or start + count > array.shape[0]):
         raise TileValueError(
             f"{what} touches elements [{start}, {start + count}) of an array of {array.shape[0]} elements"
@@ -68,18 +63,18 @@ class Load(TileOp):
     stmt = TileLoad
 
     def build(self, b, a, public):
-        array = _one_d(b, a["a"], "tile.load's first argument")
+        array = one_d_array(b, a["a"], "tile.load's first argument")
         dt = array.type.dtype
         size = b.tile_size(a["size"])
         other = b.convert(b.scalar(a["other"], "other"), dt)
         out = b.temp(TileType(dt, size))
-        b.emit(TileLoad(out, array, _offset(b, a["offset"], "the offset"), _valid(b, a["valid"]), other))
+        b.emit(TileLoad(out, array, offset_value(b, a["offset"], "the offset"), valid_value(b, a["valid"]), other))
         return out
 
     def interpret(self, s: TileLoad, frame) -> None:
         array = frame.get(s.array)
         size = s.out.type.size
-        start, count = _span(frame, array, s.offset, s.valid, size, "tile.load")
+        start, count = touched_span(frame, array, s.offset, s.valid, size, "tile.load")
         data = np.full(size, frame.get(s.other), dtype=array.dtype)
         data[:count] = array[start : start + count]
         frame.env[s.out.name] = data
@@ -100,7 +95,7 @@ class Load(TileOp):
                 TileArg(s.out, "items"),
                 ArrayArg(s.array, "a"),
                 ValueArg(s.offset, "offset"),
-                ValueArg(s.valid if s.valid is not None else ir.Lit(s.out.type.size, s.offset.type), "valid"),
+                valid_arg(s.valid, s.out.type.size),
                 ValueArg(s.other, "other"),
             ),
         )
@@ -114,15 +109,15 @@ class Store(TileOp):
     stmt = TileStore
 
     def build(self, b, a, public):
-        array = _one_d(b, a["a"], "tile.store's first argument")
+        array = one_d_array(b, a["a"], "tile.store's first argument")
         t = b.tile(a["t"], "the stored value")
         t = b.convert(t, array.type.dtype)  # stored in the array's dtype
-        b.emit(TileStore(array, _offset(b, a["offset"], "the offset"), t, _valid(b, a["valid"])))
+        b.emit(TileStore(array, offset_value(b, a["offset"], "the offset"), t, valid_value(b, a["valid"])))
         return Const(None)
 
     def interpret(self, s: TileStore, frame) -> None:
         array = frame.get(s.array)
-        start, count = _span(frame, array, s.offset, s.valid, s.tile.type.size, "tile.store")
+        start, count = touched_span(frame, array, s.offset, s.valid, s.tile.type.size, "tile.store")
         array[start : start + count] = frame.get(s.tile)[:count]
 
     def global_access(self, s: TileStore):
@@ -140,7 +135,7 @@ class Store(TileOp):
             (
                 ArrayArg(s.array, "a"),
                 ValueArg(s.offset, "offset"),
-                ValueArg(s.valid if s.valid is not None else ir.Lit(s.tile.type.size, s.offset.type), "valid"),
+                valid_arg(s.valid, s.tile.type.size),
                 TileArg(s.tile, "items"),
             ),
         )

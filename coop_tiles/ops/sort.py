@@ -24,9 +24,8 @@ from ..dtypes import bool_, cxx_name, is_float, storage_dtype
 from ..errors import TileTypeError, TileValueError
 from ..lang import ir
 from ..lang.combine import CombineFunction
-from ..lang.types import INT64
 from ..lang.values import Const, is_tile
-from .base import ShimCall, TileArg, TileOp, ValueArg, register, seq
+from .base import ShimCall, TileArg, TileOp, register, seq, valid_arg, valid_count, valid_value
 
 #: exponent and mantissa masks of each float width (bits), to find NaNs among stored bits
 _NAN_MASKS = {
@@ -101,8 +100,7 @@ class Sort(TileOp):
             name = None
         key_outs = tuple(b.temp(k.type) for k in keys)
         value_out = b.temp(values.type) if values is not None else None
-        valid = b.optional(a["valid"])
-        valid = None if valid is None else b.convert(b.scalar(valid, "valid", "iu"), np.dtype(np.int64))
+        valid = valid_value(b, a["valid"])
         b.emit(TileSort(key_outs, value_out, keys, values, valid, descending, begin_bit, end_bit or bits, name))
         result = key_outs if not is_tile(a["keys"]) else key_outs[0]
         return (result, value_out) if values is not None else result
@@ -110,7 +108,7 @@ class Sort(TileOp):
     def interpret(self, s: TileSort, frame) -> None:
         keys = [frame.get(k) for k in s.keys]
         size = keys[0].size
-        count = size if s.valid is None else int(np.clip(int(frame.get(s.valid)), 0, size))
+        count = valid_count(frame, s.valid, size)
         if s.compare is None:
             ordered = order_bits(keys[0], s.descending)
             field = (ordered >> np.uint64(s.begin_bit)) & np.uint64((1 << (s.end_bit - s.begin_bit)) - 1)
@@ -159,7 +157,7 @@ class Sort(TileOp):
         args += [TileArg(v, f"out{i}") for i, v in enumerate(s.key_outs)]
         if s.values is not None:
             args += [TileArg(s.values, "vin"), TileArg(s.value_out, "vout")]
-        args.append(ValueArg(s.valid if s.valid is not None else ir.Lit(size, INT64), "valid"))
+        args.append(valid_arg(s.valid, size))
         call = ShimCall(f"coop_sort_{s.cid}", tuple(args))
         items = w.layout(s.keys[0]).items_per_thread
         value_t = cxx_name(s.values.type.dtype) if s.values is not None else "cub::NullType"
@@ -168,7 +166,7 @@ class Sort(TileOp):
         if s.values is not None:
             body += w.items_ref("xv", "vin", s.values, items) + w.items_ref("yv", "vout", s.value_out, items)
             body += f"  {value_t} vals[{items}];\n  for (int i = 0; i < {items}; ++i) vals[i] = xv[i];\n"
-        body += f"  const long long v = valid < 0 ? 0 : (valid > {size} ? {size} : valid);\n"
+        body += w.clamp_valid(size)
         index = w.element_index(s.keys[0])
         if s.compare is None:
             code, body = self._radix(s, w, items, value_t, index, body)

@@ -64,7 +64,7 @@ def storage_stage(shims: ShimSource, arch: str, cache: DiskCache) -> dict[int, S
 
 def body_stage(program: ir.Program, plan: Plan, shims: ShimSource) -> list[BodySource]:
     """The program body, then each combine function, as Numba source."""
-    body = generate_body(program, plan, shims.calls, function="body")
+    body = generate_body(program, plan, shims.calls, function="body", abi_name=shims.body_name)
     return [body, *(generate_combine(c) for c in program.combines.values())]
 
 
@@ -91,9 +91,6 @@ def compile_kernel(fn: Callable, sig: Signature, cache: DiskCache | None = None)
         needs = storage_stage(shims, sig.arch, cache)
         plan = finish_plan(program, layouts, needs)
         bodies = body_stage(program, plan, shims)
-        bodies[0] = BodySource(
-            bodies[0].source, bodies[0].function, bodies[0].shims, bodies[0].param_types, shims.body_name
-        )
 
         def ltoirs() -> list[tuple[str, bytes]]:
             modules = [("coop_shims", shim_ltoir(shims, sig.arch, cache))]
