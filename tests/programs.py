@@ -985,6 +985,40 @@ def new_feature_cases(rng: np.random.Generator) -> list[Case]:
 
 
 # ----- cases ---------------------------------------------------------------------------------------------
+@ct.jit
+def large_tile(x, y, totals, n, TILE: ct.constexpr):
+    """Tiles past 32 items per thread: in shared memory when they fit, else in local memory."""
+    pid = ct.program_id(0)
+    base = pid * TILE
+    t = tile.load(x, base, TILE, valid=n - base, other=0)
+    s = tile.scan(t * 2 + 1)
+    tile.store(y, base, s - t, valid=n - base)
+    totals[pid] = tile.sum(t)
+
+
+def ref_large_tile(x, y, totals, n, TILE):
+    for p, base in enumerate(range(0, n, TILE)):
+        t = np.zeros(TILE, x.dtype)
+        t[: min(TILE, n - base)] = x[base : base + TILE]
+        s = np.cumsum(t * 2 + 1, dtype=x.dtype) - t
+        y[base : base + TILE] = s[: min(TILE, n - base)]
+        totals[p] = t.sum(dtype=x.dtype)
+    return [y, totals]
+
+
+def storage_cases(rng: np.random.Generator) -> list[Case]:
+    """Large tiles: 40 items per thread at 1024 threads (shared memory on sm_90), and 64 (local)."""
+    cases = []
+    for dt, tile_size in [(np.int32, 40000), (np.int32, 65536)]:
+        n = 2 * tile_size + 12345
+        grid = -(-n // tile_size)
+        args = [_rand(rng, n, dt, -1000, 1000), np.zeros(n, dt), np.zeros(grid, dt), n]
+        cases.append(
+            Case(f"large_tile[{tile_size}]", large_tile, args, {"TILE": tile_size}, grid, [1, 2], ref_large_tile)
+        )
+    return cases
+
+
 def _rand(rng: np.random.Generator, n: int, dt: Any, lo: float = -100, hi: float = 100) -> np.ndarray:
     dt = np.dtype(dt)
     if dt.kind == "f":
@@ -1182,7 +1216,7 @@ def make_cases(seed: int = 0) -> list[Case]:
             ref_vector_add,
         )
     )  # the third program has valid < 0
-    return cases + new_feature_cases(rng) + toolbox_cases(rng)
+    return cases + new_feature_cases(rng) + toolbox_cases(rng) + storage_cases(rng)
 
 
 CASES = make_cases()

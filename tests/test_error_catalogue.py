@@ -1331,9 +1331,9 @@ CATALOGUE: list[Mistake] = [
     launch(
         "tile_too_large_for_block",
         ct.TileValueError,
-        "a tile of 100000 elements needs 98 items per thread at 1024 threads; tiles are kept in registers, "
-        "at most 32 items per thread (32768 elements at 1024 threads): use smaller tiles",
-        constexprs={"T": 100000},
+        "a tile of 300000 elements needs 293 items per thread at 1024 threads; a tile may have at most "
+        "256 items per thread (262144 elements at 1024 threads): use smaller tiles",
+        constexprs={"T": 300000},
     ),
     # --- the block toolbox -------------------------------------------------------------------------
     Mistake(

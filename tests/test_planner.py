@@ -78,7 +78,7 @@ def test_block_threads_rule():
     big = plan_layouts(program(load_scan_store, TILE=20000))
     assert big.block_threads == 640 and max(t.items_per_thread for t in big.tiles.values()) <= 32
     with pytest.raises(ct.TileValueError, match="items per thread"):
-        plan_layouts(program(load_scan_store, TILE=40000))
+        plan_layouts(program(load_scan_store, TILE=300000))
     with pytest.raises(ct.TileValueError, match="multiple of 32"):
         plan_layouts(program(load_scan_store, TILE=64), 100)
 
@@ -131,8 +131,125 @@ def test_disjoint_small_storages_need_no_barrier():
 def test_plan_prints_a_table():
     p = program(load_scan_store, TILE=4096)
     layouts = plan_layouts(p)
-    plan = finish_plan(p, layouts, {0: StorageNeed(16896, 16), 1: StorageNeed(112, 16), 2: StorageNeed(16896, 16)})
+    needs = {0: StorageNeed(16896, 16), 1: StorageNeed(112, 16), 2: StorageNeed(16896, 16)}
+    plan = finish_plan(p, layouts, needs, "sm_90")
     text = str(plan)
-    assert "256 threads per block" in text and "17008 bytes of TempStorage" in text
+    assert "256 threads per block" in text and "17008 bytes of shared memory" in text
     assert "BLOCK_LOAD_WARP_TRANSPOSE" in text and "TempStorage reuse" in text
     assert plan.shared_bytes == 17008
+
+
+# ----- the storage model: tiles in registers, shared or local memory; carve by live range -------------
+def scan_plus_one(x, y, n, TILE: ct.constexpr):
+    t = tile.load(x, 0, TILE, valid=n, other=0)
+    s = tile.scan(t + 1)
+    tile.store(y, 0, s, valid=n)
+
+
+def needs_of(p: ir.Program, size: int = 5120) -> dict[int, StorageNeed]:
+    return {s.cid: StorageNeed(size if isinstance(s, (TileLoad, TileStore)) else 208, 16) for s in collectives(p)}
+
+
+def test_live_ranges_cover_loops_only_for_values_carried_or_read_inside():
+    from coop_tiles.planner.liveness import liveness
+
+    p = program(chunked, TILE=1024)
+    live = liveness(p)
+    loop = next(s for s in p.walk() if isinstance(s, ir.ForRange))
+    load, scan, store = collectives(p)
+    start, end = live.at(loop), live.at(store)
+    assert live.ranges["v_carry"][0] <= start and live.ranges["v_carry"][1] >= end  # carried around the loop
+    t = load.out.name  # made and used within one iteration
+    assert start < live.ranges[t][0] and live.ranges[t][1] < end
+    assert live.ranges["a_n"][1] >= end  # read in the loop, defined before it
+
+
+def test_tiles_past_32_items_per_thread_live_in_shared_memory_and_share_bytes():
+    p = program(scan_plus_one, TILE=40000)
+    layouts = plan_layouts(p)
+    assert layouts.block_threads == 1024
+    assert {t.storage for t in layouts.tiles.values()} == {"shared"}
+    assert {c.algorithm for c in layouts.collectives.values() if c.op in ("load", "store")} == {
+        "BLOCK_LOAD_WARP_TRANSPOSE_TIMESLICED",
+        "BLOCK_STORE_WARP_TRANSPOSE_TIMESLICED",
+    }
+    plan = finish_plan(p, layouts, needs_of(p), "sm_90")
+    # the element-wise chain and the in-place scan write over their operands: one region of 1024 threads
+    # x 41 words (40 items padded to an odd number of words, so a warp hits 32 banks)
+    assert {(r.offset, r.size) for r in plan.carve.tiles.values()} == {(0, 1024 * 41 * 4)}
+    loads = [c for c in collectives(p) if isinstance(c, TileLoad)]
+    assert plan.carve.regions[loads[0].cid].offset >= 1024 * 41 * 4  # the load's exchange beside its tile
+    assert plan.shared_bytes <= 232448
+    text = str(plan)
+    assert "shared" in text and "live (lines)" in text
+
+
+def test_tiles_that_do_not_fit_shared_memory_go_to_local_memory():
+    p = program(scan_plus_one, TILE=40000)
+    plan = finish_plan(p, plan_layouts(p), needs_of(p), "sm_80")  # 163 KiB: the 164 KiB tile does not fit
+    assert {t.storage for t in plan.tiles.values()} == {"local"} and not plan.carve.tiles
+    p = program(scan_plus_one, TILE=65536)  # 64 items per thread at 1024 threads: 260 KiB
+    plan = finish_plan(p, plan_layouts(p), needs_of(p, 8448), "sm_90")
+    assert {t.storage for t in plan.tiles.values()} == {"local"}
+
+
+def test_shared_memory_past_the_limit_names_tiles_and_collectives():
+    p = program(scan_plus_one, TILE=4096)
+    needs = needs_of(p)
+    scan = next(c for c in collectives(p) if isinstance(c, TileScan))
+    needs[scan.cid] = StorageNeed(300000, 16)
+    with pytest.raises(ct.SharedMemoryError) as e:
+        finish_plan(p, plan_layouts(p), needs, "sm_90")
+    assert e.value.message == (
+        # the load and the store reuse the scan's bytes (a barrier each): the scan's 300000 is the total
+        "scan_plus_one needs 300000 bytes of shared memory per block, more than sm_90's limit of 232448; "
+        "largest users: scan[add] (BlockScan, line 145): 300000 bytes, load (BlockLoad, line 144): 5120 bytes, "
+        "store (BlockStore, line 146): 5120 bytes. Use smaller tiles or fewer threads per block"
+    )
+
+
+def many_live(x, y, n, TILE: ct.constexpr):
+    a = tile.load(x, 0, TILE)
+    b = tile.load(x, TILE, TILE)
+    c = tile.load(x, 2 * TILE, TILE)
+    d = tile.load(x, 3 * TILE, TILE)
+    e = tile.scan(a)
+    f = tile.scan(e)
+    tile.store(y, 0, a + b + c + d + e + f)
+
+
+def test_register_pressure_moves_tiles_alive_across_collectives_to_shared_memory():
+    p = program(many_live, TILE=32 * 1024)  # 32 items per thread at 1024 threads: 32 registers each
+    layouts = plan_layouts(p)
+    shared = {n for n, t in layouts.tiles.items() if t.storage == "shared"}
+    # b, c, d (and a) stay alive across both scans; the budget at 1024 threads is 32 registers
+    assert {"v_b", "v_c", "v_d"} <= shared
+    small = plan_layouts(program(many_live, TILE=256))  # 1 item per thread: everything fits
+    assert {t.storage for t in small.tiles.values()} == {"registers"}
+
+
+def test_counts_kept_through_a_loop_live_from_begin_to_end_and_their_bytes_are_reused_after():
+    from coop_tiles.ops.histogram import HistogramBegin, HistogramEnd, accumulate_in_shared_memory
+
+    def counts_then_scan(x, out, n, BINS: ct.constexpr, CHUNK: ct.constexpr):
+        h = tile.zeros(BINS, np.int32)
+        for base in range(0, n, CHUNK):
+            h = h + tile.histogram(tile.load(x, base, CHUNK, valid=n - base), BINS)
+        tile.store(out, 0, tile.scan(h))
+
+    p = program(counts_then_scan, BINS=256, CHUNK=1024)
+    accumulate_in_shared_memory(p)
+    layouts = plan_layouts(p)
+    cs = collectives(p)
+    begin = next(c for c in cs if isinstance(c, HistogramBegin))
+    end = next(c for c in cs if isinstance(c, HistogramEnd))
+    scan = next(c for c in cs if isinstance(c, TileScan))
+    owners = [c for c in cs if c.cid != end.cid and not type(c).__name__.endswith("Composite")]
+    needs = {c.cid: StorageNeed(4096, 16) for c in owners}
+    plan = finish_plan(p, layouts, needs, "sm_90")
+    counts = plan.carve.regions[begin.cid]
+    assert plan.carve.regions[end.cid] is counts  # the loop's collectives all work in the one region
+    load = next(c for c in cs if isinstance(c, TileLoad))
+    assert plan.carve.regions[load.cid].offset >= counts.end  # alive during the loop: not overlapped
+    assert plan.carve.regions[scan.cid].offset == counts.offset  # dead after it: reused...
+    assert scan.sid in plan.carve.barriers  # ...after one barrier

@@ -1,9 +1,10 @@
 """The program body, and each combine function, as readable Numba Python source. This is the
 only module that writes Numba code.
 
-Each tile is a `cuda.local.array` of its items per thread (16-bit floats as their bits);
-element-wise operations are loops over those items (unrolled by LLVM, so tiles stay in
-registers); collectives call their C++ shims as their `ShimCall` says, with the TempStorage
+Each tile is a `cuda.local.array` of its items per thread (16-bit floats as their bits), or,
+when the plan keeps it in shared memory, an array over this thread's bytes of its region;
+element-wise operations are loops over those items (unrolled by LLVM, so register tiles stay
+in registers); collectives call their C++ shims as their `ShimCall` says, with the TempStorage
 buffer and the planned byte offset; `cuda.syncthreads()` goes exactly where the plan puts
 barriers. Arrays and views are a pointer, an element offset, and per-axis shapes and strides.
 """
@@ -20,6 +21,7 @@ from ..lang import ir
 from ..lang.types import ArrayType, ScalarType, TileType
 from ..ops.base import ArrayArg, OutArg, ShimCall, TileArg, ValueArg
 from ..ops.elementwise import ELEMENTWISE
+from ..planner.carve import tile_stride
 from ..planner.plan import Plan
 from .params import array_parts, kernel_params, numba_storage
 from .shims import combine_symbol, element_index
@@ -145,7 +147,15 @@ class _BodyWriter:
                 if out.name in declared or isinstance(s, ir.Param):
                     continue
                 declared.add(out.name)
-                if isinstance(out.type, TileType):
+                if isinstance(out.type, TileType) and self.plan is not None and out.name in self.plan.carve.tiles:
+                    region, lay = self.plan.carve.tiles[out.name], self.plan.tiles[out.name]
+                    where = f"np.int64({region.offset}) + tid * {tile_stride(lay)}"
+                    self.line(
+                        depth,
+                        f"{out.name} = shared_tile(smem, {where}, np.int64({lay.items_per_thread}), "
+                        f"{numba_name(out.type.dtype)})",
+                    )
+                elif isinstance(out.type, TileType):
                     self.line(depth, f"{out.name} = cuda.local.array({self.items(out)}, {numba_name(out.type.dtype)})")
                 elif isinstance(out.type, ArrayType):
                     self.line(depth, f"{out.name}_ok = False")
@@ -191,7 +201,7 @@ class _BodyWriter:
                 parts.append(f"ptr({a.var.name}_out)")
                 types.append(f"CPointer({numba_storage(a.var.type.dtype)})")
                 after.append(f"{a.var.name} = {a.var.name}_out[0]")
-        region = self.plan.carve.regions.get(cid if c.region is None else c.region)
+        region = self.plan.carve.regions.get(cid)
         parts += ["smem", str(region.offset if region else 0)]
         self.shims.append(ShimDecl(c.name, "void", (*types, "CPointer(uint8)", "int64")))
         self.line(depth, f"{c.name}({', '.join(parts)})")

@@ -192,7 +192,7 @@ class ShimWriter:
         self.parts.append(f'{code}extern "C" __device__ void {call.name}({", ".join(params)}) {{\n{body}}}\n')
 
     def transfer(self, call: ShimCall, cid: int, kind: str, tile: ir.Var, array: ArrayType, guarded_extra: str) -> None:
-        """A load or store shim: BlockLoad/BlockStore WARP_TRANSPOSE, direct striped (no storage),
+        """A load or store shim: BlockLoad/BlockStore WARP_TRANSPOSE(_TIMESLICED), direct striped (no storage),
         or element by element over a strided view. A full tile takes CUB's unguarded path."""
         lay = self.layout(tile)
         items, full = lay.items_per_thread, self.threads * lay.items_per_thread
@@ -228,7 +228,7 @@ class ShimWriter:
         else:
             if choice.needs_storage:
                 t = cxx_name(tile.type.dtype)
-                cub_type = f"cub::Block{verb}<{t}, {self.threads}, {items}, cub::BLOCK_{kind.upper()}_WARP_TRANSPOSE>"
+                cub_type = f"cub::Block{verb}<{t}, {self.threads}, {items}, cub::{choice.algorithm}>"
                 alias = f"coop_{kind}_{cid}_t"
                 code = f"using {alias} = {cub_type};\n" + self.storage(cid, cub_type)
                 call_expr, thread, body = f"{alias}(s.temp).{verb}", "", self.storage_ref(cid) + body

@@ -241,6 +241,23 @@ def outputs(s: Stmt) -> tuple[Var, ...]:
     return (out,) if isinstance(out, Var) else ()
 
 
+def inputs(s: Stmt) -> tuple[Var, ...]:
+    """The variables statement `s` reads itself (its nested bodies' statements read their own)."""
+    written = {id(v) for v in outputs(s)} | ({id(s.var)} if isinstance(s, ForRange) else set())
+    found: list[Var] = []
+
+    def collect(value: object) -> None:
+        if isinstance(value, Var) and id(value) not in written:
+            found.append(value)
+        elif isinstance(value, tuple):
+            for v in value:
+                collect(v)
+
+    for value in vars(s).values():
+        collect(value)
+    return tuple(found)
+
+
 def _format(body: list[Stmt], lines: list[str], depth: int) -> None:
     pad = "  " * depth
     for s in body:

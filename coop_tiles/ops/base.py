@@ -70,8 +70,6 @@ class ShimCall:
     name: str
     args: tuple[TileArg | ValueArg | ArrayArg | OutArg, ...]
     ret: ir.Var | None = None
-    #: the collective whose TempStorage region the shim works in (default: its own)
-    region: int | None = None
 
 
 # ----- the op definition ------------------------------------------------------------------------
@@ -99,6 +97,15 @@ class TileOp:
 
     def choose(self, s: Any, ctx: LayoutContext) -> CollectiveChoice | None:
         return None
+
+    #: whether the op may write its tile results over its tile operands' items (each thread
+    #: reads all of its own items before writing any, as CUB's scans do)
+    in_place: ClassVar[bool] = False
+
+    def storage_owner(self, s: Any) -> int:
+        """The collective whose TempStorage region `s` works in: its own, or an earlier one's
+        (a region shared by several collectives lives from the first of them to the last)."""
+        return s.cid
 
     def lower(self, s: Any, w: ShimWriter) -> ShimCall | None:
         raise NotImplementedError

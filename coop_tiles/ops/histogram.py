@@ -249,9 +249,6 @@ class HistogramBeginOp(TileOp):
     def interpret(self, s: HistogramBegin, frame) -> None:
         frame.env[f"counts{s.cid}"] = frame.get(s.acc).copy()
 
-    def layout(self, s: HistogramBegin, ctx) -> None:
-        ctx.pinned.add(s.cid)
-
     def choose(self, s: HistogramBegin, ctx):
         algorithm = resolve_algorithm(s.algorithm, s.bins, ctx.tiles[s.src.name].items_per_thread)
         return ctx.choice(s, f"histogram[{s.bins}] counts", "BlockHistogram", ALGORITHMS[algorithm])
@@ -262,7 +259,7 @@ class HistogramBeginOp(TileOp):
         cub_type = _cub_histogram(w, s.src, s.bins, s.cid)
         code = w.storage(s.cid, cub_type, f"unsigned int counts[{s.bins + 1}]; ")
         code += f"using coop_histogram_{s.cid}_t = {cub_type};\n"
-        body = "  __syncthreads();\n" + w.storage_ref(s.cid) + _counts_to_tile(w, s.acc, s.bins, to_tile=False)
+        body = w.storage_ref(s.cid) + _counts_to_tile(w, s.acc, s.bins, to_tile=False)
         body += f"  if (threadIdx.x == 0) s.counts[{s.bins}] = 0;\n  __syncthreads();\n"
         w.define(call, code, body)
         return call
@@ -275,12 +272,15 @@ class HistogramCompositeOp(TileOp):
     def interpret(self, s: HistogramComposite, frame) -> None:
         frame.env[f"counts{s.begin}"] += counts(frame, s.src, s.valid, s.bins)
 
+    def storage_owner(self, s: HistogramComposite) -> int:
+        return s.begin
+
     def choose(self, s: HistogramComposite, ctx):
         return ctx.choice(s, f"histogram[{s.bins}] +=", "BlockHistogram", "Composite", storage=False)
 
     def lower(self, s: HistogramComposite, w) -> ShimCall:
         args = (TileArg(s.src, "in0"), valid_arg(s.valid, s.src.type.size))
-        call = ShimCall(f"coop_histogram_add_{s.cid}", args, region=s.begin)
+        call = ShimCall(f"coop_histogram_add_{s.cid}", args)
         sort = w.choice(s.begin).algorithm == ALGORITHMS["sort"]  # its TempStorage is reused: a barrier
         body = ("  __syncthreads();\n" if sort else "") + w.storage_ref(s.begin) + _bins(w, s.src, s.bins)
         body += f"  coop_histogram_{s.begin}_t(s.temp).Composite(bin, s.counts);\n"
@@ -295,11 +295,14 @@ class HistogramEndOp(TileOp):
     def interpret(self, s: HistogramEnd, frame) -> None:
         frame.env[s.acc.name] = frame.env.pop(f"counts{s.begin}")
 
+    def storage_owner(self, s: HistogramEnd) -> int:
+        return s.begin
+
     def choose(self, s: HistogramEnd, ctx):
         return ctx.choice(s, f"histogram[{s.bins}] end", "BlockHistogram", "read counts", storage=False)
 
     def lower(self, s: HistogramEnd, w) -> ShimCall:
-        call = ShimCall(f"coop_histogram_end_{s.cid}", (TileArg(s.acc, "acc"),), region=s.begin)
+        call = ShimCall(f"coop_histogram_end_{s.cid}", (TileArg(s.acc, "acc"),))
         body = "  __syncthreads();\n" + w.storage_ref(s.begin) + _counts_to_tile(w, s.acc, s.bins, to_tile=True)
         w.define(call, "", body)
         return call

@@ -36,6 +36,7 @@ class TileScan(ir.Collective):
 class Scan(TileOp):
     publics = (tile.scan,)
     stmt = TileScan
+    in_place = True
 
     def build(self, b, a, public):
         op, srcs, dtypes = typed_op(b, a["op"], a["t"], "tile.scan")

@@ -1,15 +1,25 @@
-"""The TempStorage carve plan: one shared-memory buffer, byte offsets per collective, and barriers.
+"""The shared-memory carve: one buffer holding every tile kept in shared memory and every
+collective's TempStorage, byte offsets reused by live range, and the barriers between them.
 
-Every collective's TempStorage is live only while the collective runs, but its bytes stay
-"dirty" until the next `__syncthreads()`: a slow thread may still be reading them. Walking
-the program in order (loops twice, to see the back edge), each collective is placed at the
-lowest aligned offset that no dirty region overlaps, within a budget of the largest
-storage plus the small (< 1 KiB) ones. If none is free, it goes to offset 0 and a barrier
-is placed before it. So small scans and reductions sit beside large loads without a
-barrier, while large exchanges share bytes, separated by exactly one barrier.
+Two kinds of regions share the buffer:
 
-The same walk places barriers for global-memory hazards inside a block: a read of an
-array written earlier in the block (or a write after a read) by another thread.
+- *long-lived* regions: tiles in shared memory, and TempStorage that several collectives work in
+  (a histogram's counts through a loop). Each lives over a range of statements (`liveness`) and
+  gets a fixed offset first: the lowest one no region alive at the same time overlaps.
+- *short* regions: the TempStorage of one collective, live only while it runs. Walking the
+  program in order (loops twice, to see the back edge), each is placed at the lowest aligned
+  offset that neither a long-lived region alive there nor a "dirty" region overlaps, within a
+  budget of the long-lived regions plus the largest storage plus the small (< 1 KiB) ones.
+
+A region's bytes stay dirty after it is used until the next `__syncthreads()`: a slow thread
+may still be reading them. When nothing free fits, the region takes bytes that are dead but
+dirty, and a barrier goes before it; a long-lived region whose bytes are dirty when it starts
+gets one too. So small scans sit beside large loads without a barrier, and regions that reuse
+bytes are separated by exactly one. Collectives that share one region synchronise among
+themselves (their shims do).
+
+The same walk places barriers for global-memory hazards inside a block: a read of an array
+written earlier in the block (or a write after a read) by another thread.
 """
 
 from __future__ import annotations
@@ -18,6 +28,8 @@ from dataclasses import dataclass, field
 
 from ..lang import ir
 from ..ops.base import op_of
+from .layout import SHARED, TileLayout
+from .liveness import Liveness, liveness
 
 SMALL_STORAGE_BYTES = 1024
 #: Dynamic shared memory is aligned to 16 bytes; offsets are relative to it.
@@ -32,10 +44,15 @@ class StorageNeed:
 
 @dataclass(frozen=True)
 class Region:
-    cid: int
+    """Bytes [offset, offset + size) of the buffer, holding `key`: a collective's id (its
+    TempStorage) or a tile's name; alive from line `first` to line `last`."""
+
+    key: int | str
     offset: int
     size: int
     align: int
+    first: int | None = None
+    last: int | None = None
 
     @property
     def end(self) -> int:
@@ -53,9 +70,21 @@ class Barrier:
 
 @dataclass
 class CarvePlan:
+    #: collective id -> its TempStorage region (collectives sharing a region map to the same one)
     regions: dict[int, Region]
     total_bytes: int
     barriers: dict[int, Barrier] = field(default_factory=dict)
+    #: tile name -> its region, for the tiles kept in shared memory
+    tiles: dict[str, Region] = field(default_factory=dict)
+
+
+def tile_stride(layout: TileLayout) -> int:
+    """Bytes between consecutive threads' items of a tile in shared memory: each thread's items
+    are contiguous (CUB takes them as its item array), padded to an odd number of words so a
+    warp's threads hit different banks."""
+    unit = max(4, layout.itemsize)
+    units = -(-layout.items_per_thread * layout.itemsize // unit)
+    return (units + 1 - units % 2) * unit
 
 
 @dataclass
@@ -73,50 +102,101 @@ class _Dirty:
             all(r in self.regions for r in other.regions) and other.reads <= self.reads and other.writes <= self.writes
         )
 
+    def add(self, region: Region) -> _Dirty:
+        return self if region in self.regions else _Dirty([*self.regions, region], self.reads, self.writes)
+
+
+@dataclass(frozen=True)
+class _LongLived:
+    region: Region
+    start: int  # positions (see `Liveness`)
+    stop: int
+
 
 class _Carver:
-    def __init__(self, needs: dict[int, StorageNeed], roots: dict[str, str]):
+    def __init__(self, needs: dict[int, StorageNeed], roots: dict[str, str], live: Liveness):
         self.needs = needs
         self.roots = roots  # view -> the array parameter it views (views of one array may overlap)
-        largest = max((n.size for n in needs.values()), default=0)
-        small = sum(_round_up(n.size, n.align) for n in needs.values() if n.size < SMALL_STORAGE_BYTES)
-        self.budget = largest + small if largest >= SMALL_STORAGE_BYTES else max(largest, small)
+        self.live = live
+        self.long: dict[int | str, _LongLived] = {}
+        self.owners: dict[int, int] = {}
         self.regions: dict[int, Region] = {}
         self.barriers: dict[int, Barrier] = {}
+        self.budget = 0
 
+    # ----- long-lived regions: fixed offsets by live range ----------------------------------------
+    def place_long(self, items: list[tuple[int | str, StorageNeed, int, int]]) -> None:
+        for key, need, start, stop in sorted(items, key=lambda x: (x[2], -x[1].size)):
+            alive = [g.region for g in self.long.values() if g.start <= stop and start <= g.stop]
+            offset = self.lowest(need, alive)
+            first, last = self.live.line(start), self.live.line(stop)
+            self.long[key] = _LongLived(Region(key, offset, need.size, need.align, first, last), start, stop)
+        top = max((g.region.end for g in self.long.values()), default=0)
+        short = [n for cid, n in self.needs.items() if cid not in self.long and self.owners.get(cid, cid) == cid]
+        largest = max((n.size for n in short), default=0)
+        small = sum(_round_up(n.size, n.align) for n in short if n.size < SMALL_STORAGE_BYTES)
+        self.budget = top + (largest + small if largest >= SMALL_STORAGE_BYTES else max(largest, small))
+
+    @staticmethod
+    def lowest(need: StorageNeed, taken: list[Region]) -> int:
+        align = max(1, min(need.align, BASE_ALIGNMENT))
+        offset = 0
+        for r in sorted(taken, key=lambda r: r.offset):
+            if offset + need.size <= r.offset:
+                break
+            offset = max(offset, _round_up(r.end, align))
+        return offset
+
+    def reserved(self, position: int) -> list[Region]:
+        return [g.region for g in self.long.values() if g.start <= position <= g.stop]
+
+    # ----- the walk -------------------------------------------------------------------------------
     def barrier(self, stmt: ir.Stmt, reason: str) -> _Dirty:
         if stmt.sid not in self.barriers:
             self.barriers[stmt.sid] = Barrier(stmt.sid, stmt.loc.line if stmt.loc else None, reason)
         return _Dirty()
 
-    def place(self, cid: int, dirty: list[Region]) -> Region | None:
-        need = self.needs[cid]
-        align = max(1, min(need.align, BASE_ALIGNMENT))
-        offset = 0
-        for r in sorted(dirty, key=lambda r: r.offset):
-            if offset + need.size <= r.offset:
-                break
-            offset = max(offset, _round_up(r.end, align))
-        if offset + need.size <= self.budget and not _overlaps(offset, need.size, dirty):
-            return Region(cid, offset, need.size, align)
-        return None
-
     def collective(self, s: ir.Collective, dirty: _Dirty) -> _Dirty:
         dirty = self.memory(s, dirty)
+        owner = self.owners.get(s.cid, s.cid)
+        if owner in self.long:
+            return self.enter(s, self.long[owner].region, dirty, "TempStorage reuse")
         if s.cid not in self.needs:
             return dirty
         region = self.regions.get(s.cid)
+        reserved = self.reserved(self.live.at(s))
         if region is None:
-            region = self.place(s.cid, dirty.regions)
-            if region is None:
+            need = self.needs[s.cid]
+            offset = self.lowest(need, reserved + dirty.regions)
+            if offset + need.size > self.budget:
                 dirty = self.barrier(s, "TempStorage reuse")
-                region = Region(s.cid, 0, self.needs[s.cid].size, self.needs[s.cid].align)
+                offset = self.lowest(need, reserved)
+            region = Region(s.cid, offset, need.size, need.align, *([s.loc.line if s.loc else None] * 2))
             self.regions[s.cid] = region
-        elif _overlaps(region.offset, region.size, dirty.regions) and s.sid not in self.barriers:
+        elif _overlaps(region, dirty.regions) and s.sid not in self.barriers:
             dirty = self.barrier(s, "TempStorage reuse")
         elif s.sid in self.barriers:
             dirty = _Dirty()
-        return _Dirty(dirty.regions + [region], dirty.reads, dirty.writes)
+        return dirty.add(region)
+
+    def enter(self, s: ir.Stmt, region: Region, dirty: _Dirty, reason: str) -> _Dirty:
+        """An access to long-lived `region`: a barrier first if its bytes are dirty from another
+        region (a tile's bytes belong to their thread: a tile with the same bytes is no hazard)."""
+
+        def same_bytes(r: Region) -> bool:
+            return isinstance(r.key, str) and isinstance(region.key, str) and r.offset == region.offset
+
+        others = [r for r in dirty.regions if r.key != region.key and not (same_bytes(r) and r.size == region.size)]
+        if s.sid in self.barriers or _overlaps(region, others):
+            dirty = self.barrier(s, reason)
+        return dirty.add(region)
+
+    def tiles(self, s: ir.Stmt, dirty: _Dirty) -> _Dirty:
+        """Accesses to tiles kept in shared memory."""
+        for v in (*ir.outputs(s), *ir.inputs(s)):
+            if v.name in self.long:
+                dirty = self.enter(s, self.long[v.name].region, dirty, f"shared memory of {_shown(v.name)} reused")
+        return dirty
 
     def memory(self, s: ir.Stmt, dirty: _Dirty) -> _Dirty:
         """Barriers for global-memory hazards between threads of the block."""
@@ -136,6 +216,7 @@ class _Carver:
 
     def walk(self, body: list[ir.Stmt], dirty: _Dirty) -> _Dirty:
         for s in body:
+            dirty = self.tiles(s, dirty)
             if isinstance(s, ir.Collective):
                 dirty = self.collective(s, dirty)
             elif isinstance(s, (ir.ArrayRead, ir.ArrayWrite)):
@@ -159,6 +240,10 @@ class _Carver:
         return entry
 
 
+def _shown(name: str) -> str:
+    return name.removeprefix("v_") if name.startswith("v_") else f"({name})"
+
+
 def _copy(d: _Dirty) -> _Dirty:
     return _Dirty(list(d.regions), set(d.reads), set(d.writes))
 
@@ -174,35 +259,49 @@ def _global_access(s: ir.Stmt) -> tuple[str, bool] | None:
     return (access[0].name, access[1]) if access is not None else None
 
 
-def _overlaps(offset: int, size: int, regions: list[Region]) -> bool:
-    return any(offset < r.end and r.offset < offset + size for r in regions)
+def _overlaps(region: Region, regions: list[Region]) -> bool:
+    return any(region.offset < r.end and r.offset < region.end for r in regions)
 
 
 def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
 
 
-def carve(program: ir.Program, needs: dict[int, StorageNeed], pinned: frozenset[int] = frozenset()) -> CarvePlan:
-    """Offsets for every collective that needs TempStorage, and the barriers between them.
-
-    A `pinned` collective's region lives across other collectives (a histogram's counts kept in
-    shared memory through a loop): pinned regions come first and are never reused; the rest
-    are carved after them."""
+def carve(
+    program: ir.Program,
+    needs: dict[int, StorageNeed],
+    tiles: dict[str, TileLayout] | None = None,
+    live: Liveness | None = None,
+    threads: int = 0,
+) -> CarvePlan:
+    """Offsets for every tile in shared memory (`tiles` kept there, `threads` per block) and every
+    collective's TempStorage, and the barriers between them."""
+    tiles = tiles or {}
+    live = live if live is not None else liveness(program)
     roots: dict[str, str] = {}
+    owners: dict[int, int] = {}
+    users: dict[int, list[int]] = {}
     for s in program.walk():
         if isinstance(s, ir.ArrayView):
             roots[s.out.name] = roots.get(s.array.name, s.array.name)
-    fixed: dict[int, Region] = {}
-    base = 0
-    for cid in sorted(pinned):
-        need = needs[cid]
-        offset = _round_up(base, max(1, min(need.align, BASE_ALIGNMENT)))
-        fixed[cid] = Region(cid, offset, need.size, need.align)
-        base = offset + need.size
-    base = _round_up(base, BASE_ALIGNMENT)
-    carver = _Carver({cid: n for cid, n in needs.items() if cid not in pinned}, roots)
+        if isinstance(s, ir.Collective):
+            owner = op_of(s).storage_owner(s)
+            owners[s.cid] = owner
+            users.setdefault(owner, []).append(live.at(s))
+    carver = _Carver(needs, roots, live)
+    carver.owners = owners
+    long = [
+        (name, StorageNeed(threads * tile_stride(t), BASE_ALIGNMENT), *live.ranges[name])
+        for name, t in tiles.items()
+        if t.storage == SHARED and name in live.ranges
+    ]
+    long += [(cid, needs[cid], min(p), max(p)) for cid, p in users.items() if len(p) > 1 and cid in needs]
+    carver.place_long(long)
     carver.walk(program.body, _Dirty())
-    regions = {cid: Region(cid, r.offset + base, r.size, r.align) for cid, r in carver.regions.items()}
-    regions.update(fixed)
-    total = max((r.end for r in regions.values()), default=0)
-    return CarvePlan(regions, _round_up(total, BASE_ALIGNMENT), carver.barriers)
+    regions = dict(carver.regions)
+    for cid, owner in owners.items():
+        if owner in carver.long:
+            regions[cid] = carver.long[owner].region
+    tile_regions = {k: g.region for k, g in carver.long.items() if isinstance(k, str)}
+    total = max((r.end for r in [*regions.values(), *tile_regions.values()]), default=0)
+    return CarvePlan(regions, _round_up(total, BASE_ALIGNMENT), carver.barriers, tile_regions)

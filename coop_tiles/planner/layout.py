@@ -5,16 +5,23 @@ a union-find. A group that an op needs BLOCKED (scans, in-order folds of combine
 each op says so in its `layout` hook) is BLOCKED; every other group is STRIPED, which lets
 loads and stores go straight to global memory (coalesced, no shared memory). Blocked groups
 load and store through BLOCK_LOAD_WARP_TRANSPOSE / BLOCK_STORE_WARP_TRANSPOSE.
+
+Each tile is kept in registers, in shared memory or in local memory (`TileLayout.storage`):
+registers up to 32 items per thread; shared memory past that, and for tiles kept alive across
+several collectives when the tiles alive together would not fit the registers a thread has;
+local memory (spilled by the compiler: slow, but it works) for a large tile when shared memory
+is full (decided after the carve, `planner.plan`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..errors import TileValueError
 from ..lang import ir
 from ..lang.types import TileType
 from ..ops.base import op_of
+from .liveness import Liveness, liveness
 
 BLOCKED = "blocked"
 STRIPED = "striped"
@@ -24,8 +31,13 @@ VECTORIZED = "DIRECT_VECTORIZED"
 VECTOR_BYTES = 16
 DEFAULT_BLOCK_THREADS = 256
 MAX_BLOCK_THREADS = 1024
-#: Tiles live in registers; past this many items per thread they would spill.
-MAX_ITEMS_PER_THREAD = 32
+#: past this many items per thread a tile leaves registers (shared memory, else local memory)
+REGISTER_ITEMS = 32
+#: the most items per thread a tile may have anywhere
+MAX_ITEMS_PER_THREAD = 256
+REGISTERS, SHARED, LOCAL = "registers", "shared", "local"
+#: 32-bit registers per SM; a thread's tiles may take at most half of its share (and 128)
+REGISTER_FILE = 65536
 
 
 @dataclass(frozen=True)
@@ -38,6 +50,13 @@ class TileLayout:
     items_per_thread: int
     arrangement: str
     line: int | None = None  # where the tile is first defined in the user's source
+    storage: str = REGISTERS
+    itemsize: int = 4
+
+    @property
+    def words(self) -> int:
+        """32-bit registers each thread holds of the tile (an item takes at least one)."""
+        return self.items_per_thread * -(-self.itemsize // 4)
 
 
 @dataclass(frozen=True)
@@ -57,13 +76,13 @@ class LayoutPlan:
     block_threads: int
     tiles: dict[str, TileLayout]
     collectives: dict[int, CollectiveChoice]
-    #: collectives whose TempStorage stays live across others (never reused)
-    pinned: frozenset[int] = frozenset()
+    #: live ranges of the program's variables (the carve reuses shared memory by them)
+    liveness: Liveness | None = None
 
 
 def choose_block_threads(program: ir.Program, pinned: int | None) -> int:
     """Threads per block: `pinned`, or min(256, the largest tile rounded up to a warp), grown
-    up to 1024 when a tile would need more than 32 items per thread."""
+    up to 1024 when a tile would need more than 32 items per thread (so it fits in registers)."""
     sizes = [t.size for t in ir.tile_vars(program).values()]
     largest = max(sizes, default=1)
     if pinned is not None:
@@ -72,13 +91,13 @@ def choose_block_threads(program: ir.Program, pinned: int | None) -> int:
         threads = pinned
     else:
         threads = min(DEFAULT_BLOCK_THREADS, _round_up(largest, 32))
-        if -(-largest // threads) > MAX_ITEMS_PER_THREAD:
-            threads = min(MAX_BLOCK_THREADS, _round_up(-(-largest // MAX_ITEMS_PER_THREAD), 32))
+        if -(-largest // threads) > REGISTER_ITEMS:
+            threads = min(MAX_BLOCK_THREADS, _round_up(-(-largest // REGISTER_ITEMS), 32))
     items = -(-largest // threads)
     if items > MAX_ITEMS_PER_THREAD:
         raise TileValueError(
             f"a tile of {largest} elements needs {items} items per thread at {threads} threads; "
-            f"tiles are kept in registers, at most {MAX_ITEMS_PER_THREAD} items per thread "
+            f"a tile may have at most {MAX_ITEMS_PER_THREAD} items per thread "
             f"({MAX_ITEMS_PER_THREAD * MAX_BLOCK_THREADS} elements at 1024 threads): use smaller tiles"
         )
     return threads
@@ -112,7 +131,6 @@ class LayoutContext:
         self.groups = _Groups()
         self.blocked: set[str] = set()
         self.vector_tiles: set[str] = set()
-        self.pinned: set[int] = set()
         self.tiles: dict[str, TileLayout] = {}
 
     def join(self, tiles: list[ir.Var]) -> None:
@@ -137,7 +155,8 @@ class LayoutContext:
 
     def transfer_choice(self, s: ir.Collective, tile: ir.Var, array: ir.Var, load: bool) -> CollectiveChoice:
         """Loads and stores: direct in 16-byte words for blocked tiles of 1- and 2-byte dtypes,
-        BLOCK_*_WARP_TRANSPOSE for other blocked tiles of unit-stride arrays, else direct
+        BLOCK_*_WARP_TRANSPOSE (one warp at a time past 32 items per thread) for other blocked
+        tiles of unit-stride arrays, else direct
         (striped: coalesced; blocked over a strided view: element by element)."""
         layout = self.tiles[tile.name]
         kind = "load" if load else "store"
@@ -147,7 +166,9 @@ class LayoutContext:
             return self.choice(s, kind, f"{kind.capitalize()}DirectBlocked", VECTORIZED, storage=False)
         if layout.arrangement == BLOCKED and layout.items_per_thread > 1:
             verb = "Load" if load else "Store"
-            return self.choice(s, kind, f"Block{verb}", f"BLOCK_{kind.upper()}_WARP_TRANSPOSE")
+            # past registers, exchange one warp at a time: a whole-tile exchange would double the tile
+            sliced = "_TIMESLICED" if layout.items_per_thread > REGISTER_ITEMS else ""
+            return self.choice(s, kind, f"Block{verb}", f"BLOCK_{kind.upper()}_WARP_TRANSPOSE{sliced}")
         return self.choice(s, kind, "LoadDirectStriped" if load else "StoreDirectStriped", "DIRECT", storage=False)
 
 
@@ -184,11 +205,44 @@ def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -
             items_per_thread=-(-t.size // threads),
             arrangement=BLOCKED if ctx.groups.find(name) in blocked_roots else STRIPED,
             line=lines.get(name),
+            itemsize=t.dtype.itemsize,
         )
         for name, t in tiles.items()
     }
+    live = liveness(program)
+    ctx.tiles.update(choose_storage(program, ctx.tiles, live, threads))
     collectives = {}
     for s in program.walk():
         if isinstance(s, ir.Collective):
             collectives[s.cid] = op_of(s).choose(s, ctx)
-    return LayoutPlan(threads, ctx.tiles, collectives, frozenset(ctx.pinned))
+    return LayoutPlan(threads, ctx.tiles, collectives, live)
+
+
+def register_budget(threads: int) -> int:
+    """The 32-bit registers per thread the tiles alive together may take."""
+    return min(128, REGISTER_FILE // threads // 2)
+
+
+def choose_storage(
+    program: ir.Program, tiles: dict[str, TileLayout], live: Liveness, threads: int
+) -> dict[str, TileLayout]:
+    """The tiles that leave registers for shared memory: those past 32 items per thread, then,
+    wherever the tiles alive together exceed `register_budget`, those alive across the most
+    collectives (largest first) until the rest fit."""
+    moved = {n: replace(t, storage=SHARED) for n, t in tiles.items() if t.items_per_thread > REGISTER_ITEMS}
+    budget = register_budget(threads)
+    collective_positions = [live.at(s) for s in program.walk() if isinstance(s, ir.Collective)]
+
+    def spans(name: str) -> int:
+        first, last = live.ranges.get(name, (0, -1))
+        return sum(first < p < last for p in collective_positions)
+
+    for position in sorted(set(live.positions.values())):
+        alive = [t for n, t in tiles.items() if n not in moved and live.live(n, position)]
+        excess = sum(t.words for t in alive) - budget
+        for t in sorted(alive, key=lambda t: (-spans(t.name), -t.words)):
+            if excess <= 0 or spans(t.name) < 2:
+                break
+            moved[t.name] = replace(t, storage=SHARED)
+            excess -= t.words
+    return moved

@@ -1,12 +1,35 @@
-"""The complete plan of one kernel: layouts, CUB choices and the TempStorage carve, printable."""
+"""The complete plan of one kernel: layouts, CUB choices and the shared-memory carve, printable."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from ..errors import SharedMemoryError
 from ..lang import ir
-from .carve import CarvePlan, StorageNeed, carve
-from .layout import CollectiveChoice, LayoutPlan, TileLayout
+from .carve import CarvePlan, Region, StorageNeed, carve
+from .layout import LOCAL, REGISTER_ITEMS, REGISTERS, CollectiveChoice, LayoutPlan, TileLayout
+
+#: the most dynamic shared memory a block may opt into, per architecture (CUDA programming guide)
+MAX_SHARED_BYTES = {
+    "sm_70": 98304,
+    "sm_72": 98304,
+    "sm_75": 65536,
+    "sm_80": 166912,
+    "sm_86": 101376,
+    "sm_87": 166912,
+    "sm_89": 101376,
+    "sm_90": 232448,
+    "sm_100": 232448,
+    "sm_103": 232448,
+    "sm_110": 232448,
+    "sm_120": 101376,
+    "sm_121": 101376,
+}
+
+
+def max_shared_bytes(arch: str) -> int:
+    """The opt-in shared-memory maximum of `arch` (`sm_90a` counts as `sm_90`; unknown: 99 KiB)."""
+    return MAX_SHARED_BYTES.get(arch.rstrip("af"), 101376)
 
 
 @dataclass
@@ -24,28 +47,43 @@ class Plan:
     def barrier_before(self, stmt: ir.Stmt) -> bool:
         return stmt.sid in self.carve.barriers
 
+    def largest_users(self, count: int = 4) -> str:
+        """The tiles and collectives taking the most shared memory, for error messages."""
+        tiles = self.carve.tiles.items()
+        users = [(r.size, f"tile {_shown(name)} (line {self.tiles[name].line})") for name, r in tiles]
+        seen: set[int | str] = set()
+        for cid, r in self.carve.regions.items():
+            if r.key not in seen:
+                seen.add(r.key)
+                c = self.collectives[cid]
+                users.append((r.size, f"{c.op} ({c.primitive}, line {c.line})"))
+        return ", ".join(f"{what}: {size} bytes" for size, what in sorted(users, key=lambda u: -u[0])[:count])
+
     def __str__(self) -> str:
         out = [
-            f"plan for {self.program}: {self.block_threads} threads per block, {self.shared_bytes} bytes of TempStorage"
+            f"plan for {self.program}: {self.block_threads} threads per block, "
+            f"{self.shared_bytes} bytes of shared memory"
         ]
         out.append("tiles:")
-        out.append(f"  {'name':<10} {'line':>5} {'dtype':<8} {'size':>6} {'items/thread':>12}  {'arrangement':<11}")
+        out.append(
+            f"  {'name':<10} {'line':>5} {'dtype':<8} {'size':>6} {'items/thread':>12}  {'arrangement':<11} "
+            f"{'storage':<9} {'offset':>7} {'bytes':>7} {'live (lines)':>12}"
+        )
         for t in self.tiles.values():
-            name = t.name.removeprefix("v_") if t.name.startswith("v_") else f"({t.name})"
+            r = self.carve.tiles.get(t.name)
             out.append(
-                f"  {name:<10} {t.line or '?':>5} {t.dtype:<8} {t.size:>6} {t.items_per_thread:>12}  "
-                f"{t.arrangement:<11}"
+                f"  {_shown(t.name):<10} {t.line or '?':>5} {t.dtype:<8} {t.size:>6} {t.items_per_thread:>12}  "
+                f"{t.arrangement:<11} {t.storage:<9} {_where(r)}"
             )
         out.append("collectives:")
         width = max([12, *(len(c.op) for c in self.collectives.values())])
         out.append(
-            f"  {'#':>3} {'line':>5}  {'op':<{width}} {'CUB primitive':<23} {'algorithm':<29} "
-            f"{'offset':>7} {'bytes':>7} {'align':>5}"
+            f"  {'#':>3} {'line':>5}  {'op':<{width}} {'CUB primitive':<23} {'algorithm':<35} "
+            f"{'offset':>7} {'bytes':>7} {'live (lines)':>12}"
         )
         for cid, c in sorted(self.collectives.items()):
-            r = self.carve.regions.get(cid)
-            where = f"{r.offset:>7} {r.size:>7} {r.align:>5}" if r else f"{'-':>7} {'0':>7} {'-':>5}"
-            out.append(f"  {cid:>3} {c.line or '?':>5}  {c.op:<{width}} {c.primitive:<23} {c.algorithm:<29} {where}")
+            where = _where(self.carve.regions.get(cid))
+            out.append(f"  {cid:>3} {c.line or '?':>5}  {c.op:<{width}} {c.primitive:<23} {c.algorithm:<35} {where}")
         out.append("barriers (__syncthreads before):")
         if not self.carve.barriers:
             out.append("  none")
@@ -54,7 +92,36 @@ class Plan:
         return "\n".join(out)
 
 
-def finish_plan(program: ir.Program, layouts: LayoutPlan, needs: dict[int, StorageNeed]) -> Plan:
-    """Carve TempStorage for `layouts` given each collective's queried size and alignment."""
-    carved = carve(program, needs, layouts.pinned)
-    return Plan(program.name, layouts.block_threads, layouts.tiles, layouts.collectives, carved)
+def _shown(name: str) -> str:
+    return name.removeprefix("v_") if name.startswith("v_") else f"({name})"
+
+
+def _where(r: Region | None) -> str:
+    if r is None:
+        return f"{'-':>7} {'0':>7} {'-':>12}"
+    live = f"{r.first or '?'}-{r.last or '?'}"
+    return f"{r.offset:>7} {r.size:>7} {live:>12}"
+
+
+def finish_plan(program: ir.Program, layouts: LayoutPlan, needs: dict[int, StorageNeed], arch: str) -> Plan:
+    """Carve shared memory for `layouts` given each collective's queried TempStorage size and
+    alignment. Past `arch`'s maximum, tiles leave shared memory, largest first (for registers,
+    or local memory past 32 items per thread); if it still does not fit, a SharedMemoryError
+    names the largest users."""
+    tiles = dict(layouts.tiles)
+    limit = max_shared_bytes(arch)
+    while True:
+        carved = carve(program, needs, tiles, layouts.liveness, layouts.block_threads)
+        plan = Plan(program.name, layouts.block_threads, tiles, layouts.collectives, carved)
+        movable = [t for t in tiles.values() if t.name in carved.tiles]
+        if carved.total_bytes <= limit or not movable:
+            break
+        largest = max(movable, key=lambda t: carved.tiles[t.name].size)
+        storage = LOCAL if largest.items_per_thread > REGISTER_ITEMS else REGISTERS
+        tiles[largest.name] = replace(largest, storage=storage)
+    if plan.shared_bytes > limit:
+        raise SharedMemoryError(
+            f"{program.name} needs {plan.shared_bytes} bytes of shared memory per block, more than {arch}'s "
+            f"limit of {limit}; largest users: {plan.largest_users()}. Use smaller tiles or fewer threads per block"
+        )
+    return plan

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import TileError
-from ..planner.layout import MAX_ITEMS_PER_THREAD
+from ..planner.layout import REGISTER_ITEMS
 from . import launcher
 from .kernel import CompiledKernel, Signature
 
@@ -71,7 +71,7 @@ def select(jit: Any, sig: Signature, device: Any) -> CompiledKernel:
     largest = max((t.size for t in default.plan.tiles.values()), default=1)
     measured, kernels = [first], {first.block_threads: default}
     for threads in CANDIDATES:
-        if threads == first.block_threads or -(-largest // threads) > MAX_ITEMS_PER_THREAD:
+        if threads == first.block_threads or -(-largest // threads) > REGISTER_ITEMS:
             continue
         if threads > max(32, -(-largest // 32) * 32):
             continue

@@ -89,7 +89,7 @@ def compile_kernel(fn: Callable, sig: Signature, cache: DiskCache | None = None)
     shims = shim_stage(program, layouts)
     try:
         needs = storage_stage(shims, sig.arch, cache)
-        plan = finish_plan(program, layouts, needs)
+        plan = finish_plan(program, layouts, needs, sig.arch)
         bodies = body_stage(program, plan, shims)
 
         def ltoirs() -> list[tuple[str, bytes]]:

@@ -74,21 +74,16 @@ def load(kernel: CompiledKernel, device_id: int) -> Any:
 def opt_in_dynamic_shared_memory(kernel: CompiledKernel, compiled: Any, device_id: int) -> None:
     """Pre-launch hook every kernel gets: above the 48 KiB static limit, opt the function into
     its dynamic shared memory (and the largest shared-memory carveout), up to the device's
-    opt-in maximum; past it, a SharedMemoryError naming the collectives that need the memory."""
+    opt-in maximum; past it, a SharedMemoryError naming the tiles and collectives that need it."""
     shared = kernel.shared_bytes
     if shared <= STATIC_SHARED_LIMIT:
         return
     limit = max_shared_optin(device_id)
     if shared > limit:
-        regions = sorted(kernel.plan.carve.regions.values(), key=lambda r: -r.size)
-        users = ", ".join(
-            f"{kernel.plan.collectives[r.cid].op} ({kernel.plan.collectives[r.cid].primitive}, line "
-            f"{kernel.plan.collectives[r.cid].line}): {r.size} bytes"
-            for r in regions[:4]
-        )
         raise SharedMemoryError(
             f"{kernel.program.name} needs {shared} bytes of shared memory per block, more than this device's "
-            f"limit of {limit}; largest users: {users}. Use smaller tiles or fewer threads per block"
+            f"limit of {limit}; largest users: {kernel.plan.largest_users()}. Use smaller tiles or fewer threads "
+            "per block"
         )
     from cuda.bindings import driver
 

@@ -130,6 +130,7 @@ def numba_compile(source: str, function: str, abi_name: str, shims, param_types:
         "math": __import__("math"),
         "cuda": cuda,
         "ptr": _data_pointer(intrinsic, types),
+        "shared_tile": _shared_tile(intrinsic, types),
     }
     for decl in shims:
         sig = nb_type(decl.restype)(*(nb_type(a) for a in decl.argtypes))
@@ -167,6 +168,29 @@ def _data_pointer(intrinsic, types):
         return sig, codegen
 
     return ptr
+
+
+@functools.cache
+def _shared_tile(intrinsic, types):
+    from numba.cuda.np.arrayobj import populate_array
+
+    @intrinsic
+    def shared_tile(typingctx, smem, offset, count, dtype):
+        """A thread's items of a tile kept in shared memory: `count` elements of `dtype` at byte
+        `offset` of the shared buffer, as an array the body indexes like a local one."""
+        item = dtype.dtype
+        array = types.Array(item, 1, "C")
+
+        def codegen(context, builder, signature, args):
+            data = builder.bitcast(builder.gep(args[0], [args[1]]), context.get_value_type(types.CPointer(item)))
+            view = context.make_array(array)(context, builder)
+            size = context.get_constant(types.intp, context.get_abi_sizeof(context.get_data_type(item)))
+            populate_array(view, data=data, shape=[args[2]], strides=[size], itemsize=size, meminfo=None)
+            return view._getvalue()
+
+        return array(smem, offset, count, dtype), codegen
+
+    return shared_tile
 
 
 def link(ltoirs: list[tuple[str, bytes]], arch: str, output: str = "cubin") -> bytes:
