@@ -1,8 +1,11 @@
 """`tile.run_length_decode`: values repeated by their lengths into a tile of a fixed size, and the
-full decoded count (cub::BlockRunLengthDecode, one window from offset 0).
+full decoded count.
 
 Runs and decoded items are blocked. A partial tile's padding runs get length 0; negative
 lengths count as 0; decoded offsets are 64-bit, so `total` is exact however long the runs.
+The run ends are a `cub::BlockScan` inclusive sum; each thread then finds the run of its first
+item by binary search and walks forward. (`cub::BlockRunLengthDecode` steps one run per decoded
+item, so a run of length 0 would put its value into the output.)
 """
 
 from __future__ import annotations
@@ -63,30 +66,37 @@ class RunLengthDecode(TileOp):
         ctx.join_blocked([s.out])
 
     def choose(self, s: TileRunLengthDecode, ctx):
-        return ctx.choice(s, "run_length_decode", "BlockRunLengthDecode", "RunLengthDecode")
+        return ctx.choice(s, "run_length_decode", "BlockScan", "BLOCK_SCAN_WARP_SCANS, search")
 
     def lower(self, s: TileRunLengthDecode, w) -> ShimCall:
         call = ShimCall(
             f"coop_run_length_decode_{s.cid}",
             (TileArg(s.values, "in0"), TileArg(s.lengths, "in1"), TileArg(s.out, "out0"), OutArg(s.total, "total")),
         )
-        w.include("cub/block/block_run_length_decode.cuh")
         runs, decoded = w.layout(s.values).items_per_thread, w.layout(s.out).items_per_thread
+        block_runs = runs * w.threads
         t = cxx_name(s.values.type.dtype)
-        cub_type = f"cub::BlockRunLengthDecode<{t}, {w.threads}, {runs}, {decoded}, unsigned long long>"
-        code = w.storage(s.cid, cub_type)
+        cub_type = f"cub::BlockScan<unsigned long long, {w.threads}>"
+        code = w.storage(s.cid, cub_type, f"{t} values[{block_runs}]; unsigned long long ends[{block_runs}]; ")
         body = w.storage_ref(s.cid) + w.items_ref("x", "in0", s.values, runs) + w.items_ref("n", "in1", s.lengths, runs)
         body += w.items_ref("y", "out0", s.out, decoded)
-        body += f"  {t} v[{runs}];\n  unsigned long long len[{runs}];\n"
         body += (
-            f"  for (int i = 0; i < {runs}; ++i) {{ v[i] = x[i]; "
-            f"len[i] = ({w.element_index(s.values)} < {s.values.type.size} && n[i] > 0) ? "
-            "(unsigned long long)n[i] : 0ull; }\n"
+            f"  unsigned long long len[{runs}];\n"
+            f"  for (int i = 0; i < {runs}; ++i) len[i] = ({w.element_index(s.values)} < {s.values.type.size} "
+            "&& n[i] > 0) ? (unsigned long long)n[i] : 0ull;\n"
+            "  unsigned long long all;\n"
+            f"  {cub_type}(s.temp).InclusiveSum(len, len, all);\n"
+            f"  for (int i = 0; i < {runs}; ++i) {{ const int r = {w.element_index(s.values)}; "
+            "s.values[r] = x[i]; s.ends[r] = len[i]; }\n"
+            "  __syncthreads();\n"
+            f"  unsigned long long j = (unsigned long long)threadIdx.x * {decoded};\n"
+            f"  int lo = 0, hi = {block_runs};  // the first run ending after item j\n"
+            "  while (lo < hi) { const int mid = (lo + hi) / 2; if (s.ends[mid] > j) hi = mid; else lo = mid + 1; }\n"
+            f"  int r = lo < {block_runs} ? lo : {block_runs - 1};\n"
+            f"  for (int i = 0; i < {decoded}; ++i, ++j) {{\n"
+            f"    while (r < {block_runs - 1} && s.ends[r] <= j) ++r;  // skips runs of length 0\n"
+            "    y[i] = s.values[r];\n  }\n"
+            "  *total = (cuda::std::int64_t)all;\n"
         )
-        body += "  unsigned long long decoded_size;\n"
-        body += f"  {cub_type} rld(s.temp, v, len, decoded_size);\n"
-        body += f"  {t} d[{decoded}];\n  rld.RunLengthDecode(d, 0ull);\n"
-        body += f"  for (int i = 0; i < {decoded}; ++i) y[i] = d[i];\n"
-        body += "  *total = (cuda::std::int64_t)decoded_size;\n"
         w.define(call, code, body)
         return call
