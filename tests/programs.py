@@ -1006,6 +1006,28 @@ def ref_large_tile(x, y, totals, n, TILE):
     return [y, totals]
 
 
+@ct.jit
+def tiles_across_scans(x, y, n, TILE: ct.constexpr):
+    """Tiles alive across two scans, more than a thread's registers: some go to shared memory."""
+    a = tile.load(x, 0, TILE, valid=n, other=0)
+    b = tile.load(x, TILE, TILE, valid=n - TILE, other=0)
+    c = tile.load(x, 2 * TILE, TILE, valid=n - 2 * TILE, other=0)
+    e = tile.scan(a)
+    f = tile.scan(e, op="max")
+    tile.store(y, 0, a + b * 3 + c * 5 + e + f, valid=n)
+
+
+def ref_tiles_across_scans(x, y, n, TILE):
+    parts = [np.zeros(TILE, x.dtype) for _ in range(3)]
+    for k in range(3):
+        chunk = x[k * TILE : min(n, (k + 1) * TILE)]
+        parts[k][: len(chunk)] = chunk
+    a, b, c = parts
+    e = np.cumsum(a, dtype=x.dtype)
+    y[: min(n, TILE)] = (a + b * 3 + c * 5 + e + np.maximum.accumulate(e))[: min(n, TILE)]
+    return [y]
+
+
 def storage_cases(rng: np.random.Generator) -> list[Case]:
     """Large tiles: 40 items per thread at 1024 threads (shared memory on sm_90), and 64 (local)."""
     cases = []
@@ -1016,6 +1038,9 @@ def storage_cases(rng: np.random.Generator) -> list[Case]:
         cases.append(
             Case(f"large_tile[{tile_size}]", large_tile, args, {"TILE": tile_size}, grid, [1, 2], ref_large_tile)
         )
+    n = 3 * 8192 - 5  # 32 items per thread at 256 threads: four such tiles exceed 128 registers
+    args = [_rand(rng, n, np.int32, -1000, 1000), np.zeros(8192, np.int32), n]
+    cases.append(Case("tiles_across_scans", tiles_across_scans, args, {"TILE": 8192}, 1, [1], ref_tiles_across_scans))
     return cases
 
 
