@@ -20,13 +20,20 @@ from coop_tiles import tile
 
 
 # ----- what the printed lines must be, built from NumPy ------------------------------------------
+def c_format_g(value: float) -> str:
+    """C's printf("%g"), from the C library: what CUDA's printf prints."""
+    buffer = ctypes.create_string_buffer(64)
+    ctypes.CDLL(None).snprintf(buffer, 64, b"%g", ctypes.c_double(value))
+    return buffer.value.decode()
+
+
 def ref_item(value, dtype) -> str:
     if dtype == np.bool_:
         return "True" if value else "False"
     if dtype.kind in "iu":
-        return "%d" % int(value)
+        return str(int(value))
     value = float(np.float64(value))
-    return "nan" if np.isnan(value) else "%g" % value
+    return "nan" if np.isnan(value) else c_format_g(value)
 
 
 def ref_line(pid: int, prefix: str, *values) -> str:
@@ -286,21 +293,25 @@ def test_gpu_failed_assert_fails_the_debug_launch():
     """In a separate process: a failed device assertion leaves the CUDA context unusable."""
     pytest.importorskip("cupy")
     script = textwrap.dedent(
-        """
-        import cupy as cp, coop_tiles as ct
+        """\
+        import ctypes, cupy as cp, coop_tiles as ct
         from test_debugging import with_asserts
         x = cp.arange(40, dtype=cp.float32)
         x[35] = -1
         y = cp.zeros_like(x)
         try:
-            ct.jit(with_asserts, debug=True)[3](x, y, 40, T=16)
+            ct.jit(with_asserts, debug=True)[3](x, y, 40, T=16)  # LAUNCH
         except ct.TileAssertionError as e:
             print("raised", type(e).__name__, e.loc.line, flush=True)
+        ctypes.CDLL(None).fflush(None)
         """
     )
+    launch_line = next(i for i, text in enumerate(script.splitlines(), 1) if "# LAUNCH" in text)
     root = Path(__file__).resolve().parent
     done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300)
+    output = done.stdout + done.stderr
     line = with_asserts.__code__.co_firstlineno + 3
-    assert f"{__file__}:{line}: with_asserts: block: [2,0,0]" in done.stdout, done.stdout + done.stderr[-3000:]
-    assert "Assertion `t is negative` failed" in done.stdout, done.stdout
-    assert "raised TileAssertionError 7" in done.stdout, done.stdout + done.stderr[-3000:]
+    assert (
+        f"{__file__}:{line}: with_asserts: block: [2,0,0], thread: [0,0,0] Assertion `t is negative` failed." in output
+    )
+    assert f"raised TileAssertionError {launch_line}" in done.stdout, output[-3000:]

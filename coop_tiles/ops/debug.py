@@ -39,7 +39,7 @@ SCALAR_DTYPES = {
     "u": np.dtype(np.uint64),
     "f": np.dtype(np.float64),
 }
-#: per kind, the printf conversion and the C++ expression it prints of a value `x`
+#: per kind, the printf conversion and the C++ expression it prints (of the value in `{}`)
 PRINTF = {
     "b": ("%s", '({} ? "True" : "False")'),
     "i": ("%lld", "(long long)({})"),
