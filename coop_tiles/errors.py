@@ -89,5 +89,9 @@ class SharedMemoryError(TileError):
     """The kernel's TempStorage plan needs more shared memory than the device allows."""
 
 
+class TileAssertionError(TileError):
+    """A `ct.device_assert` whose condition does not hold (in the interpreter, or a debug launch)."""
+
+
 class CompileError(TileError):
     """A backend (NVRTC, Numba, nvJitLink) rejected generated code; the raw log is attached."""

@@ -16,6 +16,7 @@ from .lang import interpreter
 from .lang.frontend import build_program
 from .lang.source import parse_function
 from .lang.types import ArrayType, ScalarType
+from .ops.debug import check_debug_launch
 from .planner.layout import choose_block_threads
 from .runtime import arguments, blockdims, launcher
 from .runtime.cache import DiskCache
@@ -49,8 +50,8 @@ def located_at_caller(e: TileError) -> TileError:
     return e.with_traceback(None)
 
 
-def _interpret_env() -> bool:
-    return os.environ.get("COOP_TILES_INTERPRET", "").strip().lower() not in ("", "0", "false", "no")
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
 
 
 class JITFunction(KernelBase):
@@ -58,10 +59,20 @@ class JITFunction(KernelBase):
 
     ``kernel[grid]`` comes from `KernelBase`: the C launch path when it was built, else Python."""
 
-    def __init__(self, fn: Callable, *, block_threads: int | None = None, interpret: bool | None = None):
+    def __init__(
+        self,
+        fn: Callable,
+        *,
+        block_threads: int | None = None,
+        interpret: bool | None = None,
+        debug: bool | None = None,
+    ):
         self.fn = fn
         self.block_threads = block_threads
         self.interpret = interpret
+        self.debug = debug
+        self._debug: bool | None = None  # `debug`, or COOP_TILES_DEBUG read at the first compile or launch
+        self._static_printed: set[tuple] = set()  # specialisations whose ct.static_print lines were shown
         self.parsed = parse_function(fn)
         self._kernels: dict[tuple, launcher.PreparedLaunch] = {}
         self._programs: dict[tuple, Any] = {}  # typed IR per signature, for the interpreter
@@ -119,7 +130,7 @@ class JITFunction(KernelBase):
         names = [p for p in self.parsed.params if p not in self.parsed.constexprs]
         types = tuple((n, arguments.arg_type(v, n)) for n, v in zip(names, runtime))
         self._check_constexprs(constexprs)
-        return Signature(types, tuple(sorted(constexprs.items())), self.block_threads, arch)
+        return Signature(types, tuple(sorted(constexprs.items())), self.block_threads, arch, self._debugging())
 
     # ----- compiling -----------------------------------------------------------------------------
     def compile(self, *args: Any, arch: str | None = None, **kwargs: Any) -> CompiledKernel:
@@ -135,7 +146,7 @@ class JITFunction(KernelBase):
             if arch is None:
                 arch = launcher.device_arch(launcher.current_device().device_id)
             self._check_constexprs(constexprs)
-            sig = Signature(types, tuple(sorted(constexprs.items())), self.block_threads, arch)
+            sig = Signature(types, tuple(sorted(constexprs.items())), self.block_threads, arch, self._debugging())
             return self._compile(sig)
         except TileError as e:
             raise located_at_caller(e) from None
@@ -150,11 +161,27 @@ class JITFunction(KernelBase):
     def _compile(self, sig: Signature) -> CompiledKernel:
         if self._cache is None:
             self._cache = DiskCache()
-        kernel = compile_kernel(self.fn, sig, self._cache)
+        kernel = compile_kernel(
+            self.fn, sig, self._cache, lambda program: self._show_static_prints((sig.params, sig.constexprs), program)
+        )
         kernel.add_pre_launch_hook(launcher.opt_in_dynamic_shared_memory)
         for hook in self._hooks:
             kernel.add_pre_launch_hook(hook)
         return kernel
+
+    def _debugging(self) -> bool:
+        """Whether compiled kernels check `ct.device_assert` (and launches synchronise to report it)."""
+        if self._debug is None:
+            self._debug = self.debug if self.debug is not None else _env_flag("COOP_TILES_DEBUG")
+        return self._debug
+
+    def _show_static_prints(self, key: tuple, program: Any) -> None:
+        """Print the program's `ct.static_print` lines, once per specialisation (argument types and
+        constexprs): the front end runs again for other block sizes, archs and `.compile()` calls."""
+        if key not in self._static_printed:
+            self._static_printed.add(key)
+            for line in program.static_prints:
+                print(line)
 
     def add_pre_launch_hook(self, hook: Callable[[CompiledKernel, Any, int], None]) -> None:
         """Run `hook(kernel, function, device_id)` once per compiled kernel and device, before its
@@ -167,16 +194,11 @@ class JITFunction(KernelBase):
         """Launch (or interpret) the program over `grid`; what ``kernel[grid, stream](...)`` calls."""
         try:
             if self._interpreting is None:  # COOP_TILES_INTERPRET is read at a kernel's first launch
-                self._interpreting = self.interpret if self.interpret is not None else _interpret_env()
+                self._interpreting = self.interpret if self.interpret is not None else _env_flag("COOP_TILES_INTERPRET")
             if self._interpreting:
                 self._interpret(grid, args, kwargs)
                 return
-            if self._fast is None or (not self._fast_knows_cupy and "cupy" in sys.modules):
-                # (again once CuPy is imported: the fast paths read CuPy arrays inline)
-                self._fast_knows_cupy = "cupy" in sys.modules
-                self._fast = make_fast_path(self._runtime_names, self._constexpr_names, _classify)
-                enable_c_launch(self)
-            if self._fast(self, grid, stream, args, kwargs):
+            if not self._debugging() and self._launch_fast(grid, stream, args, kwargs):
                 return
             if len(args) == self._n_runtime and kwargs.keys() == self._constexpr_set:
                 runtime, constexprs = args, kwargs  # the common call: runtime positional, constexprs by name
@@ -186,6 +208,16 @@ class JITFunction(KernelBase):
             self._launch(grid3, stream, runtime, constexprs)
         except TileError as e:
             raise located_at_caller(e) from None
+
+    def _launch_fast(self, grid: Any, stream: Any, args: tuple, kwargs: dict) -> bool:
+        """Launch through the fast paths (the C one when built) if the call is a common one.
+        Debug launches take the general path, which synchronises after each launch."""
+        if self._fast is None or (not self._fast_knows_cupy and "cupy" in sys.modules):
+            # (again once CuPy is imported: the fast paths read CuPy arrays inline)
+            self._fast_knows_cupy = "cupy" in sys.modules
+            self._fast = make_fast_path(self._runtime_names, self._constexpr_names, _classify)
+            enable_c_launch(self)
+        return self._fast(self, grid, stream, args, kwargs)
 
     def _interpret(self, grid: Any, args: tuple, kwargs: dict) -> None:
         """Run the program's typed IR with NumPy, one program instance at a time."""
@@ -202,6 +234,7 @@ class JITFunction(KernelBase):
         program = self._programs.get(key)
         if program is None:
             program = build_program(self.fn, dict(types), constexprs)
+            self._show_static_prints(key, program)
             choose_block_threads(program, self.block_threads)  # the compiler's checks of block and tile size
             self._programs[key] = program
         interpreter.run(program, launcher.normalize_grid(grid, constexprs), list(runtime))
@@ -220,7 +253,10 @@ class JITFunction(KernelBase):
         if prepared is None:
             prepared = self._kernels[key] = self._prepare(runtime, constexprs)
         if grid[0] and grid[1] and grid[2]:
-            prepared.launch(grid[0], grid[1], grid[2], launcher.stream_handle(stream, libraries), *values)
+            handle = launcher.stream_handle(stream, libraries)
+            prepared.launch(grid[0], grid[1], grid[2], handle, *values)
+            if self._debugging():
+                check_debug_launch(handle, prepared.kernel.program.name)
 
     def _prepare(self, runtime: Any, constexprs: dict) -> launcher.PreparedLaunch:
         """Compile (or fetch) and load the kernel of a new signature, and prepare its launches."""
@@ -319,13 +355,19 @@ def host_arg_type(value: Any, name: str) -> ArrayType | ScalarType:
 
 
 def jit(
-    fn: Callable | None = None, *, block_threads: int | None = None, interpret: bool | None = None
+    fn: Callable | None = None,
+    *,
+    block_threads: int | None = None,
+    interpret: bool | None = None,
+    debug: bool | None = None,
 ) -> JITFunction | Callable[[Callable], JITFunction]:
     """Make a tile program: ``@ct.jit`` or ``@ct.jit(block_threads=256)``.
 
     `block_threads=None` lets the runtime choose threads per block; `interpret=True` (or
-    ``COOP_TILES_INTERPRET=1``) runs the program with NumPy on the CPU.
+    ``COOP_TILES_INTERPRET=1``) runs the program with NumPy on the CPU; `debug=True` (or
+    ``COOP_TILES_DEBUG=1``) makes compiled kernels check `ct.device_assert`, and each launch
+    wait for the kernel to report a failed one.
     """
     if fn is None:
-        return lambda f: JITFunction(f, block_threads=block_threads, interpret=interpret)
-    return JITFunction(fn, block_threads=block_threads, interpret=interpret)
+        return lambda f: JITFunction(f, block_threads=block_threads, interpret=interpret, debug=debug)
+    return JITFunction(fn, block_threads=block_threads, interpret=interpret, debug=debug)

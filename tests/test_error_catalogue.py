@@ -877,6 +877,60 @@ GRID_SHAPE = "grid must be an int or a tuple of 1 to 3 ints (or a callable retur
 NOT_A_NUMBER = "argument 'n' must be an array or a number, got "
 NOT_CHECKED_BY_INTERPRETER = "the interpreter does not plan the block, so it accepts what the compiler rejects"
 
+
+# ================================================================================================
+# Debugging: print, breakpoint, ct.device_print, ct.device_assert
+# ================================================================================================
+def calls_breakpoint(x, n, T: ct.constexpr):
+    breakpoint()  # HERE
+
+
+def device_print_without_prefix(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    ct.device_print(t)  # HERE
+
+
+def device_print_runtime_prefix(x, n, T: ct.constexpr):
+    ct.device_print(n, n)  # HERE
+
+
+def device_print_array(x, n, T: ct.constexpr):
+    ct.device_print("x =", x)  # HERE
+
+
+def device_print_dtype(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    ct.device_print("dtype", t.dtype)  # HERE
+
+
+@ct.combine
+def prints_in_combine(a, b):
+    ct.device_print("a", a)  # HERE
+    return a + b
+
+
+def device_print_in_combine(x, n, T: ct.constexpr):
+    tile.store(x, 0, tile.scan(tile.load(x, 0, T), op=prints_in_combine))
+
+
+def device_assert_float_tile(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    ct.device_assert(t, "t must be nonzero")  # HERE
+
+
+def device_assert_array(x, n, T: ct.constexpr):
+    ct.device_assert(x, "x is empty")  # HERE
+
+
+def device_assert_runtime_message(x, n, T: ct.constexpr):
+    ct.device_assert(n > 0, n)  # HERE
+
+
+def device_assert_fails(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    ct.device_assert(t >= ct.program_id(0), "t is below the program id")  # HERE
+
+
 # ================================================================================================
 # The catalogue
 # ================================================================================================
@@ -892,7 +946,12 @@ CATALOGUE: list[Mistake] = [
     Mistake("del", uses_del, SYNTAX, f"`Delete` statements {NOT_SUPPORTED}"),
     Mistake("global", uses_global, SYNTAX, f"`Global` statements {NOT_SUPPORTED}"),
     Mistake("nonlocal", make_nonlocal_program(), SYNTAX, f"`Nonlocal` statements {NOT_SUPPORTED}"),
-    Mistake("assert", uses_assert, SYNTAX, f"`Assert` statements {NOT_SUPPORTED}"),
+    Mistake(
+        "assert",
+        uses_assert,
+        SYNTAX,
+        "`assert` is not supported in tile programs; check a condition with ct.device_assert(cond, msg)",
+    ),
     Mistake("raise", uses_raise, SYNTAX, f"`Raise` statements {NOT_SUPPORTED}"),
     Mistake("import", imports_inside, SYNTAX, f"`Import` statements {NOT_SUPPORTED}"),
     Mistake("class_def", defines_class, SYNTAX, f"`ClassDef` statements {NOT_SUPPORTED}"),
@@ -962,7 +1021,13 @@ CATALOGUE: list[Mistake] = [
     Mistake(
         "kernel_call", calls_a_kernel, SYNTAX, "<coop_tiles kernel jitted_helper> can't be called in a tile program"
     ),
-    Mistake("print_call", calls_print, SYNTAX, "'print' can't be called in a tile program"),
+    Mistake(
+        "print_call",
+        calls_print,
+        SYNTAX,
+        "print() can't run inside a tile program: use ct.static_print(...) to print types, constexprs and tile "
+        "sizes at compile time, or ct.device_print(prefix, ...) to print values as the program runs",
+    ),
     Mistake("len_call", calls_len, SYNTAX, "'len' can't be called in a tile program"),
     Mistake("call_a_scalar", calls_a_scalar, TYPE, "only functions can be called, not int64 (python scalar)"),
     Mistake("unknown_keyword", unknown_keyword, TYPE, "bad call of load: got an unexpected keyword argument 'mask'"),
@@ -1420,6 +1485,75 @@ CATALOGUE: list[Mistake] = [
         TYPE,
         "tile.adjacent_difference of a bool tile is not defined; use tile.flag_heads",
         args=(B, 16),
+    ),
+    # --- debugging ------------------------------------------------------------------------------
+    Mistake(
+        "breakpoint_call",
+        calls_breakpoint,
+        SYNTAX,
+        "breakpoint() can't stop a tile program (the interpreter runs its typed IR, not the Python function): "
+        "print values with ct.device_print(prefix, ...) or ct.static_print(...), or check them with "
+        "ct.device_assert(cond, msg)",
+    ),
+    Mistake(
+        "device_print_without_prefix",
+        device_print_without_prefix,
+        TYPE,
+        'ct.device_print takes a string prefix, then the values to print (ct.device_print("x =", x)); '
+        "got tile<float32, 8> as the prefix",
+    ),
+    Mistake(
+        "device_print_runtime_prefix",
+        device_print_runtime_prefix,
+        TYPE,
+        'ct.device_print takes a string prefix, then the values to print (ct.device_print("x =", x)); '
+        "got int64 (python scalar) as the prefix",
+    ),
+    Mistake(
+        "device_print_array",
+        device_print_array,
+        TYPE,
+        "ct.device_print prints scalars and tiles, not arrays; load a tile (tile.load) or read an element",
+    ),
+    Mistake(
+        "device_print_dtype",
+        device_print_dtype,
+        TYPE,
+        "ct.device_print prints runtime values (scalars and tiles); print dtype('float32') with ct.static_print",
+    ),
+    Mistake(
+        "device_print_in_combine",
+        device_print_in_combine,
+        SYNTAX,
+        COMBINE_ONLY_SCALARS + "tile ops can't be used in them (use ct.where for choices)",
+        at=prints_in_combine,
+    ),
+    Mistake(
+        "device_assert_float_tile",
+        device_assert_float_tile,
+        TYPE,
+        "the condition of ct.device_assert must be a bool tile (every element must hold) or a scalar, "
+        "got tile<float32, 8>; compare it (t > 0)",
+    ),
+    Mistake(
+        "device_assert_array",
+        device_assert_array,
+        TYPE,
+        "the condition of ct.device_assert must be a bool tile or a scalar, got array<float32, 1d>",
+    ),
+    Mistake(
+        "device_assert_runtime_message",
+        device_assert_runtime_message,
+        TYPE,
+        "the message of ct.device_assert must be a string, got int64 (python scalar)",
+    ),
+    Mistake(
+        "device_assert_fails",
+        device_assert_fails,
+        ct.TileAssertionError,
+        "assertion failed in program (1, 0, 0): t is below the program id",
+        grid=2,
+        modes=(INTERPRET,),
     ),
 ]
 

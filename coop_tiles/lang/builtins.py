@@ -97,6 +97,26 @@ def where(cond: Any, a: Any, b: Any) -> Any:
     """Element-wise ``a if cond else b``: ``ct.where(t > 0, t, 0)``."""
 
 
+@stub
+def static_print(*values: Any) -> None:
+    """Print at compile time, once per specialisation: constants as Python prints them, runtime
+    values as their types (``ct.static_print("t is", t, "TILE =", TILE)`` prints
+    ``t is tile<float32, 1024> TILE = 1024``)."""
+
+
+@stub
+def device_print(prefix: str, *values: Any) -> None:
+    """Print scalars and every element of tiles as the program runs, one line per program:
+    ``ct.device_print("t =", t)`` prints ``pid (0, 0, 0) t = [1 2 3]`` (the same in the interpreter)."""
+
+
+@stub
+def device_assert(cond: Any, msg: str = "") -> None:
+    """Check a block-uniform condition, or that every element of a bool tile holds:
+    ``ct.device_assert(t >= 0, "negative input")``. The interpreter always checks it; compiled
+    kernels only with ``@ct.jit(debug=True)`` or ``COOP_TILES_DEBUG=1`` (otherwise it costs nothing)."""
+
+
 #: the public element-wise functions, by their op name in `coop_tiles.ops.elementwise`
 ELEMENTWISE_FUNCTIONS = {
     f.__name__: f for f in (exp, exp2, log, log1p, sqrt, abs, sin, cos, sigmoid, softplus, minimum, maximum, where)

@@ -66,6 +66,14 @@ CMPOPS: dict[type, str] = {
     ast.NotEq: "ne",
 }
 UNARYOPS: dict[type, str] = {ast.USub: "neg", ast.UAdd: "pos", ast.Invert: "invert"}
+#: Python's own debugging calls, which can't run inside a program, and what to use instead.
+PYTHON_DEBUGGING: dict[Callable, str] = {
+    py.print: "print() can't run inside a tile program: use ct.static_print(...) to print types, constexprs and "
+    "tile sizes at compile time, or ct.device_print(prefix, ...) to print values as the program runs",
+    py.breakpoint: "breakpoint() can't stop a tile program (the interpreter runs its typed IR, not the Python "
+    "function): print values with ct.device_print(prefix, ...) or ct.static_print(...), or check them with "
+    "ct.device_assert(cond, msg)",
+}
 MAX_FIXPOINT_ROUNDS = 8
 MAX_INLINE_DEPTH = 16
 
@@ -87,6 +95,7 @@ class Builder:
         self.returned: Any = None
         self.returned_at: ast.AST | None = None  # the `return` that gave `returned`
         self.current: ast.AST | None = None  # the node being handled, for statement locations
+        self.static_prints: list[str] = []  # lines of ct.static_print, printed once per specialisation
 
     # ----- bookkeeping -------------------------------------------------------------------
     def temp(self, t: ValueType) -> ir.Var:
@@ -537,6 +546,12 @@ def _stmt_while(b: Builder, s: ast.While) -> None:
     b.emit(ir.While(cond_body, cond, body), s)
 
 
+def _stmt_assert(b: Builder, s: ast.Assert) -> None:
+    raise TileSyntaxError(
+        "`assert` is not supported in tile programs; check a condition with ct.device_assert(cond, msg)"
+    )
+
+
 def _stmt_unsupported_jump(b: Builder, s: ast.stmt) -> None:
     raise TileSyntaxError(
         f"`{type(s).__name__.lower()}` is not supported in tile programs; restructure the loop with a condition"
@@ -553,6 +568,7 @@ STMT_HANDLERS: dict[type, Callable] = {
     ast.If: _stmt_if,
     ast.For: _stmt_for,
     ast.While: _stmt_while,
+    ast.Assert: _stmt_assert,
     ast.Break: _stmt_unsupported_jump,
     ast.Continue: _stmt_unsupported_jump,
 }
@@ -670,6 +686,8 @@ def _expr_call(b: Builder, e: ast.Call) -> Any:
     target = func.value
     if target in (py.min, py.max, py.abs):
         return _python_builtin(b, target, args, kwargs)
+    if target in PYTHON_DEBUGGING:
+        raise TileSyntaxError(PYTHON_DEBUGGING[target])
     op = BY_PUBLIC.get(target) if _hashable(target) else None
     if op is not None:
         return op.build(b, bind_call(target, args, kwargs), target)
@@ -866,7 +884,9 @@ def build_program(
                 b.scope[name] = var
 
     b = _settle(parsed, start)
-    return ir.Program(parsed.tree.name, list(params), b.stmts, parsed.source_hash, b.program.combines)
+    return ir.Program(
+        parsed.tree.name, list(params), b.stmts, parsed.source_hash, b.program.combines, tuple(b.static_prints)
+    )
 
 
 def build_combine(
@@ -905,6 +925,7 @@ def build_combine(
         if call_site is not None:
             e.add_call_site(call_site)
         raise
+    outer.static_prints += b.static_prints
     returned = b.returned if isinstance(b.returned, tuple) else (b.returned,)
     result_dtypes = (np.dtype(np.bool_),) if compare else dtypes
     at = b.returned_at or parsed.tree

@@ -175,6 +175,8 @@ class Program:
     source_hash: str = ""
     #: the typed @ct.combine functions the program's scans and reductions use, by name.
     combines: dict[str, Combine] = field(default_factory=dict)
+    #: the lines `ct.static_print` calls printed while the front end built it, in program order
+    static_prints: tuple[str, ...] = ()
 
     def walk(self):
         """Every statement, depth first, in program order."""

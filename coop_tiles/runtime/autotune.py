@@ -150,8 +150,9 @@ class Autotuner:
         if block_threads not in self._variants:
             from ..jit import JITFunction
 
-            variant = JITFunction(self.kernel.fn, block_threads=block_threads, interpret=False)
+            variant = JITFunction(self.kernel.fn, block_threads=block_threads, interpret=False, debug=self.kernel.debug)
             variant._hooks = list(self.kernel._hooks)
+            variant._static_printed = self.kernel._static_printed  # one specialisation's prints, once
             self._variants[block_threads] = variant
         return self._variants[block_threads]
 

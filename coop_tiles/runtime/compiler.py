@@ -14,6 +14,7 @@ from ..errors import CompileError
 from ..lang import ir
 from ..lang.frontend import build_program
 from ..lang.source import parse_function
+from ..ops.debug import drop_device_asserts
 from ..ops.histogram import accumulate_in_shared_memory
 from ..planner import LayoutPlan, Plan, StorageNeed, finish_plan, plan_layouts
 from . import toolchain
@@ -25,10 +26,13 @@ def build_stage(fn: Callable, sig: Signature) -> ir.Program:
     return build_program(fn, dict(sig.params), dict(sig.constexprs))
 
 
-def rewrite_stage(program: ir.Program) -> ir.Program:
+def rewrite_stage(program: ir.Program, debug: bool = False) -> ir.Program:
     """Rewrites of the typed IR for the GPU that keep its meaning (the interpreter runs it as
-    built): histogram counts accumulated in shared memory through a loop."""
+    built): histogram counts accumulated in shared memory through a loop; without `debug`,
+    `ct.device_assert` is not checked."""
     accumulate_in_shared_memory(program)
+    if not debug:
+        drop_device_asserts(program.body)
     return program
 
 
@@ -77,14 +81,24 @@ def shim_ltoir(shims: ShimSource, arch: str, cache: DiskCache) -> bytes:
     return blob
 
 
-def compile_kernel(fn: Callable, sig: Signature, cache: DiskCache | None = None) -> CompiledKernel:
+def compile_kernel(
+    fn: Callable,
+    sig: Signature,
+    cache: DiskCache | None = None,
+    on_built: Callable[[ir.Program], None] | None = None,
+) -> CompiledKernel:
     """Run every stage for `sig`; the cubin comes from the disk cache when the sources match.
+    `on_built(program)` runs as soon as the front end has built the program (its
+    `ct.static_print` lines are then shown even if a later stage fails).
 
     Mistakes in the program are located at its lines by the front end; the planner's errors
     (block size, tile too large) are left for the caller to locate at the launch."""
     cache = cache if cache is not None else DiskCache()
     parsed = parse_function(fn)
-    program = rewrite_stage(build_stage(fn, sig))
+    program = build_stage(fn, sig)
+    if on_built is not None:
+        on_built(program)
+    program = rewrite_stage(program, sig.debug)
     layouts = layout_stage(program, sig)
     shims = shim_stage(program, layouts)
     try:

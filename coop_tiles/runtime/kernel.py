@@ -15,12 +15,14 @@ from . import toolchain
 
 @dataclass(frozen=True)
 class Signature:
-    """The specialisation key: argument types, constexpr values, block size setting and target arch."""
+    """The specialisation key: argument types, constexpr values, block size setting, target arch,
+    and whether `ct.device_assert` is checked (debugging)."""
 
     params: tuple[tuple[str, ArrayType | ScalarType], ...]
     constexprs: tuple[tuple[str, Any], ...]
     block_threads: int | None
     arch: str
+    debug: bool = False
 
 
 @dataclass
