@@ -180,8 +180,8 @@ def test_static_print_shows_before_a_later_stage_fails(capsys):
         tile.store(x, 0, t)
 
     with pytest.raises(ct.TileValueError, match="items per thread"):
-        too_large.compile(np.zeros(8, np.float32), T=40000, arch="sm_90")
-    assert capsys.readouterr().out == "T is 40000\n"
+        too_large.compile(np.zeros(8, np.float32), T=300000, arch="sm_90")
+    assert capsys.readouterr().out == "T is 300000\n"
 
 
 # ----- ct.device_assert --------------------------------------------------------------------------
