@@ -133,6 +133,12 @@ class JITFunction(KernelBase):
                 for n, v in zip(names, runtime)
             )
             if arch is None:
+                reason = launcher.no_gpu_reason()
+                if reason is not None:
+                    raise TileError(
+                        f"no CUDA GPU found ({reason}) to compile for; pass the target arch to compile without one: "
+                        f'{self.__name__}.compile(..., arch="sm_90")'
+                    )
                 arch = launcher.device_arch(launcher.current_device().device_id)
             self._check_constexprs(constexprs)
             sig = Signature(types, tuple(sorted(constexprs.items())), self.block_threads, arch)

@@ -1,5 +1,6 @@
 """Autotuning with the timer replaced (no GPU): choice, per-config cache, second process, damage."""
 
+import logging
 import os
 import subprocess
 import sys
@@ -75,14 +76,21 @@ def test_editing_the_config_list_keeps_timings_of_unchanged_configs():
     assert timer2.calls == [ct.Config(block_threads=256, TILE=1024)]
 
 
-def test_configs_that_fail_are_skipped_with_a_reason(capsys, monkeypatch):
-    monkeypatch.setenv("COOP_TILES_PRINT_AUTOTUNING", "1")
+def test_configs_that_fail_are_skipped_with_a_reason(caplog):
+    caplog.set_level(logging.INFO, logger="coop_tiles.autotune")
     timer = FakeTimer()
     bad = ct.Config(block_threads=100, TILE=512)
     assert choose(tuner([bad] + CONFIGS, timer)) == ct.Config(block_threads=128, TILE=512)
-    err = capsys.readouterr().err
-    assert "Config(block_threads=100, TILE=512): skipped (TileValueError: block_threads must be a multiple of 32" in err
-    assert "best: Config(block_threads=128, TILE=512)" in err
+    (record,) = caplog.records
+    assert record.getMessage().splitlines() == [
+        "autotuned add_one(n=1000) on Fake GPU (sm_90):",
+        "  Config(block_threads=100, TILE=512): skipped (TileValueError: block_threads must be a multiple of 32 "
+        "between 32 and 1024, got 100)",
+        "  Config(block_threads=64, TILE=512): 3.0000 ms",
+        "  Config(block_threads=128, TILE=512): 1.0000 ms",
+        "  Config(block_threads=128, TILE=1024): 2.0000 ms",
+        "  best: Config(block_threads=128, TILE=512)",
+    ]
     with pytest.raises(ct.TileError, match="no autotuning config of add_one could run"):
         choose(tuner([bad], FakeTimer()), n=77)
 
