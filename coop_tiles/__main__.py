@@ -163,8 +163,9 @@ def tune_list(args: argparse.Namespace) -> int:
         device = f"{v['device']} ({v['arch']})" if "device" in v else "?"
         ms = v.get("ms")
         result = f"{ms:.4f} ms" if ms is not None else f"skipped: {v.get('reason')}"
-        rows.append((v.get("kernel", "?"), key, device, v.get("config", "?"), result, age(now - e.last_used)))
-    rows.sort()
+        order = (v.get("kernel", "?"), key, device, ms if ms is not None else float("inf"))
+        rows.append((order, (*order[:3], v.get("config", "?"), result, age(now - e.last_used))))
+    rows = [row for _, row in sorted(rows)]  # fastest first within a kernel, key and device
     print(table(("kernel", "key", "device", "config", "time", "last used"), rows))
     if any(row[0] == "?" for row in rows):
         print("(? : tuned by a coop_tiles version that did not record it)")

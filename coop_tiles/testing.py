@@ -217,8 +217,9 @@ def assert_close(
     af, ef = a.astype(wide), e.astype(wide)
     with np.errstate(invalid="ignore", over="ignore"):
         diff = np.abs(af - ef)
-        within = diff <= atol + rtol * np.abs(ef)
-    if a.dtype.kind in "biu" and e.dtype.kind in "biu":  # integers: equal exactly (float64 rounds past 2**53)
+        within = (diff <= atol + rtol * np.abs(ef)) & np.isfinite(diff)  # an infinity is close only to itself
+    integers = a.dtype.kind in "biu" and e.dtype.kind in "biu"
+    if integers:  # equal exactly (float64 rounds past 2**53)
         close = (a == e) | (within if rtol or atol else False)
     else:
         close = (af == ef) | within  # equal infinities are close
@@ -226,6 +227,8 @@ def assert_close(
         close |= np.isnan(af) & np.isnan(ef)
     if close.all():
         return
+    if integers:  # the differences shown, exactly
+        diff = np.abs(a.astype(object) - e.astype(object)).astype(np.float64)
     raise AssertionError(_mismatch_message(a, e, diff, ~close, rtol, atol))
 
 
