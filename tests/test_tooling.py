@@ -125,18 +125,17 @@ def test_assert_close_needs_equal_shapes():
 # On a GPU: assert_close with CuPy and PyTorch arrays, do_bench
 # ================================================================================================
 def device_arrays(library: str):
-    """(to_device(np_array), synchronize) for CuPy or PyTorch; skips when it is not installed."""
+    """to_device(np_array) for CuPy or PyTorch; skips when it is not installed."""
     if library == "cupy":
-        cp = pytest.importorskip("cupy")
-        return cp.asarray, cp.cuda.runtime.deviceSynchronize
+        return pytest.importorskip("cupy").asarray
     torch = pytest.importorskip("torch")
-    return (lambda a: torch.from_numpy(a).cuda()), torch.cuda.synchronize
+    return lambda a: torch.from_numpy(a).cuda()
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("library", ["cupy", "torch"])
 def test_assert_close_takes_device_arrays(library):
-    to_device, _ = device_arrays(library)
+    to_device = device_arrays(library)
     x = np.linspace(0, 1, 1000, dtype=np.float32)
     ct.testing.assert_close(to_device(x), x)
     ct.testing.assert_close(x, to_device(x.astype(np.float64)))
@@ -159,7 +158,7 @@ def test_assert_close_takes_16_bit_torch_tensors():
 @pytest.mark.gpu
 @pytest.mark.parametrize("library", ["cupy", "torch"])
 def test_do_bench_times_on_the_gpu(library):
-    to_device, synchronize = device_arrays(library)
+    to_device = device_arrays(library)
     small, big = to_device(np.zeros(1 << 20, np.float32)), to_device(np.zeros(1 << 26, np.float32))
     small_out, big_out = small * 0, big * 0
 
@@ -177,7 +176,7 @@ def test_do_bench_times_on_the_gpu(library):
 @pytest.mark.gpu
 @pytest.mark.parametrize("library", ["cupy", "torch"])
 def test_do_bench_runs_setup_before_every_call_outside_the_timed_interval(library):
-    to_device, synchronize = device_arrays(library)
+    to_device = device_arrays(library)
     small, small_out = to_device(np.zeros(1 << 16, np.float32)), to_device(np.zeros(1 << 16, np.float32))
     big = to_device(np.zeros(1 << 28, np.float32))
     calls = {"fn": 0, "setup": 0}
