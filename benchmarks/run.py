@@ -1,8 +1,8 @@
 """coop_tiles benchmarks on the GPU; writes docs/benchmarks.md (never edit that file by hand).
 
-Every figure is a median over repetitions after warm-up, timed with CUDA events (kernels)
-or perf_counter over thousands of launches (host overhead), against a baseline timed in
-the same run: the device copy bandwidth, CuPy, a plain Numba kernel, a CuPy RawKernel, Triton
+Every figure is a median over repetitions after warm-up, timed with `ct.testing.do_bench` (kernels: CUDA events,
+the L2 cache flushed before each repetition) or perf_counter over thousands of launches (host overhead), against a
+baseline timed in the same run: the device copy bandwidth, CuPy, a plain Numba kernel, a CuPy RawKernel, Triton
 (benchmarks/_baselines.py), torch.cumsum, torch.bincount and torch.sort, and CUB (benchmarks/cub_baselines.cu,
 built with nvcc at run time into the git-ignored benchmarks/.build/ and loaded with ctypes).
 
@@ -124,27 +124,11 @@ except Exception as error:
     ISSUE8_ERROR = error
 
 
-def cuda_time_ms(fn, warmup: int = 3, reps: int = 15, before: Callable[[], None] | None = None) -> float:
-    """Median over `reps` of fn()'s time between two CUDA events on the current stream, after `warmup` calls.
-    `before()` (resetting an output that fn accumulates into) runs before every call, ahead of the start event:
-    stream-ordered before the timed interval, so outside it."""
-    import cupy as cp
-
-    for _ in range(warmup):
-        if before is not None:
-            before()
-        fn()
-    start, stop = cp.cuda.Event(), cp.cuda.Event()
-    times = []
-    for _ in range(reps):
-        if before is not None:
-            before()
-        start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cp.cuda.get_elapsed_time(start, stop))
-    return statistics.median(times)
+def cuda_time_ms(fn, before: Callable[[], None] | None = None) -> float:
+    """Median milliseconds per fn() call from `ct.testing.do_bench`: CUDA events on the current stream, the L2
+    cache flushed before each call. `before()` (resetting an output that fn accumulates into) runs before every
+    call, outside the timed interval."""
+    return ct.testing.do_bench(fn, setup=before)
 
 
 def bandwidth_rows(sizes: list[int]) -> list[dict]:
@@ -1009,8 +993,9 @@ def _header_lines(device: str) -> list[str]:
         "# Benchmarks",
         "",
         f"Written by `benchmarks/run.py` on **{device}**, {today}. Medians after warm-up; kernel times from",
-        "CUDA events, host overheads from perf_counter (medians of 15 rounds of 2,000 launches, the launch paths "
-        "taking turns). Baselines were timed in the same run.",
+        "`ct.testing.do_bench` (CUDA events, L2 cache flushed before each run), host overheads from perf_counter",
+        "(medians of 15 rounds of 2,000 launches, the launch paths taking turns). Baselines were timed in the same "
+        "run.",
         "Ratios are what to compare across machines; absolute times differ between GPUs.",
         "",
     ]

@@ -15,7 +15,7 @@ cumsum[ct.cdiv(n, 4096)](x, y, n, TILE=4096)
 import ml_dtypes as _ml_dtypes
 import numpy as _np
 
-from . import ops, tile
+from . import _log, ops, testing, tile  # noqa: F401 - _log first: COOP_TILES_LOG applies to all that follows
 from .errors import (
     CompileError,
     DivergenceError,
@@ -101,6 +101,7 @@ __all__ = [
     "softplus",
     "sqrt",
     "static_print",
+    "testing",
     "tile",
     "where",
 ]

@@ -144,6 +144,12 @@ class JITFunction(KernelBase):
                 for n, v in zip(names, runtime)
             )
             if arch is None:
+                reason = launcher.no_gpu_reason()
+                if reason is not None:
+                    raise TileError(
+                        f"no CUDA GPU found ({reason}) to compile for; pass the target arch to compile without one: "
+                        f'{self.__name__}.compile(..., arch="sm_90")'
+                    )
                 arch = launcher.device_arch(launcher.current_device().device_id)
             self._check_constexprs(constexprs)
             sig = Signature(types, tuple(sorted(constexprs.items())), self.block_threads, arch, self._debugging())
@@ -169,6 +175,12 @@ class JITFunction(KernelBase):
             kernel.add_pre_launch_hook(hook)
         return kernel
 
+    def interpreting(self) -> bool:
+        """Whether launches run in the interpreter: `interpret`, or COOP_TILES_INTERPRET read at the first launch."""
+        if self._interpreting is None:
+            self._interpreting = self.interpret if self.interpret is not None else _env_flag("COOP_TILES_INTERPRET")
+        return self._interpreting
+
     def _debugging(self) -> bool:
         """Whether compiled kernels check `ct.device_assert` (and launches synchronise to report it)."""
         if self._debug is None:
@@ -193,9 +205,7 @@ class JITFunction(KernelBase):
     def run(self, grid: Any, stream: Any, args: tuple, kwargs: dict) -> None:
         """Launch (or interpret) the program over `grid`; what ``kernel[grid, stream](...)`` calls."""
         try:
-            if self._interpreting is None:  # COOP_TILES_INTERPRET is read at a kernel's first launch
-                self._interpreting = self.interpret if self.interpret is not None else _env_flag("COOP_TILES_INTERPRET")
-            if self._interpreting:
+            if self.interpreting():
                 self._interpret(grid, args, kwargs)
                 return
             if not self._debugging() and self._launch_fast(grid, stream, args, kwargs):

@@ -1,5 +1,6 @@
 """Autotuning with the timer replaced (no GPU): choice, per-config cache, second process, damage."""
 
+import logging
 import os
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import pytest
 
 import coop_tiles as ct
 from coop_tiles import tile
+from coop_tiles.runtime.cache import DiskCache
 
 FAKE_MS = {(64, 512): 3.0, (128, 512): 1.0, (128, 1024): 2.0, (256, 1024): 0.5}
 
@@ -75,14 +77,21 @@ def test_editing_the_config_list_keeps_timings_of_unchanged_configs():
     assert timer2.calls == [ct.Config(block_threads=256, TILE=1024)]
 
 
-def test_configs_that_fail_are_skipped_with_a_reason(capsys, monkeypatch):
-    monkeypatch.setenv("COOP_TILES_PRINT_AUTOTUNING", "1")
+def test_configs_that_fail_are_skipped_with_a_reason(caplog):
+    caplog.set_level(logging.INFO, logger="coop_tiles.autotune")
     timer = FakeTimer()
     bad = ct.Config(block_threads=100, TILE=512)
     assert choose(tuner([bad] + CONFIGS, timer)) == ct.Config(block_threads=128, TILE=512)
-    err = capsys.readouterr().err
-    assert "Config(block_threads=100, TILE=512): skipped (TileValueError: block_threads must be a multiple of 32" in err
-    assert "best: Config(block_threads=128, TILE=512)" in err
+    (record,) = caplog.records
+    assert record.getMessage().splitlines() == [
+        "autotuned add_one(n=1000) on Fake GPU (sm_90):",
+        "  Config(block_threads=100, TILE=512): skipped (TileValueError: block_threads must be a multiple of 32 "
+        "between 32 and 1024, got 100)",
+        "  Config(block_threads=64, TILE=512): 3.0000 ms",
+        "  Config(block_threads=128, TILE=512): 1.0000 ms",
+        "  Config(block_threads=128, TILE=1024): 2.0000 ms",
+        "  best: Config(block_threads=128, TILE=512)",
+    ]
     with pytest.raises(ct.TileError, match="no autotuning config of add_one could run"):
         choose(tuner([bad], FakeTimer()), n=77)
 
@@ -146,3 +155,47 @@ def test_concurrent_tuning_processes_agree(tmp_path):
     assert {o.split(maxsplit=1)[1].strip() for o in outputs} == {"Config(block_threads=128, TILE=512)"}
     after = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
     assert after.stdout.split()[0] == "0"
+
+
+def test_entries_record_kernel_key_device_and_config(tmp_path):
+    choose(tuner(CONFIGS, FakeTimer()))
+    cache = DiskCache(tmp_path)
+    values = [cache.read(e) for e in cache.entries("autotune")]
+    assert sorted((v["config"], v["ms"]) for v in values) == sorted(
+        (str(c), FAKE_MS[(c.block_threads, c.kwargs["TILE"])]) for c in CONFIGS
+    )
+    assert {(v["kernel"], tuple(v["key"].items()), v["device"], v["arch"], v["reason"]) for v in values} == {
+        ("add_one", (("n", 1000),), "Fake GPU", "sm_90", None)
+    }
+
+
+@ct.jit
+def partial_sums(x, out, n, TILE: ct.constexpr):
+    pid = ct.program_id(0)
+    base = pid * TILE
+    out[pid] = tile.sum(tile.load(x, base, TILE, valid=n - base, other=0))
+
+
+class NoTimer:
+    def __call__(self, launch, stream, config):
+        raise AssertionError("the interpreter timed a config")
+
+
+@pytest.mark.parametrize("how", ["environment", "interpret=True"])
+def test_in_the_interpreter_the_first_config_runs_untimed(monkeypatch, how):
+    if how == "environment":
+        monkeypatch.setenv("COOP_TILES_INTERPRET", "1")
+        kernel = ct.jit(partial_sums.fn)
+    else:
+        monkeypatch.delenv("COOP_TILES_INTERPRET", raising=False)
+        kernel = ct.jit(partial_sums.fn, interpret=True)
+    configs = [ct.Config(block_threads=64, TILE=256), ct.Config(block_threads=128, TILE=512)]
+    tuned = ct.autotune(configs=configs, key=["n"])(kernel)
+    tuned.timer = NoTimer()
+    n = 1000
+    x = np.arange(n, dtype=np.float32)
+    out = np.zeros(8, np.float32)
+    tuned[lambda meta: ct.cdiv(n, meta["TILE"])](x, out, n)
+    expected = np.zeros(8, np.float32)
+    expected[:4] = [x[i : i + 256].sum() for i in range(0, n, 256)]  # TILE=256: the first config's
+    np.testing.assert_array_equal(out, expected)

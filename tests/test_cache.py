@@ -2,6 +2,7 @@
 
 import multiprocessing
 import os
+import time
 
 import numpy as np
 import pytest
@@ -9,7 +10,7 @@ from programs import scaled_cumsum
 
 import coop_tiles as ct
 from coop_tiles.runtime import toolchain
-from coop_tiles.runtime.cache import MAGIC, DiskCache, cache_dir, make_key
+from coop_tiles.runtime.cache import MAGIC, DiskCache, cache_dir, make_key, max_bytes
 
 
 def test_round_trip_and_miss(tmp_path):
@@ -102,3 +103,136 @@ def test_warm_compile_skips_every_compiler(monkeypatch, tmp_path):
 def test_entry_format_starts_with_magic(tmp_path):
     DiskCache(tmp_path).put("storage", "k", 1)
     assert (tmp_path / "storage" / "k.bin").read_bytes().startswith(MAGIC)
+
+
+# ----- size cap and least-recently-used eviction -------------------------------------------------
+def key(i: int) -> str:
+    return make_key("test entry", i)
+
+
+def entry_size(cache: DiskCache, i: int) -> int:
+    return (cache.root / "kernel" / f"{key(i)}.bin").stat().st_size
+
+
+def age_entries(cache: DiskCache, ages: dict[int, float]) -> None:
+    """Set each entry's last use to `ages[i]` seconds ago."""
+    now = time.time()
+    for i, seconds in ages.items():
+        os.utime(cache.root / "kernel" / f"{key(i)}.bin", (now - seconds, now - seconds))
+
+
+def kept(cache: DiskCache) -> set[int]:
+    keys = {e.key for e in cache.entries("kernel")}
+    return {i for i in range(100) if key(i) in keys}
+
+
+def test_eviction_removes_the_least_recently_used_entries(tmp_path):
+    probe = DiskCache(tmp_path / "probe")
+    probe.put("kernel", key(0), b"x" * 1000)
+    size = entry_size(probe, 0)  # every entry below has this size
+    cache = DiskCache(tmp_path / "cache", max_bytes=int(5.5 * size))
+    for i in range(5):
+        cache.put("kernel", key(i), b"x" * 1000)
+    assert kept(cache) == {0, 1, 2, 3, 4}  # 5 entries fit under the cap
+    age_entries(cache, {0: 50, 1: 40, 2: 30, 3: 20, 4: 10})
+    assert cache.get("kernel", key(0)) == b"x" * 1000  # a hit makes 0 the most recently used
+    cache.put("kernel", key(5), b"x" * 1000)
+    # 6 entries are over the cap; eviction goes down to 90% of it (4 entries), oldest use first
+    assert kept(cache) == {0, 3, 4, 5}
+
+
+def test_the_cap_comes_from_the_environment(tmp_path, monkeypatch):
+    probe = DiskCache(tmp_path / "probe")
+    probe.put("kernel", key(0), b"y" * 500)
+    size = entry_size(probe, 0)
+    monkeypatch.setenv("COOP_TILES_CACHE_MAX_BYTES", str(3 * size))
+    cache = DiskCache(tmp_path / "cache")
+    for i in range(3):
+        cache.put("kernel", key(i), b"y" * 500)
+        age_entries(cache, {i: 100 - i})
+    cache.put("kernel", key(3), b"y" * 500)
+    assert kept(cache) == {2, 3}  # down to 90% of 3 entries
+
+
+def test_an_entry_larger_than_the_cap_is_kept_until_the_next_put(tmp_path):
+    cache = DiskCache(tmp_path, max_bytes=100)
+    cache.put("kernel", key(0), b"z" * 1000)
+    assert kept(cache) == {0}
+    cache.put("kernel", key(1), b"z" * 1000)
+    assert kept(cache) == {1}
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [("", 4 << 30), ("1000", 1000), ("512M", 512 << 20), ("2g", 2 << 30), ("2GiB", 2 << 30), ("64 KB", 64 << 10)],
+)
+def test_max_bytes_setting(monkeypatch, text, expected):
+    monkeypatch.setenv("COOP_TILES_CACHE_MAX_BYTES", text)
+    assert max_bytes() == expected
+
+
+@pytest.mark.parametrize("text", ["lots", "0", "-5", "1.5G"])
+def test_a_bad_max_bytes_setting_is_logged_and_ignored(monkeypatch, caplog, text):
+    monkeypatch.setenv("COOP_TILES_CACHE_MAX_BYTES", text)
+    assert max_bytes() == 4 << 30
+    assert caplog.messages == [
+        f"COOP_TILES_CACHE_MAX_BYTES={text!r} is not a positive size (like 2G or 500000000); using 4G"
+    ]
+
+
+def test_gets_and_puts_under_the_cap_do_not_list_the_directory(tmp_path, monkeypatch):
+    cache = DiskCache(tmp_path, max_bytes=1 << 30)
+    cache.put("kernel", key(0), b"a")  # the first put of a process lists the directory once
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("listed the cache directory")
+
+    monkeypatch.setattr(DiskCache, "entries", forbidden)
+    for i in range(1, 20):
+        cache.put("kernel", key(i), b"a")
+        assert cache.get("kernel", key(i - 1)) == b"a"
+
+
+def test_listing_and_eviction_leave_other_files_alone(tmp_path):
+    cache = DiskCache(tmp_path, max_bytes=100)
+    cache.put("kernel", key(0), b"q" * 1000)
+    foreign = tmp_path / "kernel" / "notes.bin"
+    foreign.write_bytes(b"not ours")
+    fresh_tmp = tmp_path / "kernel" / ".tmp-fresh.bin"
+    fresh_tmp.write_bytes(b"being written")
+    stale_tmp = tmp_path / "kernel" / ".tmp-stale.bin"
+    stale_tmp.write_bytes(b"left by a writer that died")
+    two_hours_ago = time.time() - 7200
+    os.utime(stale_tmp, (two_hours_ago, two_hours_ago))
+    assert [e.key for e in cache.entries()] == [key(0)]
+    cache.put("kernel", key(1), b"q" * 1000)  # over the cap: evicts key(0) and sweeps the stale file
+    assert kept(cache) == {1}
+    assert foreign.exists() and fresh_tmp.exists() and not stale_tmp.exists()
+    size = entry_size(cache, 1)
+    assert cache.remove(cache.entries()) == (1, size)
+    assert kept(cache) == set() and foreign.exists() and fresh_tmp.exists()
+
+
+def _capped_writer(root: str, seed: int) -> None:
+    cache = DiskCache(root, max_bytes=200_000)
+    rng = np.random.default_rng(seed)
+    for i in range(60):
+        cache.put("kernel", key(1000 * seed + i), bytes([seed]) * int(rng.integers(1, 20_000)))
+        cache.get("kernel", key(1000 * seed + int(rng.integers(0, i + 1))))
+
+
+def test_concurrent_writers_under_a_cap(tmp_path):
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_capped_writer, args=(str(tmp_path), seed)) for seed in range(1, 5)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+        assert p.exitcode == 0
+    cache = DiskCache(tmp_path, max_bytes=200_000)
+    for e in cache.entries():  # every surviving entry is whole
+        value = cache.read(e)
+        assert value is not None and len(set(value)) == 1
+    assert not [f for f in os.listdir(tmp_path / "kernel") if f.startswith(".tmp-")]
+    cache.put("kernel", key(0), b"last")  # this process lists the directory, and evicts if over the cap
+    assert sum(e.size for e in cache.entries()) <= 200_000

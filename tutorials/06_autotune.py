@@ -6,17 +6,20 @@ with CUDA events, and launches the best. `reset=` zeroes outputs before every tr
 tuning never corrupts them: here each program writes one partial sum and the host adds
 all of `out`, which is only right if no trial with a smaller TILE (more programs) left
 partials behind. Timings are kept on disk per config: a new process does not retune, and
-adding a config to the list measures only that one.
+adding a config to the list measures only that one; `python -m coop_tiles tune list` lists
+them. `COOP_TILES_LOG=info` logs every timing and the choice:
 
-    COOP_TILES_PRINT_AUTOTUNING=1 python tutorials/06_autotune.py
+    COOP_TILES_LOG=info python tutorials/06_autotune.py
 """
+
+import subprocess
+import sys
 
 import numpy as np
 from _runner import ON_GPU, to_device, to_host
 
 import coop_tiles as ct
 from coop_tiles import tile
-from coop_tiles.runtime.cache import cache_dir
 
 CONFIGS = [
     ct.Config(block_threads=128, TILE=2048),
@@ -55,8 +58,8 @@ def main() -> None:
     total = to_host(outd).sum(dtype=np.float64)
     np.testing.assert_allclose(total, np.sum(x.astype(np.float64) ** 2), rtol=1e-4)
     print(f"best config for n={n}: {best}; the result matches NumPy")
-    entries = sorted((cache_dir() / "autotune").glob("*.bin"))
-    print(f"{len(entries)} timings kept in {cache_dir() / 'autotune'} (one file per config and key)")
+    print("The timings kept on disk (python -m coop_tiles tune list):")
+    subprocess.run([sys.executable, "-m", "coop_tiles", "tune", "list"], check=True)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,22 @@
-"""Shared by the tutorials: run on the GPU when there is one, else in the NumPy interpreter."""
+"""Shared by the tutorials: run on the GPU when there is one (with CuPy arrays), else in the NumPy interpreter."""
 
 from __future__ import annotations
 
 import numpy as np
 
 import coop_tiles as ct
-from coop_tiles.runtime.launcher import gpu_available
 
-ON_GPU = gpu_available()
+
+def _cupy_sees_a_gpu() -> bool:
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount() > 0
+    except Exception:  # no CuPy, no driver or no device
+        return False
+
+
+ON_GPU = _cupy_sees_a_gpu()
 
 
 def to_device(*arrays: np.ndarray):
@@ -29,4 +38,4 @@ def kernel(k: ct.JITFunction) -> ct.JITFunction:
 
 
 def where() -> str:
-    return "on the GPU" if ON_GPU else "in the NumPy interpreter (no GPU found)"
+    return "on the GPU" if ON_GPU else "in the NumPy interpreter (no GPU, or no CuPy, found)"

@@ -7,16 +7,19 @@ the new configs, and a second process with the same key measures nothing.
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import LaunchError, TileError
+from .. import testing
+from .._log import get_logger
+from ..errors import TileError
 from . import launcher, toolchain
 from .cache import DiskCache, make_key
+
+log = get_logger("autotune")
 
 
 @dataclass(frozen=True)
@@ -45,34 +48,6 @@ class Trial:
     ms: float | None
     reason: str | None = None  # why the config was skipped, when it was
     cached: bool = False
-
-
-def time_with_events(launch: Callable[[], None], stream: int, warmup: int = 3, reps: int = 10) -> float:
-    """Median milliseconds of `launch()` on `stream`, from CUDA events, after `warmup` runs."""
-    from cuda.bindings import driver
-
-    def check(result):
-        err = result[0] if isinstance(result, tuple) else result
-        if err != driver.CUresult.CUDA_SUCCESS:
-            raise LaunchError(f"CUDA event call failed: {err.name}")
-        return result[1] if isinstance(result, tuple) and len(result) > 1 else None
-
-    start = check(driver.cuEventCreate(0))
-    stop = check(driver.cuEventCreate(0))
-    try:
-        for _ in range(warmup):
-            launch()
-        times = []
-        for _ in range(reps):
-            check(driver.cuEventRecord(start, stream))
-            launch()
-            check(driver.cuEventRecord(stop, stream))
-            check(driver.cuEventSynchronize(stop))
-            times.append(check(driver.cuEventElapsedTime(start, stop)))
-        return statistics.median(times)
-    finally:
-        driver.cuEventDestroy(start)
-        driver.cuEventDestroy(stop)
 
 
 def _zero(array: Any) -> None:
@@ -140,27 +115,37 @@ class Autotuner:
             (name, self._key_value(v) if not isinstance(v, (int, float, bool)) else type(v).__name__)
             for name, v in values.items()
         )
-        return (self.kernel.parsed.source_hash, keyed, types, device, arch)
+        # debug launches synchronise after each kernel: their timings must not serve normal launches
+        return (self.kernel.parsed.source_hash, keyed, types, device, arch, self.kernel._debugging())
 
     def _entry_key(self, tuning_key: tuple, config: Config) -> str:
         return make_key("autotune", tuning_key, str(config), toolchain.versions())
 
     # ----- choosing ------------------------------------------------------------------------------
-    def variant(self, block_threads: int | None) -> Any:
-        if block_threads not in self._variants:
+    def variant(self, block_threads: int | None, interpret: bool = False) -> Any:
+        if (block_threads, interpret) not in self._variants:
             from ..jit import JITFunction
 
-            variant = JITFunction(self.kernel.fn, block_threads=block_threads, interpret=False, debug=self.kernel.debug)
+            variant = JITFunction(
+                self.kernel.fn, block_threads=block_threads, interpret=interpret, debug=self.kernel.debug
+            )
             variant._hooks = list(self.kernel._hooks)
             variant._static_printed = self.kernel._static_printed  # one specialisation's prints, once
-            self._variants[block_threads] = variant
-        return self._variants[block_threads]
+            self._variants[block_threads, interpret] = variant
+        return self._variants[block_threads, interpret]
 
     def best_config(
         self, grid: Any, stream: Any, args: tuple, kwargs: dict, *, device: str | None = None, arch: str | None = None
     ) -> Config:
         """The fastest config for these arguments: from memory, the disk cache, or by measuring."""
         if device is None or arch is None:
+            reason = launcher.no_gpu_reason()
+            if reason is not None:
+                raise TileError(
+                    f"no CUDA GPU found ({reason}) to time the configs of {self.__name__} on; set "
+                    "COOP_TILES_INTERPRET=1 to run its first config in the interpreter, or compile a config "
+                    f'without a GPU with {self.__name__}.kernel.compile(..., arch="sm_90")'
+                )
             dev = launcher.current_device()
             device = device or dev.name
             arch = arch or launcher.device_arch(dev.device_id)
@@ -178,14 +163,17 @@ class Autotuner:
                 todo.append(config)
         if todo:
             trials += self._measure(todo, grid, stream, args, kwargs, arch)
+            keyed = {name: value for name, value in tuning_key[1]}
             for t in trials[len(trials) - len(todo) :]:
-                cache.put("autotune", self._entry_key(tuning_key, t.config), {"ms": t.ms, "reason": t.reason})
+                entry = {"ms": t.ms, "reason": t.reason, "kernel": self.__name__, "config": str(t.config)}
+                entry.update(key=keyed, device=device, arch=arch)  # for `python -m coop_tiles tune list`
+                cache.put("autotune", self._entry_key(tuning_key, t.config), entry)
         ok = [t for t in trials if t.ms is not None]
         if not ok:
             reasons = "; ".join(f"{t.config}: {t.reason}" for t in trials)
             raise TileError(f"no autotuning config of {self.__name__} could run: {reasons}")
         best = min(ok, key=lambda t: t.ms).config
-        self._report(trials, best)
+        self._report(trials, best, tuning_key)
         self._best[tuning_key] = best
         return best
 
@@ -216,17 +204,23 @@ class Autotuner:
         variant = self.variant(config.block_threads)
         merged = {**kwargs, **config.kwargs}
 
-        def run() -> None:
+        def prepare() -> None:
             for name, copy in saved.items():
                 _restore(values[name], copy)
             for name in self.reset:
                 _zero(values[name])
+
+        def launch() -> None:
             variant.run(grid, stream, args, merged)
 
         try:  # a config that cannot compile, load or launch is skipped, with the reason
             variant.compile(*args, arch=arch, **merged)
-            timer = self.timer or (lambda launch, s, _: time_with_events(launch, s, self.warmup, self.reps))
-            return Trial(config, timer(run, self._stream_handle(stream, args), config))
+            handle = self._stream_handle(stream, args)
+            if self.timer is not None:
+                return Trial(config, self.timer(lambda: (prepare(), launch()), handle, config))
+            # prepare() runs before each timed launch, outside the timed interval
+            times = testing.event_times(launch, self.warmup, self.reps, stream=handle, setup=prepare)
+            return Trial(config, statistics.median(times))
         except TileError as e:
             return Trial(config, None, f"{type(e).__name__}: {e.message}")
 
@@ -245,14 +239,14 @@ class Autotuner:
 
         return tqdm(total=total, desc=f"autotuning {self.__name__}", unit="config", leave=False)
 
-    def _report(self, trials: list[Trial], best: Config) -> None:
-        if os.environ.get("COOP_TILES_PRINT_AUTOTUNING", "") in ("", "0"):
-            return
-        print(f"coop_tiles autotuning {self.__name__}:", file=sys.stderr)
+    def _report(self, trials: list[Trial], best: Config, tuning_key: tuple) -> None:
+        keyed = ", ".join(f"{name}={value!r}" for name, value in tuning_key[1])
+        lines = [f"autotuned {self.__name__}({keyed}) on {tuning_key[3]} ({tuning_key[4]}):"]
         for t in trials:
             result = f"{t.ms:.4f} ms" if t.ms is not None else f"skipped ({t.reason})"
-            print(f"  {t.config}: {result}{' (cached)' if t.cached else ''}", file=sys.stderr)
-        print(f"  best: {best}", file=sys.stderr)
+            lines.append(f"  {t.config}: {result}{' (cached)' if t.cached else ''}")
+        lines.append(f"  best: {best}")
+        log.info("\n".join(lines))
 
     # ----- launching -------------------------------------------------------------------------------
     def __getitem__(self, launch: Any) -> Callable[..., None]:
@@ -260,11 +254,18 @@ class Autotuner:
         grid, stream = bound.grid, bound.stream
 
         def run(*args: Any, **kwargs: Any) -> None:
-            try:
-                config = self.best_config(grid, stream, args, kwargs)
-            except TileError as e:
-                raise e.with_traceback(None) from None
-            self.variant(config.block_threads)[grid, stream](*args, **kwargs, **config.kwargs)
+            from ..jit import located_at_caller
+
+            interpret = self.kernel.interpreting()
+            if interpret:  # nothing to time: the first config, in the interpreter
+                config = self.configs[0]
+                log.info("%s runs in the interpreter: not tuning, running its first config %s", self.__name__, config)
+            else:
+                try:
+                    config = self.best_config(grid, stream, args, kwargs)
+                except TileError as e:
+                    raise located_at_caller(e) from None
+            self.variant(config.block_threads, interpret)[grid, stream](*args, **kwargs, **config.kwargs)
 
         return run
 
@@ -283,8 +284,9 @@ def autotune(
 
     ``reset`` arguments are zeroed and ``restore`` arguments restored before every trial, so
     tuning never corrupts outputs; the best config per key is kept in the disk cache.
-    ``progress`` shows a progress bar (default: when stderr is a terminal);
-    ``COOP_TILES_PRINT_AUTOTUNING=1`` prints every timing and the choice.
+    ``progress`` shows a progress bar (default: when stderr is a terminal); every timing and
+    the choice are logged at info (``COOP_TILES_LOG=info`` prints them). In the interpreter
+    (``interpret=True`` or ``COOP_TILES_INTERPRET=1``) nothing is timed: the first config runs.
     """
 
     def wrap(kernel: Any) -> Autotuner:

@@ -21,10 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .._log import get_logger
 from ..errors import TileError
 from ..planner.layout import REGISTER_ITEMS
 from . import launcher
 from .kernel import CompiledKernel, Signature
+
+log = get_logger("blockdims")
 
 MIN_OCCUPANCY = 0.5
 CANDIDATES = (64, 128, 256, 512, 1024)
@@ -67,6 +70,7 @@ def select(jit: Any, sig: Signature, device: Any) -> CompiledKernel:
     first = measure(default, launcher.load(default, device.device_id), device)
     if first.occupancy >= MIN_OCCUPANCY:
         default.block_choice = BlockChoice(first.block_threads, "default rule, occupancy is enough", (first,))
+        log.info("%s: %s", default.program.name, default.block_choice)
         return default
     largest = max((t.size for t in default.plan.tiles.values()), default=1)
     measured, kernels = [first], {first.block_threads: default}
@@ -79,9 +83,11 @@ def select(jit: Any, sig: Signature, device: Any) -> CompiledKernel:
             candidate = jit._compile(replace(sig, block_threads=threads))
             measured.append(measure(candidate, launcher.load(candidate, device.device_id), device))
             kernels[threads] = candidate
-        except TileError:
+        except TileError as e:
+            log.debug("%s: %d threads per block cannot run: %s", default.program.name, threads, e.message)
             continue  # e.g. more shared memory than the device has at this size
     best = max(measured, key=lambda m: (m.occupancy, -abs(m.block_threads - first.block_threads)))
     chosen = kernels[best.block_threads]
     chosen.block_choice = BlockChoice(best.block_threads, "highest occupancy", tuple(measured))
+    log.info("%s: %s", chosen.program.name, chosen.block_choice)
     return chosen

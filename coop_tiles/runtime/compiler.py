@@ -6,8 +6,11 @@ printed or tested on its own; `compile_kernel` runs them in order.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
+from .._log import get_logger
 from ..codegen.numba_body import BodySource, generate_body, generate_combine
 from ..codegen.shims import ShimSource, generate_shims, storage_query_source
 from ..errors import CompileError
@@ -20,6 +23,43 @@ from ..planner import LayoutPlan, Plan, StorageNeed, finish_plan, plan_layouts
 from . import toolchain
 from .cache import DiskCache, make_key
 from .kernel import CompiledKernel, Signature
+
+log = get_logger("compile")
+
+
+class CompileLog:
+    """Seconds per stage of one kernel's compile, and the "compiling ..." line a cold compile
+    logs (at info) before its first compiler runs, so that a long compile is never silent."""
+
+    def __init__(self, name: str, sig: Signature):
+        self.name, self.sig = name, sig
+        self.seconds: dict[str, float] = {}
+        self.cold = False
+        self.start = time.perf_counter()
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+
+    def compiling(self) -> None:
+        if not self.cold:
+            self.cold = True
+            params = ", ".join(f"{n}: {t}" for n, t in self.sig.params)
+            consts = "".join(f", {n}={v!r}" for n, v in self.sig.constexprs)
+            log.info("compiling %s(%s%s) for %s", self.name, params, consts, self.sig.arch)
+
+    def done(self) -> None:
+        total = time.perf_counter() - self.start
+        stages = ", ".join(f"{name} {s:.2f} s" for name, s in self.seconds.items())
+        if self.cold:
+            log.info("compiled %s for %s in %.2f s", self.name, self.sig.arch, total)
+        else:
+            log.info("%s for %s: cubin from the disk cache in %.2f s", self.name, self.sig.arch, total)
+        log.debug("%s stage timings: %s", self.name, stages)
 
 
 def build_stage(fn: Callable, sig: Signature) -> ir.Program:
@@ -44,7 +84,9 @@ def shim_stage(program: ir.Program, layouts: LayoutPlan) -> ShimSource:
     return generate_shims(program, layouts)
 
 
-def storage_stage(shims: ShimSource, arch: str, cache: DiskCache) -> dict[int, StorageNeed]:
+def storage_stage(
+    shims: ShimSource, arch: str, cache: DiskCache, clock: CompileLog | None = None
+) -> dict[int, StorageNeed]:
     """Each collective's TempStorage size and alignment, read from PTX.
 
     Sizes are cached per TempStorage declaration (CUB type, arch, toolchain), so the PTX
@@ -54,6 +96,8 @@ def storage_stage(shims: ShimSource, arch: str, cache: DiskCache) -> dict[int, S
     found = {cid: cache.get("storage", key) for cid, key in keys.items()}
     missing = {cid: shims.storage_decls[cid] for cid, need in found.items() if need is None}
     if missing:
+        if clock is not None:
+            clock.compiling()
         sizes = toolchain.read_storage_sizes(
             toolchain.nvrtc_compile(storage_query_source(missing, shims.headers), arch, "ptx")
         )
@@ -95,22 +139,29 @@ def compile_kernel(
     (block size, tile too large) are left for the caller to locate at the launch."""
     cache = cache if cache is not None else DiskCache()
     parsed = parse_function(fn)
-    program = build_stage(fn, sig)
-    if on_built is not None:
-        on_built(program)
-    program = rewrite_stage(program, sig.debug)
-    layouts = layout_stage(program, sig)
-    shims = shim_stage(program, layouts)
+    clock = CompileLog(fn.__name__, sig)
+    with clock.stage("front end"):
+        program = build_stage(fn, sig)
+        if on_built is not None:
+            on_built(program)
+        program = rewrite_stage(program, sig.debug)
+    with clock.stage("planner"):
+        layouts = layout_stage(program, sig)
+        shims = shim_stage(program, layouts)
     try:
-        needs = storage_stage(shims, sig.arch, cache)
-        plan = finish_plan(program, layouts, needs, sig.arch)
-        bodies = body_stage(program, plan, shims)
+        with clock.stage("TempStorage sizes"):
+            needs = storage_stage(shims, sig.arch, cache, clock)
+        with clock.stage("planner"):
+            plan = finish_plan(program, layouts, needs, sig.arch)
+            bodies = body_stage(program, plan, shims)
 
         def ltoirs() -> list[tuple[str, bytes]]:
-            modules = [("coop_shims", shim_ltoir(shims, sig.arch, cache))]
-            for b in bodies:
-                blob = toolchain.numba_compile(b.source, b.function, b.abi_name, b.shims, b.param_types, sig.arch)
-                modules.append((b.abi_name, blob))
+            with clock.stage("NVRTC"):
+                modules = [("coop_shims", shim_ltoir(shims, sig.arch, cache))]
+            with clock.stage("Numba"):
+                for b in bodies:
+                    blob = toolchain.numba_compile(b.source, b.function, b.abi_name, b.shims, b.param_types, sig.arch)
+                    modules.append((b.abi_name, blob))
             return modules
 
         key = make_key(
@@ -123,8 +174,12 @@ def compile_kernel(
         )
         cubin = cache.get("kernel", key)
         if cubin is None:
-            cubin = toolchain.link(ltoirs(), sig.arch)
+            clock.compiling()
+            modules = ltoirs()
+            with clock.stage("nvJitLink"):
+                cubin = toolchain.link(modules, sig.arch)
             cache.put("kernel", key, cubin)
+        clock.done()
     except CompileError as e:
         e.locate(parsed.loc(parsed.tree))
         e.message += " (generated code was rejected: this is a coop_tiles bug, please report it)"

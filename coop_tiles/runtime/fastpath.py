@@ -15,6 +15,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from .._log import get_logger
 from ..errors import TileError
 
 
@@ -132,7 +133,15 @@ class _PythonKernelBase:
         return _Launch(self, grid, stream)
 
 
+#: why the C launch path is not available (None when it is), for the log and `--version`
+C_LAUNCH_MISSING: str | None = None
 try:
     from ._claunch import KernelBase
-except ImportError:  # built without a C compiler: kernel[grid] is Python
+except ImportError as e:  # built without a C compiler: kernel[grid] is Python
     KernelBase = _PythonKernelBase
+    C_LAUNCH_MISSING = str(e)
+    get_logger("launch").warning(
+        "the C launch path (coop_tiles.runtime._claunch) is not built (%s); launches go through the Python "
+        "fast path, which costs more host time per launch. Reinstall with a C compiler present to build it",
+        e,
+    )

@@ -6,7 +6,7 @@ import functools
 from typing import Any
 
 from ..codegen.params import kernel_params
-from ..errors import LaunchError, SharedMemoryError
+from ..errors import LaunchError, SharedMemoryError, TileError
 from ..lang.types import ArrayType, ScalarType
 from .kernel import CompiledKernel
 
@@ -21,23 +21,37 @@ def _core():
 
 
 @functools.cache
-def gpu_available() -> bool:
-    """Whether a CUDA driver with at least one device is present (no context is created)."""
+def no_gpu_reason() -> str | None:
+    """Why no GPU can be used ("no NVIDIA driver", "cuInit: CUDA_ERROR_NO_DEVICE"), or None when
+    a CUDA driver with at least one device is present (no context is created)."""
     try:
         from cuda.bindings import driver
 
         (err,) = driver.cuInit(0)
         if err != driver.CUresult.CUDA_SUCCESS:
-            return False
+            return f"cuInit: {err.name}"
         err, count = driver.cuDeviceGetCount()
-        return err == driver.CUresult.CUDA_SUCCESS and count > 0
-    except Exception:
-        return False
+        if err != driver.CUresult.CUDA_SUCCESS:
+            return f"cuDeviceGetCount: {err.name}"
+        return None if count > 0 else "the driver lists no device"
+    except Exception as e:  # the driver library is missing (cuda.pathfinder's DynamicLibNotFoundError)
+        return "no NVIDIA driver" if "driver" in str(e) else f"{type(e).__name__}: {e}"
+
+
+def gpu_available() -> bool:
+    """Whether a CUDA driver with at least one device is present (no context is created)."""
+    return no_gpu_reason() is None
 
 
 @functools.cache
 def current_device() -> Any:
     """The current CUDA device (made current for cuda.core once per process)."""
+    reason = no_gpu_reason()
+    if reason is not None:
+        raise TileError(
+            f"no CUDA GPU found ({reason}) to launch on; run programs in the NumPy interpreter with "
+            "COOP_TILES_INTERPRET=1 or @ct.jit(interpret=True)"
+        )
     core = _core()
     device = core.Device()
     device.set_current()
