@@ -7,6 +7,7 @@ the new configs, and a second process with the same key measures nothing.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import sys
@@ -147,23 +148,26 @@ class Autotuner:
 
     # ----- choosing ------------------------------------------------------------------------------
     def variant(self, block_threads: int | None) -> Any:
-        if block_threads not in self._variants:
+        variant = self._variants.get(block_threads)
+        if variant is None:
             from ..jit import JITFunction
 
             variant = JITFunction(self.kernel.fn, block_threads=block_threads, interpret=False, debug=self.kernel.debug)
             variant._hooks = list(self.kernel._hooks)
             variant._static_printed = self.kernel._static_printed  # one specialisation's prints, once
-            self._variants[block_threads] = variant
-        return self._variants[block_threads]
+            variant = self._variants.setdefault(block_threads, variant)  # one per size, whichever thread made it
+        return variant
 
     def best_config(
         self, grid: Any, stream: Any, args: tuple, kwargs: dict, *, device: str | None = None, arch: str | None = None
     ) -> Config:
-        """The fastest config for these arguments: from memory, the disk cache, or by measuring."""
+        """The fastest config for these arguments: from memory, the disk cache, or by measuring on
+        the device that holds the arrays (the launch's device; timings are kept per device model)."""
+        device_id = None
         if device is None or arch is None:
-            dev = launcher.current_device()
-            device = device or dev.name
-            arch = arch or launcher.device_arch(dev.device_id)
+            device_id = self.kernel.launch_device(self._values(args, kwargs))
+            device = device or launcher.device(device_id).name
+            arch = arch or launcher.device_arch(device_id)
         tuning_key = self.tuning_key(args, kwargs, device, arch)
         best = self._best.get(tuning_key)
         if best is not None:
@@ -177,7 +181,8 @@ class Autotuner:
             else:
                 todo.append(config)
         if todo:
-            trials += self._measure(todo, grid, stream, args, kwargs, arch)
+            with launcher.on_device(device_id) if device_id is not None else contextlib.nullcontext():
+                trials += self._measure(todo, grid, stream, args, kwargs, arch, device_id)
             for t in trials[len(trials) - len(todo) :]:
                 cache.put("autotune", self._entry_key(tuning_key, t.config), {"ms": t.ms, "reason": t.reason})
         ok = [t for t in trials if t.ms is not None]
@@ -190,7 +195,7 @@ class Autotuner:
         return best
 
     def _measure(
-        self, configs: list[Config], grid: Any, stream: Any, args: tuple, kwargs: dict, arch: str
+        self, configs: list[Config], grid: Any, stream: Any, args: tuple, kwargs: dict, arch: str, device_id: int | None
     ) -> list[Trial]:
         values = self._values(args, kwargs)
         saved = {name: _copy(values[name]) for name in self.restore}
@@ -198,7 +203,7 @@ class Autotuner:
         trials = []
         try:
             for config in configs:
-                trials.append(self._trial(config, grid, stream, args, kwargs, values, saved, arch))
+                trials.append(self._trial(config, grid, stream, args, kwargs, values, saved, arch, device_id))
                 if bar is not None:
                     bar.update(1)
         finally:
@@ -211,7 +216,16 @@ class Autotuner:
         return trials
 
     def _trial(
-        self, config: Config, grid: Any, stream: Any, args: tuple, kwargs: dict, values: dict, saved: dict, arch: str
+        self,
+        config: Config,
+        grid: Any,
+        stream: Any,
+        args: tuple,
+        kwargs: dict,
+        values: dict,
+        saved: dict,
+        arch: str,
+        device_id: int | None,
     ) -> Trial:
         variant = self.variant(config.block_threads)
         merged = {**kwargs, **config.kwargs}
@@ -226,16 +240,16 @@ class Autotuner:
         try:  # a config that cannot compile, load or launch is skipped, with the reason
             variant.compile(*args, arch=arch, **merged)
             timer = self.timer or (lambda launch, s, _: time_with_events(launch, s, self.warmup, self.reps))
-            return Trial(config, timer(run, self._stream_handle(stream, args), config))
+            return Trial(config, timer(run, self._stream_handle(stream, args, device_id), config))
         except TileError as e:
             return Trial(config, None, f"{type(e).__name__}: {e.message}")
 
-    def _stream_handle(self, stream: Any, args: tuple) -> int:
+    def _stream_handle(self, stream: Any, args: tuple, device_id: int | None) -> int:
         libraries = 0
         for a in args:
             module = type(a).__module__.split(".")[0]
             libraries |= launcher.LIBRARY_BITS.get(module, 0)
-        return launcher.stream_handle(stream, libraries)
+        return launcher.stream_handle(stream, libraries, device_id or 0)
 
     def _progress(self, total: int):
         show = self.progress if self.progress is not None else sys.stderr.isatty()
