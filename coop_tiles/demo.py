@@ -57,6 +57,7 @@ def main() -> int:
     library = array_library() if launcher.gpu_available() else None
     if library is not None:
         device = launcher.current_device()
+        device.set_current()
         xd, yd = to_device(library, x)
         t0 = time.perf_counter()
         scaled_cumsum[grid](xd, yd, n, alpha, TILE=tile_size)

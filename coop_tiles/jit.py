@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -74,7 +75,8 @@ class JITFunction(KernelBase):
         self._debug: bool | None = None  # `debug`, or COOP_TILES_DEBUG read at the first compile or launch
         self._static_printed: set[tuple] = set()  # specialisations whose ct.static_print lines were shown
         self.parsed = parse_function(fn)
-        self._kernels: dict[tuple, launcher.PreparedLaunch] = {}
+        self._kernels: dict[tuple, launcher.PreparedLaunch] = {}  # by argument keys, constexprs, device
+        self._preparing = threading.RLock()  # one thread compiles and loads a new specialisation
         self._programs: dict[tuple, Any] = {}  # typed IR per signature, for the interpreter
         self._interpreting: bool | None = None
         self._fast: Callable[..., bool] | None = None
@@ -144,13 +146,11 @@ class JITFunction(KernelBase):
                 for n, v in zip(names, runtime)
             )
             if arch is None:
-                reason = launcher.no_gpu_reason()
-                if reason is not None:
-                    raise TileError(
-                        f"no CUDA GPU found ({reason}) to compile for; pass the target arch to compile without one: "
-                        f'{self.__name__}.compile(..., arch="sm_90")'
-                    )
-                arch = launcher.device_arch(launcher.current_device().device_id)
+                launcher.require_gpu(
+                    "to compile for; pass the target arch to compile without one: "
+                    f'{self.__name__}.compile(..., arch="sm_90")'
+                )
+                arch = launcher.device_arch(self.launch_device(dict(zip(names, runtime))))
             self._check_constexprs(constexprs)
             sig = Signature(types, tuple(sorted(constexprs.items())), self.block_threads, arch, self._debugging())
             return self._compile(sig)
@@ -225,8 +225,9 @@ class JITFunction(KernelBase):
         if self._fast is None or (not self._fast_knows_cupy and "cupy" in sys.modules):
             # (again once CuPy is imported: the fast paths read CuPy arrays inline)
             self._fast_knows_cupy = "cupy" in sys.modules
-            self._fast = make_fast_path(self._runtime_names, self._constexpr_names, _classify)
-            enable_c_launch(self)
+            many = _many_devices()
+            self._fast = make_fast_path(self._runtime_names, self._constexpr_names, _classify, many)
+            enable_c_launch(self, many)
         return self._fast(self, grid, stream, args, kwargs)
 
     def _interpret(self, grid: Any, args: tuple, kwargs: dict) -> None:
@@ -249,84 +250,146 @@ class JITFunction(KernelBase):
             self._programs[key] = program
         interpreter.run(program, launcher.normalize_grid(grid, constexprs), list(runtime))
 
+    def launch_device(self, values: dict[str, Any]) -> int:
+        """The device a launch with these arguments (by parameter name) runs on; NumPy arrays and
+        types (which stand for arrays in `compile`) and constexprs hold no device."""
+        devices = [
+            (name, _classify(values[name], name)[3])
+            for name in self._runtime_names
+            if name in values and not isinstance(values[name], (np.ndarray, ArrayType, ScalarType))
+        ]
+        return _launch_device(devices)
+
     def _launch(self, grid: tuple[int, int, int], stream: Any, runtime: Any, constexprs: dict) -> None:
-        keys, values, libraries = [], [], 0
+        keys, values, libraries, devices = [], [], 0, []
         for name, value in zip(self._runtime_names, runtime):
-            key, item, library = _classify(value, name)
+            key, item, library, device = _classify(value, name)
             keys.append(key)
             values += item
             libraries |= library
+            devices.append((name, device))
+        device = _launch_device(devices)
         for name in self._constexpr_names:
             keys.append(constexprs[name])
+        keys.append(device)
         key = tuple(keys)
-        prepared = self._kernels.get(key)
-        if prepared is None:
-            prepared = self._kernels[key] = self._prepare(runtime, constexprs)
+        prepared = self._kernels.get(key) or self._prepared(key, runtime, constexprs, device)
         if grid[0] and grid[1] and grid[2]:
-            handle = launcher.stream_handle(stream, libraries)
-            prepared.launch(grid[0], grid[1], grid[2], handle, *values)
-            if self._debugging():
-                check_debug_launch(handle, prepared.kernel.program.name)
+            with launcher.on_device(device):
+                handle = launcher.stream_handle(stream, libraries, device)
+                if stream is not None:
+                    _check_stream(handle, device)
+                prepared.launch(grid[0], grid[1], grid[2], handle, *values)
+                if self._debugging():
+                    check_debug_launch(handle, prepared.kernel.program.name)
 
-    def _prepare(self, runtime: Any, constexprs: dict) -> launcher.PreparedLaunch:
-        """Compile (or fetch) and load the kernel of a new signature, and prepare its launches."""
-        device = launcher.current_device()
-        sig = self._signature(list(runtime), constexprs, launcher.device_arch(device.device_id))
-        kernel = self._compile(sig) if self.block_threads is not None else blockdims.select(self, sig, device)
-        return launcher.PreparedLaunch(kernel, launcher.load(kernel, device.device_id), [t for _, t in sig.params])
+    def _prepared(self, key: tuple, runtime: Any, constexprs: dict, device_id: int) -> launcher.PreparedLaunch:
+        """The prepared launch for `key`, made once even when several threads launch it at once."""
+        with self._preparing:
+            prepared = self._kernels.get(key)
+            if prepared is None:
+                prepared = self._kernels[key] = self._prepare(runtime, constexprs, device_id)
+            return prepared
+
+    def _prepare(self, runtime: Any, constexprs: dict, device_id: int) -> launcher.PreparedLaunch:
+        """Compile (or fetch) and load the kernel of a new signature on `device_id`, choosing its
+        block size there, and prepare its launches."""
+        with launcher.on_device(device_id):
+            device = launcher.device(device_id)
+            sig = self._signature(list(runtime), constexprs, launcher.device_arch(device_id))
+            kernel = self._compile(sig) if self.block_threads is not None else blockdims.select(self, sig, device)
+            compiled = launcher.load(kernel, device_id)
+            context = launcher.primary_context(device_id)
+            return launcher.PreparedLaunch(kernel, compiled, [t for _, t in sig.params], device_id, context)
 
 
-def _scalar(value: Any, name: str) -> tuple[Any, tuple, int]:
-    return type(value), (value, 0), 0
+def _launch_device(devices: list[tuple[str, int]]) -> int:
+    """The device holding the arrays among (argument name, device or -1) pairs, a LaunchError naming
+    two arguments on different devices; this thread's current device when there is no array."""
+    first = next(((name, d) for name, d in devices if d >= 0), None)
+    if first is None:
+        return launcher.current_device_id()
+    for name, d in devices:
+        if d >= 0 and d != first[1]:
+            raise LaunchError(
+                f"arguments {first[0]!r} and {name!r} are on different devices (GPU {first[1]} and GPU {d}); "
+                "a launch runs on the device of its arrays, so move them to one device"
+            )
+    return first[1]
 
 
-def _numpy_scalar(value: Any, name: str) -> tuple[Any, tuple, int]:
+def _check_stream(handle: int, device: int) -> None:
+    """A LaunchError when the launch's stream belongs to another device than its arrays."""
+    if launcher.device_count() > 1:
+        where = launcher.stream_device(handle)
+        if where is not None and where != device:
+            raise LaunchError(
+                f"the stream is on GPU {where} but the launch runs on GPU {device} (the device of its arrays); "
+                f"pass a stream of GPU {device}, or none for the current stream there"
+            )
+
+
+def _many_devices() -> bool:
+    """Whether this process sees several GPUs, so that launches read each CuPy and PyTorch array's device."""
+    return launcher.device_count() > 1
+
+
+def _scalar(value: Any, name: str) -> tuple[Any, tuple, int, int]:
+    return type(value), (value, 0), 0, -1
+
+
+def _numpy_scalar(value: Any, name: str) -> tuple[Any, tuple, int, int]:
     if is_half(value.dtype):  # 16-bit floats travel as their bits
-        return ("scalar", value.dtype), (int(np.asarray(value).view(np.uint16)), 0), 0
+        return ("scalar", value.dtype), (int(np.asarray(value).view(np.uint16)), 0), 0, -1
     if value.dtype == np.bool_:
-        return ("scalar", value.dtype), (int(value), 0), 0
-    return ("scalar", value.dtype), (value, 0), 0
+        return ("scalar", value.dtype), (int(value), 0), 0, -1
+    return ("scalar", value.dtype), (value, 0), 0, -1
 
 
-def _array(value: Any, name: str) -> tuple[Any, tuple, int]:
+def _array(value: Any, name: str) -> tuple[Any, tuple, int, int]:
     arr = arguments.device_array(value, name)
     if arr is None:
         arguments.arg_type(value, name)  # raises a LaunchError naming the argument
-        return type(value), (value, 0), 0
+        return type(value), (value, 0), 0, -1
     t = arr.type
     key = arr.dtype.num if t.ndim == 1 and t.unit_stride else (arr.dtype.num, t.ndim, t.unit_stride)
     if arr.dtype.num >= 256:  # a user-defined dtype (bfloat16): its num is not unique
         key = (arr.dtype, t.ndim, t.unit_stride)
-    return key, arr.launch_values(), launcher.LIBRARY_BITS.get(arr.library, 0)
+    return key, arr.launch_values(), launcher.LIBRARY_BITS.get(arr.library, 0), arr.device
 
 
 #: the key of a 1-D unit-stride PyTorch tensor, by torch dtype (the one `_array` gives it)
 _torch_keys: dict[Any, Any] = {}
 
 
-def _torch_tensor(value: Any, name: str) -> tuple[Any, tuple, int]:
+def _torch_tensor(value: Any, name: str) -> tuple[Any, tuple, int, int]:
     """A PyTorch tensor; a 1-D unit-stride one on the GPU without building a DeviceArray."""
     key = _torch_keys.get(value.dtype)
     if key is None or not value.is_cuda or value.dim() != 1 or (value.stride(0) != 1 and value.shape[0] > 1):
-        key, values, library = _array(value, name)
+        key, values, library, device = _array(value, name)
         if value.dim() == 1 and isinstance(values[1], int):
             _torch_keys[value.dtype] = key
-        return key, values, library
-    return key, (value.data_ptr(), value.shape[0]), launcher.TORCH
+        return key, values, library, device
+    return key, (value.data_ptr(), value.shape[0]), launcher.TORCH, value.get_device() if _READ_DEVICES else 0
 
 
-def _cupy_array(value: Any, name: str) -> tuple[Any, tuple, int]:
+def _cupy_array(value: Any, name: str) -> tuple[Any, tuple, int, int]:
     # An unsupported dtype makes a new key, and the signature check on that miss rejects it.
     if not value._c_contiguous or value.ndim != 1:
         return _array(value, name)
-    return value.dtype.num, (value.data.ptr, value.size), launcher.CUPY
+    data = value.data
+    return value.dtype.num, (data.ptr, value.size), launcher.CUPY, data.device_id if _READ_DEVICES else 0
 
 
 _classifiers: dict[type, Callable] = {int: _scalar, float: _scalar, bool: _scalar}
+#: whether the CuPy and PyTorch classifiers read their arrays' devices (set when the first is chosen:
+#: with one GPU every array is on device 0)
+_READ_DEVICES = True
 
 
-def _classify(value: Any, name: str) -> tuple[Any, tuple, int]:
-    """(type key, (pointer, length) or (scalar, unused), array-library bit) of one launch argument."""
+def _classify(value: Any, name: str) -> tuple[Any, tuple, int, int]:
+    """(type key, (pointer, length) or (scalar, unused), array-library bit, device or -1 for a
+    scalar) of one launch argument."""
     classify = _classifiers.get(type(value)) or _classifier(type(value))
     return classify(value, name)
 
@@ -341,6 +404,9 @@ def _classifier(cls: type) -> Callable:
         found = _torch_tensor
     else:
         found = _array
+    if found in (_cupy_array, _torch_tensor):
+        global _READ_DEVICES
+        _READ_DEVICES = _many_devices()
     _classifiers[cls] = found
     return found
 

@@ -95,7 +95,7 @@ def current_stream() -> int:
     else the legacy default stream), in the current device's context."""
     from .runtime import launcher
 
-    launcher.current_device()  # makes the primary context current, as the libraries use it
+    launcher.current_device().set_current()  # the primary context, as the libraries use it
     libraries = 0
     for name, bit in launcher.LIBRARY_BITS.items():
         if name in sys.modules:

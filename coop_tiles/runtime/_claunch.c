@@ -8,7 +8,10 @@
  * kernel's previous launch it reuses that launch's prepared facts, else it builds the same key
  * as the Python path and looks the PreparedLaunch up in `kernels`. It then writes the
  * arguments into the prepared parameter buffer and calls cuLaunchKernel, all while holding the
- * GIL (so no other thread touches the buffer). Anything else (a new signature, another array
+ * GIL (so no other thread touches the buffer). The launch runs on its arrays' device: the
+ * prepared launch belongs to one device, whose primary context must be current (else the
+ * Python path makes it current for the launch); with several GPUs in the process it reads each
+ * array's device and checks that a stream handle belongs to that context. Anything else (a new signature, another array
  * type, a failed launch) goes to the Python method `run(grid, stream, args, kwargs)`, which
  * compiles, reports errors and launches. libcuda is opened on first use, so importing needs
  * no driver.
@@ -26,17 +29,28 @@
 typedef int (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
                          void **, void **);
 typedef intptr_t (*stream_fn)(void);
+typedef int (*context_fn)(void **);
+typedef int (*device_fn)(int *);
+typedef int (*stream_context_fn)(void *, void **);
 /* cuLaunchKernel's `extra` markers, as cuda.h defines them */
 #define CU_LAUNCH_PARAM_END ((void *)0x00)
 #define CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
 #define CU_LAUNCH_PARAM_BUFFER_SIZE ((void *)0x02)
 static launch_fn cu_launch = NULL;
-static PyObject *s_c_contiguous, *s_ndim, *s_dtype, *s_num, *s_data, *s_ptr, *s_size, *s_c_info, *s_run, *s_split_launch;
+static context_fn cu_ctx_get_current = NULL;
+static device_fn cu_ctx_get_device = NULL;
+static stream_context_fn cu_stream_get_ctx = NULL;
+static PyObject *s_c_contiguous, *s_ndim, *s_dtype, *s_num, *s_data, *s_ptr, *s_size, *s_device_id, *s_c_info, *s_run,
+    *s_split_launch;
 
 static int load_driver(void) {
     if (cu_launch) return 1;
     void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
     if (!lib) return 0;
+    cu_ctx_get_current = (context_fn)dlsym(lib, "cuCtxGetCurrent");
+    cu_ctx_get_device = (device_fn)dlsym(lib, "cuCtxGetDevice");
+    cu_stream_get_ctx = (stream_context_fn)dlsym(lib, "cuStreamGetCtx");
+    if (!cu_ctx_get_current || !cu_ctx_get_device || !cu_stream_get_ctx) return 0;
     cu_launch = (launch_fn)dlsym(lib, "cuLaunchKernel");
     return cu_launch != NULL;
 }
@@ -80,13 +94,16 @@ typedef struct {
     PyObject *pointer_type; /* the class of array.data */
     PyObject *get_stream;   /* cupy.cuda.get_current_stream, when stream_ptr is NULL */
     stream_fn stream_ptr;   /* CuPy's C function for the current stream's handle, or NULL */
-    Getter contiguous, ndim, dtype, data, ptr, size;
+    Getter contiguous, ndim, dtype, data, ptr, size, device_id;
+    int many_devices; /* read each array's device (several GPUs in the process), else all are on device 0 */
     /* the previous launch: its tokens (strong references) and its prepared facts */
     Py_ssize_t memo_count; /* -1: none */
     PyObject *memo_tokens[2 * MAX_ARGS];
     PyObject *memo_prepared; /* keeps the buffers below alive */
     void *function;
     unsigned block, shared;
+    void *context;    /* the primary context of the memo's device, current at its launches */
+    long memo_device; /* the device of the memo's arrays */
     unsigned char *slots;
     void **params;
     size_t buffer_size; /* the slots' size when they are the kernel's exact parameter layout, else 0 */
@@ -132,14 +149,17 @@ static void kernel_dealloc(KernelBase *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* _enable_c_launch(kernels, names, array_type, get_stream, stream_capi): the C path launches
- * from now on. stream_capi is a capsule holding `intptr_t (void)` that returns the current
- * stream's handle, or None. */
+/* _enable_c_launch(kernels, names, array_type, get_stream, stream_capi, many_devices): the C
+ * path launches from now on. stream_capi is a capsule holding `intptr_t (void)` that returns the
+ * current stream's handle, or None. */
 static PyObject *kernel_enable(KernelBase *self, PyObject *const *a, Py_ssize_t nargs) {
-    if (nargs != 5 || !PyDict_Check(a[0]) || !PyTuple_Check(a[1]) || !PyType_Check(a[2])) {
-        PyErr_SetString(PyExc_TypeError, "_enable_c_launch(kernels: dict, names: tuple, array_type, get_stream, capi)");
+    if (nargs != 6 || !PyDict_Check(a[0]) || !PyTuple_Check(a[1]) || !PyType_Check(a[2])) {
+        PyErr_SetString(PyExc_TypeError,
+                        "_enable_c_launch(kernels: dict, names: tuple, array_type, get_stream, capi, many_devices)");
         return NULL;
     }
+    int many_devices = PyObject_IsTrue(a[5]);
+    if (many_devices < 0) return NULL;
     if (PyTuple_GET_SIZE(a[1]) > MAX_ARGS) Py_RETURN_FALSE;
     Getter contiguous, ndim, dtype, data, size;
     if (find_getter(a[2], s_c_contiguous, &contiguous) || find_getter(a[2], s_ndim, &ndim) ||
@@ -167,7 +187,9 @@ static PyObject *kernel_enable(KernelBase *self, PyObject *const *a, Py_ssize_t 
     self->dtype = dtype;
     self->data = data;
     self->size = size;
+    self->many_devices = many_devices;
     self->ptr.get = NULL; /* found on the first array's `.data`, whose class is then remembered */
+    self->device_id.get = NULL;
     Py_RETURN_TRUE;
 unsupported:
     PyErr_Clear();
@@ -180,11 +202,12 @@ static PyObject *kernel_forget(KernelBase *self, PyObject *unused) {
 }
 
 /* the memo's prepared facts, from PreparedLaunch.c_info; 0 on success */
-static int remember(KernelBase *self, PyObject *prepared, PyObject *const *tokens, Py_ssize_t count, Py_ssize_t n) {
+static int remember(KernelBase *self, PyObject *prepared, PyObject *const *tokens, Py_ssize_t count, Py_ssize_t n,
+                    long device) {
     PyObject *info = PyObject_GetAttr(prepared, s_c_info);
     if (!info) return -1;
-    int bad = !PyTuple_CheckExact(info) || PyTuple_GET_SIZE(info) != 7;
-    void *function = NULL, *slots = NULL, *params = NULL;
+    int bad = !PyTuple_CheckExact(info) || PyTuple_GET_SIZE(info) != 9;
+    void *function = NULL, *slots = NULL, *params = NULL, *context = NULL;
     unsigned long block = 0, shared = 0;
     size_t buffer_size = 0;
     PyObject *kinds = NULL;
@@ -196,6 +219,7 @@ static int remember(KernelBase *self, PyObject *prepared, PyObject *const *token
         params = PyLong_AsVoidPtr(PyTuple_GET_ITEM(info, 4));
         kinds = PyTuple_GET_ITEM(info, 5);
         buffer_size = PyLong_AsSize_t(PyTuple_GET_ITEM(info, 6));
+        context = PyLong_AsVoidPtr(PyTuple_GET_ITEM(info, 7));
         bad = PyErr_Occurred() || !PyBytes_CheckExact(kinds) || PyBytes_GET_SIZE(kinds) != n;
     }
     if (bad) {
@@ -211,6 +235,8 @@ static int remember(KernelBase *self, PyObject *prepared, PyObject *const *token
     self->slots = (unsigned char *)slots;
     self->params = (void **)params;
     self->buffer_size = buffer_size;
+    self->context = context;
+    self->memo_device = device;
     for (Py_ssize_t i = 0; i < count; i++) {
         Py_INCREF(tokens[i]);
         self->memo_tokens[i] = tokens[i];
@@ -235,6 +261,7 @@ static int try_launch(KernelBase *self, PyObject *grid, PyObject *stream, PyObje
     double reals[MAX_ARGS];
     PyObject *tokens[2 * MAX_ARGS]; /* borrowed: dtype objects, types, constexpr values */
     int uses_array = 0;
+    long device = -1; /* the arrays' device */
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *v = args[i];
         PyTypeObject *t = Py_TYPE(v);
@@ -262,9 +289,21 @@ static int try_launch(KernelBase *self, PyObject *grid, PyObject *stream, PyObje
                 self->pointer_type = (PyObject *)Py_TYPE(data);
                 Py_INCREF(self->pointer_type);
             }
-            int bad = (PyObject *)Py_TYPE(data) != self->pointer_type || int_of(self->ptr, data, &ptr);
+            if (self->many_devices && !self->device_id.get &&
+                find_getter(self->pointer_type, s_device_id, &self->device_id)) {
+                self->device_id.get = NULL;
+                Py_DECREF(data);
+                goto decline;
+            }
+            long long where = 0;
+            int bad = (PyObject *)Py_TYPE(data) != self->pointer_type || int_of(self->ptr, data, &ptr) ||
+                      (self->many_devices && int_of(self->device_id, data, &where));
             Py_DECREF(data);
             if (bad || int_of(self->size, v, &size)) goto decline;
+            if (device < 0)
+                device = (long)where;
+            else if (device != (long)where)
+                return 0; /* arrays on two devices: the Python path reports it */
             first[i] = (unsigned long long)ptr;
             second[i] = (unsigned long long)size;
             uses_array = 1;
@@ -292,12 +331,26 @@ static int try_launch(KernelBase *self, PyObject *grid, PyObject *stream, PyObje
         tokens[n + j] = args[n + found];
     }
     Py_ssize_t count = n + nc;
-    int same = self->memo_count == count;
+    /* the launch runs in its device's primary context, which must be current (else the Python
+     * path makes it current); without arrays, on the current context's device */
+    void *current = NULL;
+    if (cu_ctx_get_current(&current) != 0 || !current) return 0;
+    if (device < 0) {
+        int ordinal;
+        if (cu_ctx_get_device(&ordinal) != 0) return 0;
+        device = ordinal;
+    }
+    int same = self->memo_count == count && self->memo_device == device;
     for (Py_ssize_t i = 0; same && i < count; i++) same = self->memo_tokens[i] == tokens[i];
     if (!same) {
         /* the key the Python path builds: an array's dtype.num, a scalar's type, the constexprs */
-        PyObject *key = PyTuple_New(count);
-        if (!key) goto decline;
+        PyObject *key = PyTuple_New(count + 1), *ordinal = PyLong_FromLong(device);
+        if (!key || !ordinal) {
+            Py_XDECREF(key);
+            Py_XDECREF(ordinal);
+            goto decline;
+        }
+        PyTuple_SET_ITEM(key, count, ordinal); /* the key ends with the device, as the Python path's */
         for (Py_ssize_t i = 0; i < count; i++) {
             PyObject *item = tokens[i];
             if (i < n && Py_TYPE(args[i]) == (PyTypeObject *)self->array_type) {
@@ -313,8 +366,9 @@ static int try_launch(KernelBase *self, PyObject *grid, PyObject *stream, PyObje
         }
         PyObject *prepared = PyDict_GetItemWithError(self->kernels, key); /* borrowed */
         Py_DECREF(key);
-        if (!prepared || remember(self, prepared, tokens, count, n)) goto decline;
+        if (!prepared || remember(self, prepared, tokens, count, n, device)) goto decline;
     }
+    if (current != self->context) return 0;
     /* the tokens matched, so each argument has the kind its slot expects */
     unsigned char *slot = self->slots;
     for (Py_ssize_t i = 0; i < n; i++) {
@@ -363,6 +417,11 @@ static int try_launch(KernelBase *self, PyObject *grid, PyObject *stream, PyObje
     } else if (PyLong_CheckExact(stream)) {
         handle = PyLong_AsLongLongAndOverflow(stream, &overflow);
         if (overflow) return 0;
+        if (self->many_devices && (handle < 0 || handle > 2)) { /* not a default stream: it must be this device's */
+            void *stream_context = NULL;
+            if (cu_stream_get_ctx((void *)(intptr_t)handle, &stream_context) != 0 || stream_context != self->context)
+                return 0;
+        }
     } else {
         return 0;
     }
@@ -484,7 +543,25 @@ static PyTypeObject KernelBaseType = {
     .tp_new = kernel_new,
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_claunch", NULL, -1, NULL};
+/* current_context(): the handle of the context current on this thread (0: none), for the Python
+ * fast path, which checks it on every launch when the process sees several GPUs. */
+static PyObject *module_current_context(PyObject *module, PyObject *unused) {
+    void *current = NULL;
+    if (!load_driver()) {
+        PyErr_SetString(PyExc_RuntimeError, "the CUDA driver (libcuda.so.1) could not be loaded");
+        return NULL;
+    }
+    if (cu_ctx_get_current(&current) != 0) current = NULL;
+    return PyLong_FromVoidPtr(current);
+}
+
+static PyMethodDef module_methods[] = {
+    {"current_context", (PyCFunction)module_current_context, METH_NOARGS,
+     "The handle of the context current on this thread (0: none)."},
+    {NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_claunch", NULL, -1, module_methods};
 
 PyMODINIT_FUNC PyInit__claunch(void) {
     s_c_contiguous = PyUnicode_InternFromString("_c_contiguous");
@@ -494,6 +571,7 @@ PyMODINIT_FUNC PyInit__claunch(void) {
     s_data = PyUnicode_InternFromString("data");
     s_ptr = PyUnicode_InternFromString("ptr");
     s_size = PyUnicode_InternFromString("size");
+    s_device_id = PyUnicode_InternFromString("device_id");
     s_c_info = PyUnicode_InternFromString("c_info");
     s_run = PyUnicode_InternFromString("run");
     s_split_launch = PyUnicode_InternFromString("_split_launch");

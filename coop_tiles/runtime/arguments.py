@@ -1,8 +1,9 @@
 """Kernel arguments: recognising device arrays and scalars, and packing them for a launch.
 
 Device arrays are anything with `__cuda_array_interface__` (CuPy, PyTorch, Numba) or
-DLPack; CuPy and PyTorch take fast paths that avoid building the interface dict on every
-launch.
+DLPack (read through cuda.core's `StridedMemoryView`, so no array library is needed); CuPy
+and PyTorch take fast paths that avoid building the interface dict on every launch. Each
+array knows its device, which is the device a launch runs on.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import numpy as np
 from ..dtypes import SUPPORTED, bfloat16
 from ..errors import LaunchError
 from ..lang.types import ArrayType, ScalarType, type_of_python_scalar
+from . import launcher
 
 _TORCH_DTYPES: dict[Any, np.dtype] = {}
 
@@ -27,6 +29,7 @@ class DeviceArray:
     shape: tuple[int, ...]
     strides: tuple[int, ...]  # in elements; the kernel masks every access outside the shape
     library: str  # "cupy", "torch" or "other": which library's current stream is the default
+    device: int  # the GPU holding the data
 
     @property
     def unit_stride(self) -> bool:
@@ -92,31 +95,56 @@ def _check_rank(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 def _from_cupy(a) -> DeviceArray:
     shape = _check_rank(a.shape)
-    return DeviceArray(a.data.ptr, a.dtype, shape, _element_strides(a.strides, shape, a.itemsize), "cupy")
+    data = a.data
+    strides = _element_strides(a.strides, shape, a.itemsize)
+    return DeviceArray(data.ptr, a.dtype, shape, strides, "cupy", data.device_id)
 
 
 def _from_torch(t) -> DeviceArray:
     if not t.is_cuda:
         raise LaunchError("is a PyTorch tensor on the CPU; move it to the GPU with .cuda()")
     shape = _check_rank(tuple(t.shape))
-    return DeviceArray(t.data_ptr(), _torch_dtype(t), shape, tuple(t.stride()), "torch")
+    return DeviceArray(t.data_ptr(), _torch_dtype(t), shape, tuple(t.stride()), "torch", t.get_device())
+
+
+def _pointer_device(ptr: int) -> int:
+    """The device holding `ptr` (the interface does not say); asked of the driver only when the
+    process sees more than one GPU."""
+    if launcher.device_count() <= 1 or not ptr:
+        return 0
+    from cuda.bindings import driver
+
+    attr = driver.CUpointer_attribute.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
+    err, device = driver.cuPointerGetAttribute(attr, ptr)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise LaunchError(f"has a pointer the CUDA driver does not know ({err.name}); pass device memory")
+    return int(device)
 
 
 def _from_interface(a) -> DeviceArray:
     cai = a.__cuda_array_interface__
     dtype = np.dtype(cai["typestr"])
     shape = _check_rank(tuple(cai["shape"]))
-    return DeviceArray(
-        int(cai["data"][0] or 0), dtype, shape, _element_strides(cai.get("strides"), shape, dtype.itemsize), "other"
-    )
+    ptr = int(cai["data"][0] or 0)
+    strides = _element_strides(cai.get("strides"), shape, dtype.itemsize)
+    return DeviceArray(ptr, dtype, shape, strides, "other", _pointer_device(ptr))
 
 
 def _from_dlpack(a) -> DeviceArray:
+    """A DLPack array of any library, through cuda.core's StridedMemoryView (no stream ordering is
+    asked of the producer, as with `__cuda_array_interface__`: its work must be complete or on
+    the launch's stream)."""
+    from cuda.core.utils import StridedMemoryView
+
     try:
-        import cupy
-    except ImportError:
-        raise LaunchError("supports only DLPack; install cupy to pass DLPack arrays") from None
-    return _from_cupy(cupy.from_dlpack(a))
+        view = StridedMemoryView.from_dlpack(a, stream_ptr=-1)
+    except (BufferError, TypeError, ValueError) as e:
+        raise LaunchError(f"could not be read through DLPack: {e}") from None
+    if view.device_id < 0:
+        raise LaunchError("is a DLPack array in host memory; pass a device array")
+    shape = _check_rank(tuple(view.shape))
+    strides = _element_strides(None, shape, 1) if view.strides is None else tuple(view.strides)
+    return DeviceArray(int(view.ptr), np.dtype(view.dtype), shape, strides, "other", int(view.device_id))
 
 
 def _extractor(cls: type) -> Callable[[Any], DeviceArray] | None:

@@ -7,6 +7,7 @@ the new configs, and a second process with the same key measures nothing.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import sys
 from collections.abc import Callable, Sequence
@@ -123,7 +124,8 @@ class Autotuner:
 
     # ----- choosing ------------------------------------------------------------------------------
     def variant(self, block_threads: int | None, interpret: bool = False) -> Any:
-        if (block_threads, interpret) not in self._variants:
+        variant = self._variants.get((block_threads, interpret))
+        if variant is None:
             from ..jit import JITFunction
 
             variant = JITFunction(
@@ -131,13 +133,15 @@ class Autotuner:
             )
             variant._hooks = list(self.kernel._hooks)
             variant._static_printed = self.kernel._static_printed  # one specialisation's prints, once
-            self._variants[block_threads, interpret] = variant
-        return self._variants[block_threads, interpret]
+            variant = self._variants.setdefault((block_threads, interpret), variant)  # whichever thread made it
+        return variant
 
     def best_config(
         self, grid: Any, stream: Any, args: tuple, kwargs: dict, *, device: str | None = None, arch: str | None = None
     ) -> Config:
-        """The fastest config for these arguments: from memory, the disk cache, or by measuring."""
+        """The fastest config for these arguments: from memory, the disk cache, or by measuring on
+        the device that holds the arrays (the launch's device; timings are kept per device model)."""
+        device_id = None
         if device is None or arch is None:
             reason = launcher.no_gpu_reason()
             if reason is not None:
@@ -146,9 +150,9 @@ class Autotuner:
                     "COOP_TILES_INTERPRET=1 to run its first config in the interpreter, or compile a config "
                     f'without a GPU with {self.__name__}.kernel.compile(..., arch="sm_90")'
                 )
-            dev = launcher.current_device()
-            device = device or dev.name
-            arch = arch or launcher.device_arch(dev.device_id)
+            device_id = self.kernel.launch_device(self._values(args, kwargs))
+            device = device or launcher.device(device_id).name
+            arch = arch or launcher.device_arch(device_id)
         tuning_key = self.tuning_key(args, kwargs, device, arch)
         best = self._best.get(tuning_key)
         if best is not None:
@@ -162,8 +166,9 @@ class Autotuner:
             else:
                 todo.append(config)
         if todo:
-            trials += self._measure(todo, grid, stream, args, kwargs, arch)
             keyed = {name: value for name, value in tuning_key[1]}
+            with launcher.on_device(device_id) if device_id is not None else contextlib.nullcontext():
+                trials += self._measure(todo, grid, stream, args, kwargs, arch, device_id)
             for t in trials[len(trials) - len(todo) :]:
                 entry = {"ms": t.ms, "reason": t.reason, "kernel": self.__name__, "config": str(t.config)}
                 entry.update(key=keyed, device=device, arch=arch)  # for `python -m coop_tiles tune list`
@@ -178,7 +183,7 @@ class Autotuner:
         return best
 
     def _measure(
-        self, configs: list[Config], grid: Any, stream: Any, args: tuple, kwargs: dict, arch: str
+        self, configs: list[Config], grid: Any, stream: Any, args: tuple, kwargs: dict, arch: str, device_id: int | None
     ) -> list[Trial]:
         values = self._values(args, kwargs)
         saved = {name: _copy(values[name]) for name in self.restore}
@@ -186,7 +191,7 @@ class Autotuner:
         trials = []
         try:
             for config in configs:
-                trials.append(self._trial(config, grid, stream, args, kwargs, values, saved, arch))
+                trials.append(self._trial(config, grid, stream, args, kwargs, values, saved, arch, device_id))
                 if bar is not None:
                     bar.update(1)
         finally:
@@ -199,7 +204,16 @@ class Autotuner:
         return trials
 
     def _trial(
-        self, config: Config, grid: Any, stream: Any, args: tuple, kwargs: dict, values: dict, saved: dict, arch: str
+        self,
+        config: Config,
+        grid: Any,
+        stream: Any,
+        args: tuple,
+        kwargs: dict,
+        values: dict,
+        saved: dict,
+        arch: str,
+        device_id: int | None,
     ) -> Trial:
         variant = self.variant(config.block_threads)
         merged = {**kwargs, **config.kwargs}
@@ -215,7 +229,7 @@ class Autotuner:
 
         try:  # a config that cannot compile, load or launch is skipped, with the reason
             variant.compile(*args, arch=arch, **merged)
-            handle = self._stream_handle(stream, args)
+            handle = self._stream_handle(stream, args, device_id)
             if self.timer is not None:
                 return Trial(config, self.timer(lambda: (prepare(), launch()), handle, config))
             # prepare() runs before each timed launch, outside the timed interval
@@ -224,12 +238,12 @@ class Autotuner:
         except TileError as e:
             return Trial(config, None, f"{type(e).__name__}: {e.message}")
 
-    def _stream_handle(self, stream: Any, args: tuple) -> int:
+    def _stream_handle(self, stream: Any, args: tuple, device_id: int | None) -> int:
         libraries = 0
         for a in args:
             module = type(a).__module__.split(".")[0]
             libraries |= launcher.LIBRARY_BITS.get(module, 0)
-        return launcher.stream_handle(stream, libraries)
+        return launcher.stream_handle(stream, libraries, device_id or 0)
 
     def _progress(self, total: int):
         show = self.progress if self.progress is not None else sys.stderr.isatty()

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._log import get_logger
-from ..errors import TileError
+from ..errors import LaunchError, TileError
 
 
 class _NeverMatches:
@@ -30,12 +30,19 @@ def _cupy_current_stream() -> Any:
     return cupy.cuda.get_current_stream()
 
 
-def generate_source(runtime_names: list[str], constexpr_names: list[str]) -> str:
-    """Source of `fast(jit, grid, stream, args, kwargs) -> bool` for this parameter list."""
+def generate_source(runtime_names: list[str], constexpr_names: list[str], many_devices: bool) -> str:
+    """Source of `fast(jit, grid, stream, args, kwargs) -> bool` for this parameter list.
+
+    The launch runs on its arrays' device (`dev`; the current one without arrays). With several
+    GPUs in the process it reads each CuPy array's device, and leaves to the general path a
+    launch whose arrays are on different devices, whose device's context is not current, or
+    that names a stream (whose device the general path checks)."""
     n = len(runtime_names)
     lines = ["def fast(jit, grid, stream, args, kwargs):"]
     lines.append(f"    if len(kwargs) != {len(constexpr_names)} or type(grid) is not int or grid <= 0:")
     lines.append("        return False")
+    if many_devices:
+        lines += ["    if stream is not None:", "        return False"]
     lines.append("    try:")
     if n:
         lines.append(f"        {''.join(f'v{i}, ' for i in range(n))}= args")
@@ -46,31 +53,56 @@ def generate_source(runtime_names: list[str], constexpr_names: list[str]) -> str
     lines.append("    except (ValueError, KeyError):")
     lines.append("        return False")
     lines.append("    libs = 0")
+    lines.append("    dev = -1")
     for i, name in enumerate(runtime_names):
         lines += [
             f"    t{i} = type(v{i})",
             f"    if t{i} is CUPY_ARRAY and v{i}._c_contiguous and v{i}.ndim == 1:",
-            f"        k{i} = v{i}.dtype.num; p{i} = v{i}.data.ptr; q{i} = v{i}.size; libs |= CUPY",
+            f"        d{i} = v{i}.data; k{i} = v{i}.dtype.num; p{i} = d{i}.ptr; q{i} = v{i}.size; libs |= CUPY",
+        ]
+        if many_devices:
+            lines += [
+                f"        if d{i}.device_id != dev:",
+                "            if dev >= 0: return False",
+                f"            dev = d{i}.device_id",
+            ]
+        else:
+            lines.append("        dev = 0")
+        lines += [
             f"    elif t{i} is int or t{i} is float:",
             f"        k{i} = t{i}; p{i} = v{i}; q{i} = 0",
             "    else:",
-            f"        k{i}, (p{i}, q{i}), l{i} = classify(v{i}, {name!r}); libs |= l{i}",
+            f"        k{i}, (p{i}, q{i}), l{i}, e{i} = classify(v{i}, {name!r}); libs |= l{i}",
+            f"        if e{i} != dev and e{i} >= 0:",
+            "            if dev >= 0: return False",
+            f"            dev = e{i}",
         ]
-    key = ", ".join([f"k{i}" for i in range(n)] + [f"c{j}" for j in range(len(constexpr_names))])
+    lines.append("    if dev < 0:")
+    lines.append("        dev = current_device_id()" if many_devices else "        dev = 0")
+    key = ", ".join([f"k{i}" for i in range(n)] + [f"c{j}" for j in range(len(constexpr_names))] + ["dev"])
     lines.append(f"    key = ({key},)")
     lines.append("    prepared = jit._kernels.get(key)")
     lines.append("    if prepared is None:")
-    lines.append("        prepared = jit._kernels[key] = jit._prepare(args, kwargs)")
+    lines.append("        prepared = jit._prepared(key, args, kwargs, dev)")
+    if many_devices:
+        lines += ["    if current_context() != prepared.context:", "        return False"]
     lines.append("    if stream is None:")
-    lines.append("        handle = cupy_stream().ptr if libs == CUPY else (current_stream(libs) if libs else 0)")
+    lines.append("        handle = cupy_stream().ptr if libs == CUPY else (current_stream(libs, dev) if libs else 0)")
     lines.append("    else:")
-    lines.append("        handle = stream_handle(stream, libs)")
-    lines.append(f"    prepared.launch(grid, 1, 1, handle{''.join(f', p{i}, q{i}' for i in range(n))})")
+    lines.append("        handle = stream_handle(stream, libs, dev)")
+    launch = f"prepared.launch(grid, 1, 1, handle{''.join(f', p{i}, q{i}' for i in range(n))})"
+    if many_devices:
+        lines.append(f"    {launch}")
+    else:  # with one GPU, a thread with no current context fails to launch: the general path sets it
+        lines += ["    try:", f"        {launch}", "    except LAUNCH_ERROR:", "        return False"]
     lines.append("    return True")
     return "\n".join(lines) + "\n"
 
 
-def make_fast_path(runtime_names: list[str], constexpr_names: list[str], classify: Callable) -> Callable[..., bool]:
+def make_fast_path(
+    runtime_names: list[str], constexpr_names: list[str], classify: Callable, many_devices: bool
+) -> Callable[..., bool]:
+    """The generated fast path for this parameter list (see `generate_source`)."""
     from . import launcher
 
     cupy = sys.modules.get("cupy")
@@ -78,11 +110,15 @@ def make_fast_path(runtime_names: list[str], constexpr_names: list[str], classif
         "CUPY_ARRAY": getattr(cupy, "ndarray", _NeverMatches),
         "cupy_stream": cupy.cuda.get_current_stream if cupy is not None else _cupy_current_stream,
         "CUPY": launcher.CUPY,
+        "LAUNCH_ERROR": LaunchError,
         "classify": classify,
+        "current_context": current_context,
+        "current_device_id": launcher.current_device_id,
         "current_stream": launcher.current_stream,
         "stream_handle": launcher.stream_handle,
     }
-    exec(compile(generate_source(runtime_names, constexpr_names), "<coop_tiles launch fast path>", "exec"), namespace)
+    source = generate_source(runtime_names, constexpr_names, many_devices)
+    exec(compile(source, "<coop_tiles launch fast path>", "exec"), namespace)
     return namespace["fast"]
 
 
@@ -95,7 +131,7 @@ def _cupy_stream_capi() -> Any:
     return getattr(stream, "__pyx_capi__", {}).get("get_current_stream_ptr")
 
 
-def enable_c_launch(jit: Any) -> bool:
+def enable_c_launch(jit: Any, many_devices: bool) -> bool:
     """Let the C launch path (the optional `_claunch` extension) launch `jit`'s common calls, when
     the extension was built and CuPy is loaded; otherwise the generated Python fast path does."""
     cupy = sys.modules.get("cupy")
@@ -103,7 +139,8 @@ def enable_c_launch(jit: Any) -> bool:
         return False
     names = tuple(sys.intern(name) for name in jit._constexpr_names)
     stream_capi = _cupy_stream_capi()
-    return jit._enable_c_launch(jit._kernels, names, cupy.ndarray, cupy.cuda.get_current_stream, stream_capi)
+    get_stream = cupy.cuda.get_current_stream
+    return jit._enable_c_launch(jit._kernels, names, cupy.ndarray, get_stream, stream_capi, many_devices)
 
 
 class _Launch:
@@ -137,7 +174,10 @@ class _PythonKernelBase:
 C_LAUNCH_MISSING: str | None = None
 try:
     from ._claunch import KernelBase
+    from ._claunch import current_context as current_context
 except ImportError as e:  # built without a C compiler: kernel[grid] is Python
+    from .launcher import current_context
+
     KernelBase = _PythonKernelBase
     C_LAUNCH_MISSING = str(e)
     get_logger("launch").warning(

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 from ..codegen.params import kernel_params
@@ -43,24 +46,103 @@ def gpu_available() -> bool:
     return no_gpu_reason() is None
 
 
+def _check(result: Any) -> Any:
+    """The value of a cuda.bindings driver call, raising a LaunchError naming a failure."""
+    from cuda.bindings import driver
+
+    err, *rest = result if isinstance(result, tuple) else (result,)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise LaunchError(f"CUDA driver call failed: {err.name}")
+    return rest[0] if rest else None
+
+
 @functools.cache
+def device_count() -> int:
+    """How many GPUs this process sees (0 without a driver); with one, no launch reads devices."""
+    if not gpu_available():
+        return 0
+    from cuda.bindings import driver
+
+    return int(_check(driver.cuDeviceGetCount()))
+
+
+@functools.cache
+def primary_context(device_id: int) -> int:
+    """The handle of `device_id`'s primary context (retained for the life of the process):
+    the context CuPy, PyTorch and cuda.core allocate in, so the one its launches run in."""
+    from cuda.bindings import driver
+
+    return int(_check(driver.cuDevicePrimaryCtxRetain(_check(driver.cuDeviceGet(device_id)))))
+
+
+def current_context() -> int:
+    """The handle of the context current on this thread (0: none)."""
+    from cuda.bindings import driver
+
+    return int(_check(driver.cuCtxGetCurrent()))
+
+
+def current_device_id() -> int:
+    """The device of this thread's current context; device 0 when none is current."""
+    from cuda.bindings import driver
+
+    require_gpu(
+        "to launch on; run programs in the NumPy interpreter with COOP_TILES_INTERPRET=1 or @ct.jit(interpret=True)"
+    )
+    if not current_context():
+        return 0
+    return int(_check(driver.cuCtxGetDevice()))
+
+
+@contextlib.contextmanager
+def on_device(device_id: int) -> Iterator[None]:
+    """Make `device_id`'s primary context current for a block, restoring the caller's context after
+    (a thread with none keeps this one, as the CUDA runtime would have made it current)."""
+    from cuda.bindings import driver
+
+    wanted, previous = primary_context(device_id), current_context()
+    if previous == wanted:
+        yield
+        return
+    _check(driver.cuCtxSetCurrent(wanted))
+    try:
+        yield
+    finally:
+        if previous:
+            _check(driver.cuCtxSetCurrent(previous))
+
+
+def stream_device(handle: int) -> int | None:
+    """The device of a stream handle; None for the special handles (0, 1, 2: the null, legacy and
+    per-thread default streams), which belong to whichever device is current."""
+    if handle in (0, 1, 2):
+        return None
+    from cuda.bindings import driver
+
+    context = int(_check(driver.cuStreamGetCtx(handle)))
+    return next((d for d in range(device_count()) if primary_context(d) == context), None)
+
+
 def current_device() -> Any:
-    """The current CUDA device (made current for cuda.core once per process)."""
+    """The cuda.core Device of this thread's current context (device 0 when none is current)."""
+    return device(current_device_id())
+
+
+def device(device_id: int) -> Any:
+    """The cuda.core Device `device_id`."""
+    return _core().Device(device_id)
+
+
+def require_gpu(purpose: str) -> None:
+    """A TileError (the caller locates it) when there is no GPU, saying why and what to do instead."""
     reason = no_gpu_reason()
     if reason is not None:
-        raise TileError(
-            f"no CUDA GPU found ({reason}) to launch on; run programs in the NumPy interpreter with "
-            "COOP_TILES_INTERPRET=1 or @ct.jit(interpret=True)"
-        )
-    core = _core()
-    device = core.Device()
-    device.set_current()
-    return device
+        raise TileError(f"no CUDA GPU found ({reason}) {purpose}")
 
 
 @functools.cache
 def device_arch(device_id: int) -> str:
-    major, minor = current_device().compute_capability
+    major, minor = device(device_id).compute_capability
     return f"sm_{major}{minor}"
 
 
@@ -73,16 +155,23 @@ def max_shared_optin(device_id: int) -> int:
     return int(value)
 
 
+_LOADING = threading.Lock()
+
+
 def load(kernel: CompiledKernel, device_id: int) -> Any:
-    """The cuda.core Kernel for `kernel` on `device_id`; runs its pre-launch hooks once first."""
+    """The cuda.core Kernel for `kernel` on `device_id`; runs its pre-launch hooks once first
+    (under a lock, so two threads loading at once load and hook it once)."""
     loaded = kernel.loaded.get(device_id)
     if loaded is not None:
         return loaded
-    compiled = _core().ObjectCode.from_cubin(kernel.cubin).get_kernel(kernel.kernel_name)
-    for hook in kernel.pre_launch_hooks:
-        hook(kernel, compiled, device_id)
-    kernel.loaded[device_id] = compiled
-    return compiled
+    with _LOADING, on_device(device_id):
+        loaded = kernel.loaded.get(device_id)
+        if loaded is None:
+            loaded = _core().ObjectCode.from_cubin(kernel.cubin).get_kernel(kernel.kernel_name)
+            for hook in kernel.pre_launch_hooks:
+                hook(kernel, loaded, device_id)
+            kernel.loaded[device_id] = loaded
+    return loaded
 
 
 def opt_in_dynamic_shared_memory(kernel: CompiledKernel, compiled: Any, device_id: int) -> None:
@@ -117,23 +206,25 @@ CUPY, TORCH = 1, 2
 LIBRARY_BITS = {"cupy": CUPY, "torch": TORCH}
 
 
-def current_stream(libraries: int) -> int:
-    """The current stream of the array library in use (PyTorch, else CuPy), else the legacy default."""
+def current_stream(libraries: int, device_id: int) -> int:
+    """The current stream on `device_id` of the array library in use (PyTorch, else CuPy, whose
+    current stream is the current device's: launches make the arrays' device current), else the
+    legacy default."""
     if libraries & TORCH:
         torch = _torch()
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # what Triton reads: no Stream object
         if raw is not None:
-            return raw(torch.cuda.current_device())
-        return torch.cuda.current_stream().cuda_stream
+            return raw(device_id)
+        return torch.cuda.current_stream(device_id).cuda_stream
     if libraries & CUPY:
         return _cupy().cuda.get_current_stream().ptr
     return 0
 
 
-def stream_handle(stream: Any, libraries: int) -> int:
-    """The raw handle of `stream`; `None` means `current_stream(libraries)`."""
+def stream_handle(stream: Any, libraries: int, device_id: int) -> int:
+    """The raw handle of `stream`; `None` means `current_stream(libraries, device_id)`."""
     if stream is None:
-        return current_stream(libraries)
+        return current_stream(libraries, device_id)
     if type(stream) is int:
         return stream
     for attr in ("cuda_stream", "ptr"):
@@ -202,17 +293,27 @@ class PreparedLaunch:
     is launched with `cuLaunchKernel` on that buffer. `launch(g0, g1, g2, stream, ...)`
     is generated for the parameter list, so a launch is one pack and one driver call.
     Each argument arrives as two values: (pointer, length) for an array, (value, 0) for a scalar.
+    A prepared launch belongs to one device (`device_id`, whose primary context handle is
+    `context`); the launch paths call it only while that context is current.
     When CuPy is loaded its thin `cupy.cuda.driver.launchKernel` wrapper is used (about
     0.6 us cheaper per launch than cuda.bindings'); otherwise cuda.bindings'.
     """
 
-    def __init__(self, kernel: CompiledKernel, compiled: Any, param_types: list[ArrayType | ScalarType]):
+    def __init__(
+        self,
+        kernel: CompiledKernel,
+        compiled: Any,
+        param_types: list[ArrayType | ScalarType],
+        device_id: int = 0,
+        context: int = 0,
+    ):
         import ctypes
         import struct
         import sys
         import threading
 
         self.kernel = kernel
+        self.device_id, self.context = device_id, context
         params = [kernel_params("x", t) for t in param_types]
         count = max(1, sum(len(p) for p in params))
         self.slots = (ctypes.c_uint64 * count)()
@@ -279,6 +380,8 @@ class PreparedLaunch:
             ctypes.addressof(self.c_pointers),
             "".join(kinds).encode(),
             8 * count if whole_buffer else 0,
+            context,
+            device_id,
         )
 
     def _fail(self, err: Any) -> None:

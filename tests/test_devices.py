@@ -1,0 +1,91 @@
+"""Which device a launch runs on, read from its arrays without a GPU: fake DLPack arrays that say
+they live on GPU 0 or GPU 1 (their data is host memory, which no test here dereferences)."""
+
+from __future__ import annotations
+
+import ctypes
+import inspect
+
+import numpy as np
+import pytest
+
+import coop_tiles as ct
+from coop_tiles import tile
+from coop_tiles.jit import _classify
+from coop_tiles.runtime import arguments, fastpath
+
+KDL_CPU, KDL_CUDA = 1, 2
+
+_get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_get_pointer.restype = ctypes.c_void_p
+_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+class FakeDLPackArray:
+    """A NumPy array exported through DLPack as if it lived on `device` (a DLPack device type and id)."""
+
+    def __init__(self, array: np.ndarray, device_id: int, device_type: int = KDL_CUDA):
+        self.array, self.device = array, (device_type, device_id)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return self.device
+
+    def __dlpack__(self, stream=None, max_version=None, dl_device=None, copy=None):
+        capsule = self.array.__dlpack__()
+        tensor = _get_pointer(capsule, b"dltensor")  # DLManagedTensor: the DLTensor's data pointer, then its device
+        device = (ctypes.c_int32 * 2).from_address(tensor + ctypes.sizeof(ctypes.c_void_p))
+        device[0], device[1] = self.device
+        return capsule
+
+
+@ct.jit
+def add_into(x, y, T: ct.constexpr):
+    tile.store(y, 0, tile.load(x, 0, T) + tile.load(y, 0, T))
+
+
+def test_dlpack_arrays_are_read_without_an_array_library():
+    host = np.arange(24, dtype=np.float32).reshape(4, 6)[:, ::2]
+    arr = arguments.device_array(FakeDLPackArray(host, 1), "x")
+    assert arr.ptr == host.ctypes.data
+    assert (arr.dtype, arr.shape, arr.strides, arr.device) == (np.float32, (4, 3), (6, 2), 1)
+    contiguous = np.zeros(5, np.int16)
+    key, values, library, device = _classify(FakeDLPackArray(contiguous, 0), "x")
+    assert (key, values, library, device) == (np.dtype(np.int16).num, (contiguous.ctypes.data, 5), 0, 0)
+
+
+def test_dlpack_array_in_host_memory_is_an_error():
+    with pytest.raises(ct.LaunchError) as info:
+        arguments.device_array(FakeDLPackArray(np.zeros(4, np.float32), 0, KDL_CPU), "x")
+    assert info.value.message == "argument 'x' is a DLPack array in host memory; pass a device array"
+
+
+def test_arrays_on_two_devices_are_a_located_launch_error():
+    x, y = FakeDLPackArray(np.zeros(16, np.float32), 0), FakeDLPackArray(np.zeros(16, np.float32), 1)
+    with pytest.raises(ct.LaunchError) as info:
+        add_into[1](x, y, T=16)  # HERE
+    here = inspect.currentframe().f_lineno - 1
+    assert type(info.value) is ct.LaunchError
+    assert info.value.message == (
+        "arguments 'x' and 'y' are on different devices (GPU 0 and GPU 1); "
+        "a launch runs on the device of its arrays, so move them to one device"
+    )
+    assert (info.value.loc.filename, info.value.loc.line) == (__file__, here)
+    # The interpreter takes NumPy arrays only, so there the same call fails on its first device array.
+    with pytest.raises(ct.LaunchError, match="argument 'x' is a device array; the interpreter runs on the CPU"):
+        ct.jit(add_into.fn, interpret=True)[1](x, y, T=16)
+
+
+@pytest.mark.parametrize("many_devices", [False, True])
+def test_the_fast_path_leaves_mixed_devices_to_the_general_path(many_devices):
+    """The generated fast path declines (the general path then reports the error) without preparing."""
+    fast = fastpath.make_fast_path(["x", "y"], ["T"], _classify, many_devices)
+    x, y = FakeDLPackArray(np.zeros(16, np.float32), 0), FakeDLPackArray(np.zeros(16, np.float32), 1)
+
+    class NoKernels:
+        _kernels: dict = {}
+
+        def _prepared(self, *args):
+            raise AssertionError("a launch on two devices must not be prepared")
+
+    assert fast(NoKernels(), 1, None, (x, y), {"T": 16}) is False
+    assert fast(NoKernels(), 1, None, (y, x), {"T": 16}) is False
