@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 import coop_tiles as ct
+from coop_tiles.demo import scaled_cumsum  # the README's program
 from coop_tiles import tile
 
 HALVES = (np.dtype(np.float16), np.dtype(ct.bfloat16))
@@ -71,13 +72,6 @@ def vector_add(x, y, out, n, TILE: ct.constexpr):
     b = tile.load(y, base, TILE, valid=n - base)
     tile.store(out, base, a + b, valid=n - base)
 
-
-@ct.jit
-def scaled_cumsum(x, y, n, alpha, TILE: ct.constexpr):
-    base = ct.program_id(0) * TILE
-    t = tile.load(x, base, TILE, valid=n - base, other=0)
-    s = tile.scan(t * alpha, op="add")
-    tile.store(y, base, s, valid=n - base)
 
 
 @ct.jit
