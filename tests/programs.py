@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 import coop_tiles as ct
-from coop_tiles.demo import scaled_cumsum  # the README's program
 from coop_tiles import tile
+from coop_tiles.demo import scaled_cumsum  # the README's program
 
 HALVES = (np.dtype(np.float16), np.dtype(ct.bfloat16))
 INT_DTYPES = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
@@ -71,7 +71,6 @@ def vector_add(x, y, out, n, TILE: ct.constexpr):
     a = tile.load(x, base, TILE, valid=n - base)
     b = tile.load(y, base, TILE, valid=n - base)
     tile.store(out, base, a + b, valid=n - base)
-
 
 
 @ct.jit
