@@ -7,6 +7,7 @@ package. It owns the op's IR statement class and every rule about it:
 - `interpret`: its NumPy semantics (the interpreter);
 - `layout`: what it needs of its tiles' ThreadData layouts (planner);
 - `choose`: the CUB primitive and algorithm it runs as (planner);
+- `check_launch`: what it needs of the grid, checked at each launch (interpreter and launcher);
 - `lower`: its C++ shim, written into the kernel's translation unit, and the `ShimCall` that
   the generated body makes (codegen renders the call; no op writes body code itself).
 """
@@ -99,6 +100,9 @@ class TileOp:
 
     def choose(self, s: Any, ctx: LayoutContext) -> CollectiveChoice | None:
         return None
+
+    def check_launch(self, s: Any, grid: tuple[int, int, int]) -> None:
+        """Raise a LaunchError if the op can't run on `grid` (checked at every launch, in both modes)."""
 
     def lower(self, s: Any, w: ShimWriter) -> ShimCall | None:
         raise NotImplementedError
