@@ -208,8 +208,8 @@ extern "C" __device__ long long coop_chain_tile() { return coop_chain.tile; }
 
 def lower(s: Any, w: Any, item: str, op: str, pack: Any, init: str | None, exclusive: bool) -> str:
     """The body of a chained scan's shim over the items `y` (blocked) of the tile, with `init` the C++
-    expression that seeds program 0 (None: unseeded), leaving the scanned items in `y` and the fold
-    through this program's last element in `s.total`."""
+    expression that seeds program 0 (None: unseeded), leaving the scanned items in `y` and, visible to
+    every thread, the fold through this program's last element in `s.total`."""
     lay = w.layout(s.srcs[0])
     items, threads, size = lay.items_per_thread, w.threads, lay.size
     kind = "Exclusive" if exclusive else "Inclusive"
@@ -229,7 +229,7 @@ def lower(s: Any, w: Any, item: str, op: str, pack: Any, init: str | None, exclu
                 "    if (threadIdx.x == 0) { cb.slots.publish(0, coop::CHAIN_INCLUSIVE, agg); s.total = agg; }\n"
                 f"  }} else {{\n  {call}  }}\n"
             )
-        return body + call + "  __syncthreads();\n"
+        return body + call + ("  __syncthreads();\n" if s.totals is not None else "")  # (before reading s.total)
     # padding items past the tile's end: the aggregate is the fold through the last real element
     thread, slot = (size - 1) // items, (size - 1) % items
     last = f"{op}{{}}(y[{slot}], x_item)" if exclusive else f"y[{slot}]"
