@@ -1043,12 +1043,29 @@ def _segsort_triton(data: dict, payload: bool) -> dict:
 
 # ----- issue 11: chained scans over the whole array ----------------------------------------------------------------
 
-CHAINED_TILES = (4096, 8192)
+CHAINED_CONFIGS = ((4096, None), (8192, None), (8192, 512), (16384, None), (16384, 1024))  # TILE, threads
 THREE_KERNEL_TILES = (4096,)
 OFFSETS_CHUNK = 1024
-CHAINED_LINREC_TILES = (2048, 4096)
+CHAINED_LINREC_CONFIGS = ((4096, None), (8192, None), (8192, 512))
 LINREC_CHECKS = 8  # tile starts at which the recurrence is checked
 LINREC_WARMUP = 1000  # elements run before each checked start (a in [0.5, 1) forgets h within a few hundred)
+
+
+_PINNED: dict[tuple[Any, int], Any] = {}
+
+
+def _with_threads(kernel: Any, threads: int | None) -> Any:
+    """`kernel`, or a copy of it with `threads` per block pinned (one per kernel and size, so it compiles once)."""
+    if threads is None:
+        return kernel
+    if (kernel, threads) not in _PINNED:
+        _PINNED[kernel, threads] = ct.jit(kernel.fn, block_threads=threads)
+    return _PINNED[kernel, threads]
+
+
+def _config_name(config: tuple[int, int | None]) -> str:
+    tile_size, threads = config
+    return f"TILE {tile_size}" + (f" × {threads} threads" if threads else "")
 
 
 def chained_results(sizes: list[int], arch: str) -> dict:
@@ -1089,7 +1106,11 @@ def _chained_scan_row(n: int, dtype: str, arch: str) -> dict:
     return {
         "copy_ms": copy_ms,
         "chained": _guarded(
-            _tune, CHAINED_TILES, lambda t: lambda: chained_cumsum[ct.cdiv(n, t)](x, y, n, TILE=t), reset, check
+            _tune,
+            CHAINED_CONFIGS,
+            lambda c: lambda: _with_threads(chained_cumsum, c[1])[ct.cdiv(n, c[0])](x, y, n, TILE=c[0]),
+            reset,
+            check,
         ),
         "three": _guarded(_three_kernel, x, y, n, reset, check),
         "cub": _guarded(_inclusive_sum_cub, x, y, n, arch, reset, check),
@@ -1172,10 +1193,10 @@ def _chained_linrec_row(n: int) -> dict:
 
     coop = _guarded(
         _tune,
-        CHAINED_LINREC_TILES,
-        lambda t: lambda: chained_linrec[ct.cdiv(n, t)](a, b, h, n, TILE=t),
+        CHAINED_LINREC_CONFIGS,
+        lambda c: lambda: _with_threads(chained_linrec, c[1])[ct.cdiv(n, c[0])](a, b, h, n, TILE=c[0]),
         lambda: _fill_nan(h),
-        check,
+        lambda c: check(c[0]),
     )
     return {"copy_ms": copy_ms, "coop": coop}
 
@@ -1608,13 +1629,14 @@ def _segsort_lines(rows: list[dict]) -> list[str]:
 
 
 def _chained_lines(results: dict | list) -> list[str]:
-    tiles = "/".join(map(str, CHAINED_TILES))
+    configs = ", ".join(_config_name(c) for c in CHAINED_CONFIGS)
     lines = [
         "",
         "## Whole-array scans in one pass: `tile.scan(t, chained=True)` (issue 11)",
         "",
         "`chained_cumsum`: `tile.store(y, base, tile.scan(t, chained=True), valid=n - base)`, one kernel, best of "
-        f"TILE {tiles} (block size chosen by the runtime). Baselines on the same arrays: `cupy.copyto` (the copy "
+        f"{configs} (threads per block chosen by the runtime unless given). Baselines on the same arrays: "
+        "`cupy.copyto` (the copy "
         "rate, 8 bytes per element), `cub::DeviceScan::InclusiveSum` (benchmarks/cub_baselines.cu, built with nvcc "
         "for the run; temporary storage allocated once, outside the timing; it launches its own init kernel each "
         "time), `torch.cumsum(x, 0, out=y)` on zero-copy views, and tutorial 02's three kernels (tile sums, one "
@@ -1641,7 +1663,7 @@ def _chained_lines(results: dict | list) -> list[str]:
                 r["n"],
                 r["dtype"],
                 _gbs(nbytes, r["copy_ms"]),
-                _rate_cell(chained, nbytes, lambda c: f"TILE {c}"),
+                _rate_cell(chained, nbytes, _config_name),
                 rate,
                 _rate_cell(cub, nbytes),
                 _speedup(cub, chained),
@@ -1654,9 +1676,9 @@ def _chained_lines(results: dict | list) -> list[str]:
         )
     measured = [r for r in results["scans"] if "error" not in r]
     if measured:
-        lines += ["", "Every TILE of the chained scan, ms:", ""]
+        lines += ["", "Every configuration of the chained scan, ms:", ""]
     for r in measured:
-        lines.append(f"- {r['n']} {r['dtype']}: {_config_times(r['chained'], lambda c: f'TILE {c}')}")
+        lines.append(f"- {r['n']} {r['dtype']}: {_config_times(r['chained'], _config_name)}")
     lines += [
         "",
         "Bar (issue 11): at least 90% of the copy bandwidth and at least 0.95x CUB's device scan.",
@@ -1665,7 +1687,8 @@ def _chained_lines(results: dict | list) -> list[str]:
         "",
         "`_, h = tile.scan((a, b), op=linrec, chained=True)`: `h_i = a_i * h_(i-1) + b_i` over the whole array, "
         "reading a and b and writing h, 12 bytes per element; the memory-traffic limit is the copy's rate for those "
-        f"bytes (its time scaled by 12/8). Best of TILE {'/'.join(map(str, CHAINED_LINREC_TILES))}. Correct: at "
+        f"bytes (its time scaled by 12/8). Best of {', '.join(_config_name(c) for c in CHAINED_LINREC_CONFIGS)}. "
+        "Correct: at "
         f"{LINREC_CHECKS} tile starts, 64 elements against a float64 recurrence (rtol 1e-4, atol 1e-5).",
         "",
         "| n | copy GB/s | chained GB/s | of the limit | correct |",
@@ -1681,7 +1704,7 @@ def _chained_lines(results: dict | list) -> list[str]:
             _cells(
                 r["n"],
                 _gbs(8 * r["elements"], r["copy_ms"]),
-                _rate_cell(coop, nbytes, lambda c: f"TILE {c}"),
+                _rate_cell(coop, nbytes, _config_name),
                 rate,
                 _verdict(coop),
             )

@@ -33,7 +33,7 @@ def test_a_chained_kernel_takes_tickets_and_publishes_tag_and_value_in_one_acces
     assert "InclusiveScan(y, y, coop::add{}, cb)" in k.shim_source  # the look-back inside CUB's block scan
     assert "scan[add, chained]" in str(k.plan)
     ptx = k.ptx
-    assert "atom.acq_rel.gpu.global.add.u32" in ptx or "atom.acq_rel.gpu.add.u32" in ptx
+    assert "atom.relaxed.gpu.add.u64" in ptx  # the ticket and the epoch in one atomic
     assert "ld.relaxed.gpu" in ptx and ".b128" in ptx
     assert k.local_memory_bytes() == 0
 
@@ -109,6 +109,45 @@ def test_the_launch_passes_the_grid_state_last_and_frees_a_captured_one():
     ]
     with pytest.raises(ct.LaunchError, match="this launch's grid is 7 x 2 x 1"):
         prepared.launch(7, 2, 1, 99, 0x1000, 10, 0x2000, 20, 30, 0)
+
+
+def test_grid_states_per_stream_grown_replaced_and_captured(monkeypatch):
+    """The runtime's states with the driver stubbed out: one per stream (by id) and size, reused, grown,
+    replaced before the epoch wraps, and a fresh one per captured launch, freed after it."""
+    from types import SimpleNamespace
+
+    from coop_tiles.runtime import chain
+
+    capturing, freed, made = set(), [], []
+
+    def zeroed(nbytes, stream):
+        made.append((nbytes, stream))
+        return 0x1000 * len(made)
+
+    driver = SimpleNamespace(
+        CUresult=SimpleNamespace(CUDA_SUCCESS=0),
+        CUstreamCaptureStatus=SimpleNamespace(CU_STREAM_CAPTURE_STATUS_NONE=0),
+        cuStreamIsCapturing=lambda s: (0, int(s in capturing)),
+        cuStreamGetId=lambda s: (0, 100 + s),
+    )
+    monkeypatch.setattr(chain, "_driver", lambda: driver)
+    monkeypatch.setattr(chain, "_zeroed", zeroed)
+    monkeypatch.setattr(chain, "_free", lambda ptr, stream: freed.append((ptr, stream)))
+    monkeypatch.setattr(chain, "MAX_LAUNCHES", 3)
+    states = chain.GridStates()
+    a = states.acquire(7, 10, 16)
+    assert a == (0x1000, False) and made == [(64 + 160, 7)]
+    assert states.acquire(7, 4, 16) == a  # a smaller grid on the same stream: the same state
+    assert states.acquire(8, 10, 16) == (0x2000, False)  # another stream: its own
+    assert states.acquire(7, 10, 40) == (0x3000, False)  # other descriptors: their own
+    assert states.acquire(7, 20, 16) == (0x4000, False) and freed == [(0x1000, 7)]  # grown
+    assert states.acquire(7, 20, 16) == (0x4000, False)
+    assert states.acquire(7, 20, 16) == (0x4000, False)
+    assert states.acquire(7, 20, 16) == (0x5000, False) and freed[-1] == (0x4000, 7)  # 3 launches: replaced
+    capturing.add(9)
+    assert states.acquire(9, 5, 16) == (0x6000, True) and states.acquire(9, 5, 16) == (0x7000, True)
+    states.release(0x6000, 9)
+    assert freed[-1] == (0x6000, 9)
 
 
 # ----- on a GPU ---------------------------------------------------------------------------------------------------

@@ -11,13 +11,16 @@ keep running until they have published; by induction from program 0, which waits
 every program finishes, whatever order the hardware starts blocks in. (CUB's device scan takes
 `blockIdx.x` and relies on blocks starting in that order, which CUDA does not promise.)
 
-**The state.** `HEADER_BYTES` of header (a 64-bit launch epoch and the 32-bit ticket counter),
-then one descriptor per program. The runtime (`runtime/chain.py`) allocates it zeroed, one per
-stream, and every launch on that stream reuses it without clearing anything: a block reads the
-epoch before taking its ticket, and the block that takes the last ticket resets the counter and
-increments the epoch (every other block has read the epoch by then, and the next launch on the
-stream starts after this one ends). Descriptors carry the epoch of the launch that wrote them, so
-a reader ignores anything left by an earlier launch, and zeroed memory is "not yet published".
+**The state.** `HEADER_BYTES` of header, whose first 64-bit word holds the launch's epoch (high
+32 bits) and the ticket counter (low 32 bits), then one descriptor per program. The runtime
+(`runtime/chain.py`) allocates it zeroed, one per stream, and every launch on that stream reuses
+it without clearing anything: a block takes its ticket and reads the epoch in one atomic add (one
+round trip to L2), and the block that takes the last ticket moves the word to the next epoch with
+the counter at 0 (no ticket is taken after it in this launch, and the next launch on the stream
+starts after this one ends). Descriptors carry the epoch of the launch that wrote them, so a
+reader ignores anything left by an earlier launch, and zeroed memory is "not yet published". The
+runtime replaces a state before its epoch could wrap around (`MAX_LAUNCHES`), so an old descriptor
+can never carry the current epoch.
 
 **Descriptors.** An item of at most 8 bytes (every built-in op; a combine function over at most 8
 bytes of dtypes, such as float32 pairs) is published with its tag in one 16-byte word, written and
@@ -45,6 +48,8 @@ from ..lang import ir
 
 #: bytes of the grid-wide state before the first descriptor
 HEADER_BYTES = 64
+#: launches a state serves before the runtime replaces it: its 32-bit epoch never wraps around
+MAX_LAUNCHES = 2**32 - 1
 #: items up to this size are published with their tag in one 16-byte word
 PACKED_ITEM_BYTES = 8
 
@@ -99,16 +104,15 @@ namespace coop {
 constexpr int CHAIN_HEADER = 64;
 constexpr unsigned CHAIN_AGGREGATE = 1, CHAIN_INCLUSIVE = 2;  // a descriptor's flag; 0: not published
 struct chain_ctx { unsigned char* descriptors; unsigned long long epoch; long long tile; };
-__device__ __forceinline__ unsigned long long ld_relaxed(const void* p) {
-  unsigned long long v; asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory"); return v; }
 __device__ __forceinline__ unsigned long long ld_acquire(const void* p) {
   unsigned long long v; asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory"); return v; }
 __device__ __forceinline__ void st_relaxed(void* p, unsigned long long v) {
   asm volatile("st.relaxed.gpu.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory"); }
 __device__ __forceinline__ void st_release(void* p, unsigned long long v) {
   asm volatile("st.release.gpu.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory"); }
-__device__ __forceinline__ unsigned fetch_add_acq_rel(void* p, unsigned v) {
-  unsigned old; asm volatile("atom.acq_rel.gpu.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+__device__ __forceinline__ unsigned long long fetch_add(void* p, unsigned long long v) {
+  unsigned long long old;
+  asm volatile("atom.relaxed.gpu.add.u64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v) : "memory");
   return old; }
 // one 128-bit access, not two 64-bit ones: a reader sees both words of the same store
 __device__ __forceinline__ void ld_pair(const void* p, unsigned long long& a, unsigned long long& b) {
@@ -189,15 +193,12 @@ template <class T, class Op> struct chain_prefix {
 
 __shared__ coop::chain_ctx coop_chain;  // this block's program id and its launch's state
 
-// The kernel entry's first step: take this block's program id (a ticket), and the launch's epoch.
+// The kernel entry's first step: this block's program id (a ticket) and the launch's epoch, in one atomic.
 __device__ __forceinline__ void coop_chain_begin(unsigned char* state) {
   if (threadIdx.x == 0) {
-    const unsigned long long epoch = coop::ld_relaxed(state);
-    const unsigned ticket = coop::fetch_add_acq_rel(state + 8, 1u);
-    if (ticket == gridDim.x - 1) {  // the last ticket: every block has read the epoch; ready the next launch
-      coop::st_relaxed(state + 8, 0ull);
-      coop::st_relaxed(state, epoch + 1);
-    }
+    const unsigned long long word = coop::fetch_add(state, 1ull);  // epoch << 32 | ticket
+    const unsigned long long epoch = word >> 32, ticket = word & 0xffffffffull;
+    if (ticket == gridDim.x - 1) coop::st_relaxed(state, (epoch + 1) << 32);  // the last: ready the next launch
     coop_chain = coop::chain_ctx{state + coop::CHAIN_HEADER, epoch, (long long)ticket};
   }
   __syncthreads();

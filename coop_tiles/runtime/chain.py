@@ -4,7 +4,8 @@ and reset by the runtime: the user passes no memory.
 - **One state per stream**, reused by every launch on that stream: launches on one stream run one
   after the other, and each launch leaves the state ready for the next (it resets its ticket
   counter and moves to a new epoch itself), so there is nothing to clear between launches, no
-  memset and no host synchronisation. Streams are told apart by `cuStreamGetId`, which the driver
+  memset and no host synchronisation. After `MAX_LAUNCHES` launches a state is replaced by a
+  fresh one, before its 32-bit epoch could come round again. Streams are told apart by `cuStreamGetId`, which the driver
   never reuses (a handle can be, once a stream is destroyed), so launches on two streams at once
   never share a state. A state is allocated zeroed, stream-ordered (`cuMemAllocAsync` +
   `cuMemsetD8Async` on the launch's stream), the first time its stream needs it or needs a larger
@@ -23,7 +24,7 @@ from __future__ import annotations
 import threading
 
 from ..errors import LaunchError
-from ..ops.chained import HEADER_BYTES
+from ..ops.chained import HEADER_BYTES, MAX_LAUNCHES
 
 
 def _driver():
@@ -57,7 +58,7 @@ class GridStates:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._states: dict[tuple[int, int], tuple[int, int]] = {}  # -> (pointer, bytes)
+        self._states: dict[tuple[int, int], list[int]] = {}  # -> [pointer, bytes, launches]
 
     def acquire(self, stream: int, programs: int, per_program: int) -> tuple[int, bool]:
         """(device pointer of the state for a launch of `programs` on `stream`, whether it was made for
@@ -73,12 +74,13 @@ class GridStates:
         key = (int(stream_id), per_program)
         with self._lock:
             found = self._states.get(key)
-            if found is not None and found[1] >= nbytes:
+            if found is not None and found[1] >= nbytes and found[2] < MAX_LAUNCHES:
+                found[2] += 1
                 return found[0], False
             ptr = _zeroed(nbytes, stream)
             if found is not None:
                 _free(found[0], stream)  # after the launches already queued on this stream
-            self._states[key] = (ptr, nbytes)
+            self._states[key] = [ptr, nbytes, 1]
             return ptr, False
 
     @staticmethod
