@@ -1203,9 +1203,9 @@ def _chained_linrec_row(n: int) -> dict:
 
 def _chained_costs() -> dict:
     """A chained launch against a plain one (tile_cumsum): host time per launch of one 4096-element program (the
-    runtime's per-launch steps: capture query, stream id, state lookup), and device time of a 2^20-element launch
-    (the ticket and look-back); and a CUDA graph of the chained launch (its own zeroed state: allocation, memset and
-    free nodes) replayed, against the direct launch."""
+    runtime's per-launch steps: capture query, stream id, state lookup), and the event time around one 2^20-element
+    launch (the ticket and look-back, and the launch's host time when that is the longer); and a CUDA graph of the
+    chained launch (its own zeroed state: allocation, memset and free nodes) replayed, against the direct launch."""
     import cupy as cp
 
     small, mid = cp.ones(4096, cp.int32), cp.ones(1 << 20, cp.int32)
@@ -1716,8 +1716,9 @@ def _chained_lines(results: dict | list) -> list[str]:
     return lines + [
         "Host time per launch (one 4096-element program; the chained launch also asks the driver whether the "
         "stream is capturing and for its id): "
-        f"plain {costs['plain_us']:.2f} µs, chained {costs['chained_us']:.2f} µs. Device time of a 2^20-element "
-        f"cumsum (256 programs): plain per-tile scan {costs['plain_ms'] * 1e3:.1f} µs, chained "
+        f"plain {costs['plain_us']:.2f} µs, chained {costs['chained_us']:.2f} µs. Event time around one launch of "
+        f"a 2^20-element cumsum (256 programs; it includes the launch's host time where that is the longer): plain "
+        f"per-tile scan {costs['plain_ms'] * 1e3:.1f} µs, chained "
         f"{costs['chained_ms'] * 1e3:.1f} µs. The chained launch captured in a CUDA graph (allocation, memset and "
         f"free nodes around the kernel) and replayed: {costs['graph_ms'] * 1e3:.1f} µs per replay, against "
         f"{costs['direct_ms'] * 1e3:.1f} µs for the direct launch on the same stream; correct: "

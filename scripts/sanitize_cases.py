@@ -7,6 +7,8 @@
 `chained_repeated` (run with any prefix it starts with, such as `chained`) launches a chained scan back to
 back over grids of 1, 40 and 300 programs (the grid-wide state reused, then grown), twice each.
 Each case is checked against its NumPy reference; the exit status is non-zero on a mismatch.
+(memcheck also reports cuda.bindings probing the driver with cuGetProcAddress at start-up, host API errors
+unrelated to the kernels: `--report-api-errors no` leaves them out.)
 """
 
 from __future__ import annotations
