@@ -10,6 +10,7 @@
 #include <cub/block/block_radix_sort.cuh>
 #include <cub/block/block_store.cuh>
 #include <cub/device/device_histogram.cuh>
+#include <cub/device/device_scan.cuh>
 
 #include <cuda/std/type_traits>
 #include <cuda_runtime.h>
@@ -29,6 +30,15 @@ int histogram_even(void* temp, size_t* temp_bytes, const SampleT* samples, int* 
                    int lower, int upper, cudaStream_t stream) {
   return static_cast<int>(cub::DeviceHistogram::HistogramEven(temp, *temp_bytes, samples, hist, bins + 1, lower,
                                                               upper, static_cast<int64_t>(n), stream));
+}
+
+// ----- whole-array inclusive sums: cub::DeviceScan::InclusiveSum -------------------------------------------------
+
+// With temp == nullptr only *temp_bytes is written (CUB's size query); otherwise out[i] = in[0] + ... + in[i] for
+// the n (an int: CUB's 32-bit offsets, as a caller with n < 2^31 would get them) elements.
+template <typename T>
+int inclusive_sum(void* temp, size_t* temp_bytes, const T* in, T* out, int n, cudaStream_t stream) {
+  return static_cast<int>(cub::DeviceScan::InclusiveSum(temp, *temp_bytes, in, out, n, stream));
 }
 
 // ----- segmented sort: one thread block per segment of THREADS * ITEMS keys ---------------------------------------
@@ -82,6 +92,16 @@ int cub_histogram_even_u8(void* temp, size_t* temp_bytes, const uint8_t* samples
 int cub_histogram_even_i32(void* temp, size_t* temp_bytes, const int* samples, int* hist, long long n, int bins,
                            int lower, int upper, cudaStream_t stream) {
   return histogram_even(temp, temp_bytes, samples, hist, n, bins, lower, upper, stream);
+}
+
+// Inclusive sum of n int32 elements.
+int cub_inclusive_sum_i32(void* temp, size_t* temp_bytes, const int* in, int* out, int n, cudaStream_t stream) {
+  return inclusive_sum(temp, temp_bytes, in, out, n, stream);
+}
+
+// Inclusive sum of n float32 elements.
+int cub_inclusive_sum_f32(void* temp, size_t* temp_bytes, const float* in, float* out, int n, cudaStream_t stream) {
+  return inclusive_sum(temp, temp_bytes, in, out, n, stream);
 }
 
 // The name of a cudaError_t that an entry point returned.

@@ -71,7 +71,15 @@ def arange(size: int, dtype: Any = np.int32) -> Any:
 
 
 @stub
-def scan(t: Any, op: Any = "add", *, exclusive: bool = False, initial: Any = None, return_total: bool = False) -> Any:
+def scan(
+    t: Any,
+    op: Any = "add",
+    *,
+    exclusive: bool = False,
+    initial: Any = None,
+    return_total: bool = False,
+    chained: bool = False,
+) -> Any:
     """Block-wide scan of a tile, or of a tuple of tiles with a ``@ct.combine`` op (inclusive
     unless ``exclusive=True``).
 
@@ -82,6 +90,12 @@ def scan(t: Any, op: Any = "add", *, exclusive: bool = False, initial: Any = Non
     ``(scanned, total)`` where ``total`` folds ``initial`` and every element: the carry for the
     next chunk. An exclusive scan needs ``initial`` with a combine function (there is no identity).
     Example: ``(_, h), carry = tile.scan((a, b), op=ssm, initial=carry, return_total=True)``.
+
+    With ``chained=True`` the scan runs over the tiles of every program of a 1-D grid in program-id
+    order, as over one array (single pass, decoupled look-back): ``initial`` seeds program 0 only, and
+    ``total`` is the fold through this program's last element. It must run exactly once in every
+    program (at the top level, not in a loop or an ``if``). Example, a whole-array cumsum:
+    ``tile.store(y, base, tile.scan(t, chained=True), valid=n - base)``.
     """
 
 

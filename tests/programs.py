@@ -402,6 +402,49 @@ def segment_merge_sort(keys, tags, out_k, out_t, n, TILE: ct.constexpr):
     tile.store(out_t, base, sg, valid=n - base)
 
 
+@ct.jit
+def chained_scan(x, y, n, TILE: ct.constexpr, OP: ct.constexpr, EXCLUSIVE: ct.constexpr):
+    """One scan over the whole array: each program continues from the previous one's last element."""
+    base = ct.program_id(0) * TILE
+    t = tile.load(x, base, TILE, valid=n - base, other=1)
+    tile.store(y, base, tile.scan(t, op=OP, exclusive=EXCLUSIVE, chained=True), valid=n - base)
+
+
+@ct.jit
+def chained_carry(x, y, totals, n, TILE: ct.constexpr, EXCLUSIVE: ct.constexpr):
+    """A whole-array cumsum seeded with 5 (program 0 only), each program's fold through its end."""
+    pid = ct.program_id(0)
+    base = pid * TILE
+    t = tile.load(x, base, TILE, valid=n - base, other=0)
+    s, total = tile.scan(t, exclusive=EXCLUSIVE, initial=x[0] * 0 + 5, return_total=True, chained=True)
+    tile.store(y, base, s, valid=n - base)
+    totals[pid] = total
+
+
+@ct.jit
+def chained_linrec(a, b, h, totals, n, TILE: ct.constexpr, EXCLUSIVE: ct.constexpr):
+    """The recurrence over the whole array from h = 0.5 (exclusive: the state before each element)."""
+    pid = ct.program_id(0)
+    base = pid * TILE
+    ta = tile.load(a, base, TILE, valid=n - base, other=1)
+    tb = tile.load(b, base, TILE, valid=n - base, other=0)
+    (_, th), (_a, hb) = tile.scan(
+        (ta, tb), op=linrec, exclusive=EXCLUSIVE, initial=(1.0, 0.5), return_total=True, chained=True
+    )
+    tile.store(h, base, th, valid=n - base)
+    totals[pid] = hb
+
+
+@ct.jit
+def chained_argmax(x, best, where, n, TILE: ct.constexpr):
+    """Running (max, first index of it) over the whole array: a chained scan of mixed dtypes, unseeded."""
+    base = ct.program_id(0) * TILE
+    v = tile.load(x, base, TILE, valid=n - base, other=-np.inf)
+    bv, bi = tile.scan((v, tile.arange(TILE, dtype=np.int64) + base), op=argmax, chained=True)
+    tile.store(best, base, bv, valid=n - base)
+    tile.store(where, base, bi, valid=n - base)
+
+
 # ----- references --------------------------------------------------------------------------------------
 def ref_vector_add(x, y, out, n, TILE):
     out[:n] = x[:n] + y[:n]
@@ -697,6 +740,109 @@ def ref_segment_merge_sort(keys, tags, out_k, out_t, n, TILE):
         out_k[start : start + len(chunk)] = chunk[order]
         out_t[start : start + len(chunk)] = t[order]
     return [out_k, out_t]
+
+
+def ref_chained_scan(x, y, n, TILE, OP, EXCLUSIVE):
+    y[:n] = _sequential_scan(x[:n], OP, EXCLUSIVE, _identity(OP, x.dtype) if EXCLUSIVE else None)
+    return [y]
+
+
+def ref_chained_carry(x, y, totals, n, TILE, EXCLUSIVE):
+    dt = x.dtype
+    inclusive = _sequential_scan(x[:n], "add", False, dt.type(5))
+    y[:n] = np.concatenate([[dt.type(5)], inclusive[:-1]]) if EXCLUSIVE else inclusive
+    ends = np.minimum(np.arange(1, len(totals) + 1) * TILE, n) - 1  # padding elements add 0
+    totals[:] = inclusive[ends]
+    return [y, totals]
+
+
+def ref_chained_linrec(a, b, h, totals, n, TILE, EXCLUSIVE):
+    inc = _linrec_seq(a[:n], b[:n], 0.5)
+    h[:n] = np.concatenate([[0.5], inc[:-1]]) if EXCLUSIVE else inc
+    totals[:] = inc[np.minimum(np.arange(1, len(totals) + 1) * TILE, n) - 1]  # padding is (1, 0): no change
+    return [h, totals]
+
+
+def ref_chained_argmax(x, best, where, n, TILE):
+    for i in range(n):
+        j = i if i == 0 or x[i] > best[i - 1] else where[i - 1]
+        best[i], where[i] = x[j], j
+    return [best, where]
+
+
+def chained_cases(rng: np.random.Generator) -> list[Case]:
+    """Chained scans: built-in ops, seeds and totals, tuple scans packed (8 bytes) and not (16 bytes),
+    padded tiles (TILE not a multiple of the block) and not, 1 and 2 programs."""
+    cases = []
+    for dt, op, exclusive, n, tile_size in [
+        (np.int32, "add", False, 5000, 256),
+        (np.float64, "max", True, 2000, 300),
+        (np.int64, "min", False, 3001, 1000),
+        (np.uint8, "xor", True, 700, 64),
+        (np.int32, "add", False, 100, 256),  # one program
+        (np.float64, "max", True, 500, 300),  # two
+    ]:
+        lo, hi = (-1, 1) if np.dtype(dt).kind == "f" else (-100, 100)
+        cases.append(
+            Case(
+                f"chained_scan[{np.dtype(dt).name},{op},{'ex' if exclusive else 'in'},{ct.cdiv(n, tile_size)}]",
+                chained_scan,
+                [_rand(rng, n, dt, lo, hi), np.zeros(n, dt), n],
+                {"TILE": tile_size, "OP": op, "EXCLUSIVE": exclusive},
+                ct.cdiv(n, tile_size),
+                [1],
+                ref_chained_scan,
+            )
+        )
+    for dt, n, tile_size, exclusive in [(np.int32, 3000, 512, False), (np.float64, 1000, 100, True)]:
+        grid = ct.cdiv(n, tile_size)
+        cases.append(
+            Case(
+                f"chained_carry[{np.dtype(dt).name},{'ex' if exclusive else 'in'}]",
+                chained_carry,
+                [_rand(rng, n, dt, 0, 9), np.zeros(n, dt), np.zeros(grid, dt), n],
+                {"TILE": tile_size, "EXCLUSIVE": exclusive},
+                grid,
+                [1, 2],
+                ref_chained_carry,
+                rtol=1e-12 if np.dtype(dt).kind == "f" else 0,
+            )
+        )
+    for dt, n, tile_size, exclusive in [
+        (np.float32, 3000, 256, False),
+        (np.float32, 1000, 300, True),
+        (np.float64, 2049, 512, True),
+        (np.float64, 999, 1000, False),
+    ]:
+        a, b = rng.uniform(0.5, 1.0, n).astype(dt), rng.uniform(-1, 1, n).astype(dt)
+        grid = ct.cdiv(n, tile_size)
+        cases.append(
+            Case(
+                f"chained_linrec[{np.dtype(dt).name},tile={tile_size},{'ex' if exclusive else 'in'}]",
+                chained_linrec,
+                [a, b, np.zeros(n, dt), np.zeros(grid, dt), n],
+                {"TILE": tile_size, "EXCLUSIVE": exclusive},
+                grid,
+                [2, 3],
+                ref_chained_linrec,
+                rtol=1e-4 if dt == np.float32 else 1e-10,
+                atol=1e-5 if dt == np.float32 else 1e-12,
+            )
+        )
+    for n, tile_size in [(2000, 256), (1000, 300)]:
+        x = rng.integers(0, 50, n).astype(np.float32)  # ties: the first index wins
+        cases.append(
+            Case(
+                f"chained_argmax[tile={tile_size}]",
+                chained_argmax,
+                [x, np.zeros(n, np.float32), np.zeros(n, np.int64), n],
+                {"TILE": tile_size},
+                ct.cdiv(n, tile_size),
+                [1, 2],
+                ref_chained_argmax,
+            )
+        )
+    return cases
 
 
 def toolbox_cases(rng: np.random.Generator) -> list[Case]:
@@ -1234,7 +1380,7 @@ def make_cases(seed: int = 0) -> list[Case]:
             ref_vector_add,
         )
     )  # the third program has valid < 0
-    return cases + new_feature_cases(rng) + toolbox_cases(rng) + storage_cases(rng)
+    return cases + new_feature_cases(rng) + toolbox_cases(rng) + storage_cases(rng) + chained_cases(rng)
 
 
 CASES = make_cases()

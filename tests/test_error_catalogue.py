@@ -49,6 +49,10 @@ DIVERGENT = (
     "for per-element choices or reduce the tile to a scalar (tile.max(t) > 0)"
 )
 COMBINE_ONLY_SCALARS = "@ct.combine functions compute on their scalar operands only; "
+CHAINED_AT_TOP = (
+    "tile.scan(..., chained=True) must run exactly once in every program: call it at the top level of the program, "
+    "not inside a loop or an `if`"
+)
 
 
 @dataclass
@@ -865,6 +869,46 @@ def run_lengths_size_mismatch(x, n, T: ct.constexpr):
     tile.store(x, 0, d)
 
 
+# --- chained scans -------------------------------------------------------------------------------------
+def chained_in_loop(x, n, T: ct.constexpr):
+    for i in range(n):
+        tile.store(x, 0, tile.scan(tile.load(x, 0, T), chained=True))  # HERE
+
+
+def chained_under_if(x, n, T: ct.constexpr):
+    if n > 3:
+        tile.store(x, 0, tile.scan(tile.load(x, 0, T), chained=True))  # HERE
+
+
+def chained_scan_helper(t):
+    return tile.scan(t, chained=True)  # HERE
+
+
+def chained_helper_in_loop(x, n, T: ct.constexpr):
+    for i in range(n):
+        tile.store(x, 0, chained_scan_helper(tile.load(x, 0, T)))
+
+
+def chained_after_return(x, n, T: ct.constexpr):
+    if n > 3:
+        return  # RET
+    tile.store(x, 0, tile.scan(tile.load(x, 0, T), chained=True))  # HERE
+
+
+def two_chained_scans(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    s = tile.scan(t, chained=True)
+    tile.store(x, 0, tile.scan(s, op="max", chained=True))  # HERE
+
+
+def chained_not_constant(x, n, T: ct.constexpr):
+    tile.store(x, 0, tile.scan(tile.load(x, 0, T), chained=n > 0))  # HERE
+
+
+def chained_copy(x, n, T: ct.constexpr):
+    tile.store(x, 0, tile.scan(tile.load(x, 0, T, valid=n), chained=True), valid=n)
+
+
 def launch(name: str, error: type[ct.TileError], message: str, **kw: Any) -> Mistake:
     return Mistake(name, copy_tile, error, message, launch=True, **kw)
 
@@ -1471,6 +1515,41 @@ CATALOGUE: list[Mistake] = [
         sort_compare_and_descending,
         VALUE,
         "descending, begin_bit and end_bit belong to the radix sort; with compare= the comparison says the order",
+    ),
+    # --- chained scans -------------------------------------------------------------------------------
+    Mistake("chained_in_loop", chained_in_loop, SYNTAX, CHAINED_AT_TOP),
+    Mistake("chained_under_if", chained_under_if, SYNTAX, CHAINED_AT_TOP),
+    Mistake("chained_helper_in_loop", chained_helper_in_loop, SYNTAX, CHAINED_AT_TOP, at=chained_scan_helper),
+    Mistake(
+        "chained_after_return",
+        chained_after_return,
+        SYNTAX,
+        "tile.scan(..., chained=True) must run in every program, so it can't come after a `return` that some "
+        "programs may take (line {RET})",
+    ),
+    Mistake(
+        "two_chained_scans",
+        two_chained_scans,
+        SYNTAX,
+        "a program can run one chained scan; to chain several values, scan a tuple of tiles with a @ct.combine "
+        "function",
+    ),
+    Mistake(
+        "chained_not_constant",
+        chained_not_constant,
+        VALUE,
+        "chained must be a compile-time constant (a literal, a ct.constexpr parameter, or an expression of them), "
+        "got a runtime bool",
+    ),
+    Mistake(
+        "chained_2d_grid",
+        chained_copy,
+        ct.LaunchError,
+        "tile.scan(..., chained=True) scans the programs of a 1-D grid in order; this launch's grid is 2 x 3 x 1: "
+        "launch a 1-D grid",
+        grid=(2, 3),
+        launch=True,
+        modes=(INTERPRET,),
     ),
     Mistake(
         "run_lengths_of_floats",

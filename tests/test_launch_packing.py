@@ -16,8 +16,13 @@ from coop_tiles.runtime import fastpath
 from coop_tiles.runtime.launcher import PreparedLaunch
 
 
+def _fake_kernel(**fields) -> SimpleNamespace:
+    """What PreparedLaunch reads of a CompiledKernel: a program without statements, no chained scan."""
+    return SimpleNamespace(program=SimpleNamespace(name="k", walk=lambda: iter(())), chain_bytes=None, **fields)
+
+
 def test_arguments_are_packed_into_typed_slots():
-    kernel = SimpleNamespace(block_threads=128, shared_bytes=4096, program=SimpleNamespace(name="k"))
+    kernel = _fake_kernel(block_threads=128, shared_bytes=4096)
     array = ArrayType(np.dtype(np.float32))
     scalars = [np.dtype(np.float32), np.dtype(np.int16), np.dtype(np.bool_), np.dtype(np.float64)]
     types = [array, *(ScalarType(d) for d in scalars), array]
@@ -53,7 +58,7 @@ def test_arguments_are_packed_into_typed_slots():
 def test_strided_arrays_and_half_scalars_are_packed():
     """A (rows, cols) view with strides (1, rows) packs pointer, both extents and both strides; a
     transposed-contiguous 2-D array leaves out its unit last stride; 16-bit floats go as bits."""
-    kernel = SimpleNamespace(block_threads=32, shared_bytes=0, program=SimpleNamespace(name="k"))
+    kernel = _fake_kernel(block_threads=32, shared_bytes=0)
     types = [ArrayType(np.dtype(np.float32), 2, False), ScalarType(bfloat16), ArrayType(np.dtype(np.int8), 2, True)]
     prepared = PreparedLaunch(kernel, SimpleNamespace(handle=0), types)
     seen = {}

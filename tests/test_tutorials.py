@@ -28,6 +28,9 @@ def test_tutorial_kernels_compile_without_gpu():
     x = np.zeros(1, np.int64)
     k = cumsum["exclusive_scan_one_program"].compile(x, x, 1, CHUNK=1024, arch="sm_90")
     assert "coop::carry" in k.shim_source and "ExclusiveScan(y, y, coop::add{}, c)" in k.shim_source
+    f = np.zeros(1, np.float32)
+    k = cumsum["whole_array_recurrence"].compile(f, f, f, 1, TILE=4096, arch="sm_90")
+    assert "coop_chain_begin(coop_grid_state)" in k.shim_source and k.local_memory_bytes() == 0
     softmax = runpy.run_path(str(TUTORIALS[2]))
     f = np.zeros(1, np.float32)
     k = softmax["row_softmax"].compile(f, f, f, 1, TILE=1024, arch="sm_90")

@@ -125,6 +125,8 @@ class _BodyWriter:
     shims: list[ShimDecl] = field(default_factory=lambda: list(HALF_DECLS))
     arrays: dict[str, _ArrayParts] = field(default_factory=dict)
     calls: dict[int, ShimCall] = field(default_factory=dict)
+    #: the program has a chained scan: its program id is the block's ticket (`ops/chained.py`)
+    chained: bool = False
 
     def line(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)
@@ -246,6 +248,10 @@ def _copy(w: _BodyWriter, s: ir.Copy, depth: int) -> None:
 
 
 def _program_id(w: _BodyWriter, s: ir.ProgramId, depth: int) -> None:
+    if w.chained and s.axis == 0 and not s.count:
+        w.shims.append(ShimDecl("coop_chain_tile", "int64", ()))
+        w.line(depth, f"{s.out.name} = coop_chain_tile()")
+        return
     source = "cuda.gridDim" if s.count else "cuda.blockIdx"
     w.line(depth, f"{s.out.name} = np.int64({source}.{'xyz'[s.axis]})")
 
@@ -342,10 +348,11 @@ _HANDLERS = _handlers()
 
 
 def generate_body(
-    program: ir.Program, plan: Plan, calls: dict[int, ShimCall], function: str, abi_name: str
+    program: ir.Program, plan: Plan, calls: dict[int, ShimCall], function: str, abi_name: str, chained: bool = False
 ) -> BodySource:
-    """Numba source of `function(smem, *params)`, the program body the C++ entry calls as `abi_name`."""
-    w = _BodyWriter(plan, calls=calls)
+    """Numba source of `function(smem, *params)`, the program body the C++ entry calls as `abi_name`
+    (`chained`: the program ids are the tickets of a chained scan)."""
+    w = _BodyWriter(plan, calls=calls, chained=chained)
     params, param_types = ["smem"], ["CPointer(uint8)"]
     for name, t in program.params:
         for p in kernel_params(f"a_{name}", t):

@@ -78,6 +78,8 @@ class ShimSource:
     calls: dict[int, ShimCall]
     #: every header the translation unit includes
     headers: tuple[str, ...] = HEADERS
+    #: bytes per program of the grid-wide state a chained scan needs (its entry's last parameter), or None
+    chain_bytes: int | None = None
 
 
 def storage_query_source(decls: dict[int, str], headers: tuple[str, ...] = HEADERS) -> str:
@@ -127,6 +129,8 @@ class ShimWriter:
         self.parts: list[str] = []
         self.storage_decls: dict[int, str] = {}
         self.headers: list[str] = list(HEADERS)
+        #: set by a chained scan: bytes per program of grid-wide state (see `ShimSource.chain_bytes`)
+        self.chain_bytes: int | None = None
 
     def include(self, *headers: str) -> None:
         """Include `headers` in the translation unit (once each)."""
@@ -257,14 +261,18 @@ def generate_shims(program: ir.Program, layouts: LayoutPlan) -> ShimSource:
             calls[s.cid] = op_of(s).lower(s, writer)
     kernel, body = f"coop_kernel_{program.name}", f"coop_body_{program.name}"
     flat = [p for name, t in program.params for p in kernel_params(f"a_{name}", t)]
-    params = ", ".join(f"{p.cxx} {p.name}" for p in flat)
+    params = [f"{p.cxx} {p.name}" for p in flat]
     body_params = ", ".join(["unsigned char*"] + [p.cxx for p in flat])
     args = ", ".join(["coop_smem"] + [p.name for p in flat])
+    chain = writer.chain_bytes is not None
+    # a chained scan's grid-wide state comes last; the block takes its program id from it first
+    params += ["unsigned char* coop_grid_state"] if chain else []
     entry = (
         f'extern "C" __device__ void {body}({body_params});\n'
-        f'extern "C" __global__ void __launch_bounds__({layouts.block_threads}) {kernel}({params}) {{\n'
+        f'extern "C" __global__ void __launch_bounds__({layouts.block_threads}) {kernel}({", ".join(params)}) {{\n'
         "  extern __shared__ __align__(16) unsigned char coop_smem[];\n"
-        f"  {body}({args});\n}}\n"
+        + ("  coop_chain_begin(coop_grid_state);\n" if chain else "")
+        + f"  {body}({args});\n}}\n"
     )
     source = "\n".join(
         [
@@ -276,4 +284,4 @@ def generate_shims(program: ir.Program, layouts: LayoutPlan) -> ShimSource:
             entry,
         ]
     )
-    return ShimSource(source, kernel, body, writer.storage_decls, calls, tuple(writer.headers))
+    return ShimSource(source, kernel, body, writer.storage_decls, calls, tuple(writer.headers), writer.chain_bytes)

@@ -86,6 +86,7 @@ class Builder:
         self.var_types = var_types
         self.assigned_types: dict[str, ValueType] = {}
         self.stmts: list[ir.Stmt] = []
+        self.root = self.stmts  # the program's top level (`stmts` is a nested body inside control flow)
         self.fn = parsed
         self.prefix = "v_"
         self.scope: dict[str, Any] = {}

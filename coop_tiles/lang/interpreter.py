@@ -44,13 +44,17 @@ def elementwise(op: str, values: list[Any], compute: np.dtype, out: np.dtype) ->
 
 
 class Frame:
-    """One program instance: its program id, grid, and the value of every variable."""
+    """One program instance: its program id, grid, and the value of every variable. `launch` is shared
+    by the programs of one launch, in program-id order (a chained scan's carry, by statement id)."""
 
-    def __init__(self, program: ir.Program, pid: tuple[int, int, int], grid: tuple[int, int, int]):
+    def __init__(
+        self, program: ir.Program, pid: tuple[int, int, int], grid: tuple[int, int, int], launch: dict | None = None
+    ):
         self.program = program
         self.pid = pid
         self.grid = grid
         self.env: dict[str, Any] = {}
+        self.launch = launch if launch is not None else {}
 
     def get(self, v: ir.Value) -> Any:
         if isinstance(v, ir.Lit):
@@ -197,9 +201,14 @@ def evaluate_combine(combine: ir.Combine, left: tuple, right: tuple) -> tuple:
 def run(program: ir.Program, grid: tuple[int, int, int], args: list[Any]) -> None:
     """Run `program` once per program instance of `grid`, in program-id order, on NumPy arrays and
     scalars (`args` in the order of `program.params`)."""
+    for s in program.walk() if all(grid) else ():
+        op = op_of(s)
+        if op is not None:
+            op.check_launch(s, grid)
     params = [s for s in program.body if isinstance(s, ir.Param)]
+    launch: dict = {}
     for pid in itertools.product(*(range(d) for d in reversed(grid))):
-        f = Frame(program, tuple(reversed(pid)), grid)  # type: ignore[arg-type]
+        f = Frame(program, tuple(reversed(pid)), grid, launch)  # type: ignore[arg-type]
         for s, value in zip(params, args):
             f.set(s.out, value)
         try:

@@ -7,6 +7,7 @@ package. It owns the op's IR statement class and every rule about it:
 - `interpret`: its NumPy semantics (the interpreter);
 - `layout`: what it needs of its tiles' ThreadData layouts (planner);
 - `choose`: the CUB primitive and algorithm it runs as (planner);
+- `check_launch`: what it needs of the grid, checked at each launch (interpreter and launcher);
 - `lower`: its C++ shim, written into the kernel's translation unit, and the `ShimCall` that
   the generated body makes (codegen renders the call; no op writes body code itself).
 """
@@ -106,6 +107,9 @@ class TileOp:
         """The collective whose TempStorage region `s` works in: its own, or an earlier one's
         (a region shared by several collectives lives from the first of them to the last)."""
         return s.cid
+
+    def check_launch(self, s: Any, grid: tuple[int, int, int]) -> None:
+        """Raise a LaunchError if the op can't run on `grid` (checked at every launch, in both modes)."""
 
     def lower(self, s: Any, w: ShimWriter) -> ShimCall | None:
         raise NotImplementedError

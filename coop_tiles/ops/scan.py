@@ -3,7 +3,8 @@
 
 Built-in ops on 16-bit floats scan in float32 (the contract's accumulation rule). Lowered to
 `cub::BlockScan` over blocked items: over the tile's dtype for built-in ops, over a generated
-struct of the k dtypes for combine functions.
+struct of the k dtypes for combine functions. With `chained=True` the scan continues across the
+programs of the grid in program-id order (`ops/chained.py`: placement rules, look-back, state).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ..dtypes import identity
 from ..errors import TileValueError
 from ..lang import ir
 from ..lang.types import ScalarType, TileType
+from . import chained as chain
 from .base import OutArg, ShimCall, TileArg, TileOp, ValueArg, errstate, register
 from .combining import UFUNCS, combine_operands, combine_scan, item_code, typed_op
 
@@ -30,6 +32,7 @@ class TileScan(ir.Collective):
     exclusive: bool
     initial: tuple[ir.Value, ...] | None
     totals: tuple[ir.Var, ...] | None
+    chained: bool = False  # continues from the previous program's last element
 
 
 @register
@@ -42,6 +45,9 @@ class Scan(TileOp):
         op, srcs, dtypes = typed_op(b, a["op"], a["t"], "tile.scan")
         exclusive = b.constant(a["exclusive"], "exclusive", bool)
         return_total = b.constant(a["return_total"], "return_total", bool)
+        chained = b.constant(a["chained"], "chained", bool)
+        if chained:
+            chain.check_placement(b)
         initial = b.optional(a["initial"])
         if initial is not None:
             initial = combine_operands(b, initial, dtypes, "initial")
@@ -51,7 +57,7 @@ class Scan(TileOp):
         outs = tuple(b.temp(TileType(dt, size)) for dt in dtypes)
         totals = tuple(b.temp(ScalarType(dt)) for dt in dtypes) if return_total else None
         name = op if isinstance(op, str) else op.name
-        b.emit(TileScan(outs, srcs, name, not isinstance(op, str), exclusive, initial, totals))
+        b.emit(TileScan(outs, srcs, name, not isinstance(op, str), exclusive, initial, totals, chained))
         result = outs if len(outs) > 1 or not isinstance(a["t"], ir.Var) else outs[0]
         if not return_total:
             return result
@@ -60,6 +66,8 @@ class Scan(TileOp):
     def interpret(self, s: TileScan, frame) -> None:
         xs = tuple(frame.get(v) for v in s.srcs)
         seed = None if s.initial is None else tuple(frame.get(v) for v in s.initial)
+        if s.chained and s.sid in frame.launch:  # programs run in program-id order: the previous one's fold
+            seed = frame.launch[s.sid]
         if s.combine:
             fn = frame.program.combines[s.op]
             if seed is not None:
@@ -84,12 +92,19 @@ class Scan(TileOp):
             frame.env[var.name] = np.ascontiguousarray(value)
         for var, value in zip(s.totals or (), total):
             frame.set(var, value)
+        if s.chained:
+            frame.launch[s.sid] = total
+
+    def check_launch(self, s: TileScan, grid: tuple[int, int, int]) -> None:
+        if s.chained:
+            chain.check_grid(grid)
 
     def layout(self, s: TileScan, ctx) -> None:
         ctx.join_blocked([*s.srcs, *s.outs])
 
     def choose(self, s: TileScan, ctx):
-        return ctx.choice(s, f"scan[{s.op}]", "BlockScan", "BLOCK_SCAN_WARP_SCANS")
+        label = f"scan[{s.op}{', chained' if s.chained else ''}]"
+        return ctx.choice(s, label, "BlockScan", "BLOCK_SCAN_WARP_SCANS")
 
     def lower(self, s: TileScan, w) -> ShimCall:
         k = len(s.srcs)
@@ -101,10 +116,12 @@ class Scan(TileOp):
         call = ShimCall(f"coop_scan_{s.cid}", tuple(args))
         lay = w.layout(s.srcs[0])
         items, threads, size = lay.items_per_thread, w.threads, lay.size
-        item, op, code, pack, unpack = item_code(w, s.cid, s.op, s.combine, [v.type.dtype for v in s.srcs])
+        dtypes = [v.type.dtype for v in s.srcs]
+        item, op, code, pack, unpack = item_code(w, s.cid, s.op, s.combine, dtypes)
         alias = f"coop_scan_{s.cid}_t"
         cub_type = f"cub::BlockScan<{item}, {threads}, cub::BLOCK_SCAN_WARP_SCANS>"
-        code = w.storage(s.cid, cub_type, f"{item} total; ", prelude=code) + f"using {alias} = {cub_type};\n"
+        extra = f"{item} total; " + (f"{item} agg; {item} prefix; " if s.chained else "")
+        code = w.storage(s.cid, cub_type, extra, prelude=code) + f"using {alias} = {cub_type};\n"
         body = w.storage_ref(s.cid)
         body += "".join(w.items_ref(f"x{i}", f"in{i}", v, items) for i, v in enumerate(s.srcs))
         body += "".join(w.items_ref(f"o{i}", f"out{i}", v, items) for i, v in enumerate(s.outs))
@@ -115,9 +132,14 @@ class Scan(TileOp):
         if s.initial is not None:
             init = "init"
             body += f"  {item} init;\n  {pack('init', 'initial{}')}\n"
-        elif not s.combine and (s.exclusive or s.totals):
+        elif not s.combine and (s.exclusive or (s.totals and not s.chained)):
             init = w.identity(s.op, s.srcs[0].type.dtype)
-        if s.totals is not None and not padded and init is not None:
+        if s.chained:
+            w.chain_bytes = chain.descriptor_bytes(dtypes)
+            code = chain.LIBRARY + code
+            body += f'  static_assert(sizeof({item}) == {chain.item_bytes(dtypes)}, "item size");\n'
+            body += chain.lower(s, w, item, op, pack, init, s.exclusive)
+        elif s.totals is not None and not padded and init is not None:
             # the block prefix callback keeps the running fold: the carry (CUB's own idiom)
             body += f"  coop::carry<{item}, {op}> c{{{init}}};\n  {alias}(s.temp).{kind}Scan(y, y, {op}{{}}, c);\n"
             body += "  if (threadIdx.x == 0) s.total = c.running;\n"
@@ -137,7 +159,8 @@ class Scan(TileOp):
                     f"{pack('x_item', f'x{{}}[{slot}]')} s.total = {value}; }}\n"
                 )
         if s.totals is not None:
-            body += "  __syncthreads();\n" + "".join(f"  *total{i} = {unpack('s.total', i)};\n" for i in range(k))
+            body += "" if s.chained else "  __syncthreads();\n"  # (a chained scan's ends with one)
+            body += "".join(f"  *total{i} = {unpack('s.total', i)};\n" for i in range(k))
         body += (
             f"  for (int i = 0; i < {items}; ++i) {{ "
             + " ".join(f"o{i}[i] = {unpack('y[i]', i)};" for i in range(k))

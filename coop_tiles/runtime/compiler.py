@@ -112,7 +112,8 @@ def storage_stage(
 
 def body_stage(program: ir.Program, plan: Plan, shims: ShimSource) -> list[BodySource]:
     """The program body, then each combine function, as Numba source."""
-    body = generate_body(program, plan, shims.calls, function="body", abi_name=shims.body_name)
+    chained = shims.chain_bytes is not None
+    body = generate_body(program, plan, shims.calls, function="body", abi_name=shims.body_name, chained=chained)
     return [body, *(generate_combine(c) for c in program.combines.values())]
 
 
@@ -185,4 +186,6 @@ def compile_kernel(
         e.message += " (generated code was rejected: this is a coop_tiles bug, please report it)"
         raise
     source = "\n".join(b.source for b in bodies)
-    return CompiledKernel(sig, program, plan, shims.source, source, shims.kernel_name, cubin, ltoirs)
+    return CompiledKernel(
+        sig, program, plan, shims.source, source, shims.kernel_name, cubin, ltoirs, chain_bytes=shims.chain_bytes
+    )

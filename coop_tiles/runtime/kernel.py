@@ -44,6 +44,8 @@ class CompiledKernel:
     pre_launch_hooks: list[Callable[[CompiledKernel, Any, int], None]] = field(default_factory=list, repr=False)
     #: how threads per block were chosen at the first launch, when `block_threads=None`.
     block_choice: Any = field(default=None, repr=False)
+    #: bytes per program of grid-wide state (a chained scan's), passed as the last parameter; None: none
+    chain_bytes: int | None = None
 
     def add_pre_launch_hook(self, hook: Callable[[CompiledKernel, Any, int], None]) -> None:
         """Run `hook(kernel, function, device_id)` once on each device, before the first launch there

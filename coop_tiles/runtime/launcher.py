@@ -11,6 +11,8 @@ from typing import Any
 from ..codegen.params import kernel_params
 from ..errors import LaunchError, SharedMemoryError, TileError
 from ..lang.types import ArrayType, ScalarType
+from ..ops.base import TileOp, op_of
+from . import chain as chain_states
 from .kernel import CompiledKernel
 
 STATIC_SHARED_LIMIT = 48 * 1024
@@ -285,6 +287,11 @@ def argument_kind(t: ArrayType | ScalarType) -> str:
     return kernel_params("x", t)[0].slot
 
 
+def _checks_launch(op: TileOp | None) -> bool:
+    """Whether `op` checks launches (`TileOp.check_launch`)."""
+    return op is not None and type(op).check_launch is not TileOp.check_launch
+
+
 class PreparedLaunch:
     """Everything a launch of one specialisation needs, prepared once.
 
@@ -315,7 +322,8 @@ class PreparedLaunch:
         self.kernel = kernel
         self.device_id, self.context = device_id, context
         params = [kernel_params("x", t) for t in param_types]
-        count = max(1, sum(len(p) for p in params))
+        chain = kernel.chain_bytes  # a chained scan's grid-wide state: one more pointer, after the arguments
+        count = max(1, sum(len(p) for p in params) + (chain is not None))
         self.slots = (ctypes.c_uint64 * count)()
         self.pointers = (ctypes.c_void_p * count)(*(ctypes.addressof(self.slots) + 8 * i for i in range(count)))
         # One struct.pack_into writes every argument, each parameter into its 8-byte slot.
@@ -335,6 +343,10 @@ class PreparedLaunch:
         # unused 0), so the per-kernel fast path passes them without building tuples.
         names = "".join(f", p{i}, q{i}" for i in range(len(param_types)))
         body = [f"def launch(g0, g1, g2, stream{names}):", "    with LOCK:"]
+        checks = [(op, s) for s in kernel.program.walk() if _checks_launch(op := op_of(s))]
+        if checks:
+            namespace["CHECKS"] = checks
+            body += ["        for op, s in CHECKS:", "            op.check_launch(s, (g0, g1, g2))"]
         if param_types:
             namespace["PACK_ERROR"] = struct.error
             body += [
@@ -342,6 +354,12 @@ class PreparedLaunch:
                 f"            PACK(SLOTS, 0, {', '.join(packed)})",
                 "        except PACK_ERROR as e:",
                 "            fail(f'an argument does not fit its parameter type ({e})')",
+            ]
+        if chain is not None:  # (packed after the arguments, so a bad argument leaves no state behind)
+            namespace.update(STATES=chain_states.STATES, CHAIN=chain)
+            body += [
+                "        state, own = STATES.acquire(stream, g0, CHAIN)",
+                f"        SLOTS[{count - 1}] = state",
             ]
         cupy = sys.modules.get("cupy")
         if cupy is not None and hasattr(cupy.cuda.driver, "launchKernel"):
@@ -363,6 +381,8 @@ class PreparedLaunch:
                 "    if err != OK:",
                 "        fail(err)",
             ]
+        if chain is not None:
+            body += ["    if own:", "        STATES.release(state, stream)"]
         exec(compile("\n".join(body) + "\n", f"<coop_tiles launch of {kernel.program.name}>", "exec"), namespace)
         self.launch = namespace["launch"]
         # The C launch path (_claunch.c) packs into its own buffer while holding the GIL.
@@ -383,6 +403,8 @@ class PreparedLaunch:
             context,
             device_id,
         )
+        if chain is not None or checks:
+            self.c_info = None  # the C path declines: its launches take the Python path, which has these steps
 
     def _fail(self, err: Any) -> None:
         raise LaunchError(f"launching {self.kernel.program.name} failed: {getattr(err, 'name', err)}")
