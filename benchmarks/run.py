@@ -1027,7 +1027,7 @@ def _segsort_triton(data: dict, payload: bool) -> dict:
 
 # ----- issue 11: chained scans over the whole array ----------------------------------------------------------------
 
-CHAINED_CONFIGS = ((4096, None), (8192, None), (8192, 512), (16384, None), (16384, 1024))  # TILE, threads
+CHAINED_CONFIGS = ((4096, None), (4096, 128), (8192, None), (8192, 512), (16384, None), (16384, 1024))  # TILE, threads
 THREE_KERNEL_TILES = (4096,)
 OFFSETS_CHUNK = 1024
 CHAINED_LINREC_CONFIGS = ((4096, None), (8192, None), (8192, 512))
