@@ -1,15 +1,19 @@
 """The compile pipeline, stage by stage: typed IR -> plan -> sources -> LTO-IR -> cubin.
 
 Each stage is a plain function of the previous stage's output, so any of them can be run,
-printed or tested on its own; `compile_kernel` runs them in order.
+printed or tested on its own; `compile_kernel` runs them in order and records how long each
+took (`CompiledKernel.timings`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
 
 from ..codegen.numba_body import BodySource, generate_body, generate_combine
-from ..codegen.shims import ShimSource, generate_shims, storage_query_source
+from ..codegen.shims import ShimSource, generate_shims
 from ..errors import CompileError
 from ..lang import ir
 from ..lang.frontend import build_program
@@ -40,26 +44,51 @@ def shim_stage(program: ir.Program, layouts: LayoutPlan) -> ShimSource:
     return generate_shims(program, layouts)
 
 
-def storage_stage(shims: ShimSource, arch: str, cache: DiskCache) -> dict[int, StorageNeed]:
-    """Each collective's TempStorage size and alignment, read from PTX.
+class StageTimer:
+    """Seconds per stage of one compile, in the order the stages ran."""
 
-    Sizes are cached per TempStorage declaration (CUB type, arch, toolchain), so the PTX
-    query only compiles the declarations never seen before.
-    """
-    keys = {cid: make_key("storage", decl, arch, toolchain.versions()) for cid, decl in shims.storage_decls.items()}
-    found = {cid: cache.get("storage", key) for cid, key in keys.items()}
-    missing = {cid: shims.storage_decls[cid] for cid, need in found.items() if need is None}
-    if missing:
-        sizes = toolchain.read_storage_sizes(
-            toolchain.nvrtc_compile(storage_query_source(missing, shims.headers), arch, "ptx")
-        )
-        for cid in missing:
-            try:
-                found[cid] = StorageNeed(sizes[f"coop_bytes_{cid}"], sizes[f"coop_align_{cid}"])
-            except KeyError:
-                raise CompileError(f"TempStorage size of collective {cid} missing from the PTX") from None
-            cache.put("storage", keys[cid], found[cid])
-    return found
+    def __init__(self) -> None:
+        self.timings: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - start
+
+    def run_quietly(self, name: str, fn: Callable, *args) -> None:
+        """`fn(*args)` as stage `name`; its failure is left for the stage that needs it to meet."""
+        with self.stage(name), suppress(Exception):
+            fn(*args)
+
+
+def nvrtc_stage(
+    shims: ShimSource, arch: str, cache: DiskCache, timer: StageTimer | None = None
+) -> tuple[bytes, dict[int, StorageNeed]]:
+    """The shims' LTO-IR and each collective's TempStorage size and alignment, from one NVRTC
+    run (the sizes through the shims' size probes), cached by source.
+
+    While NVRTC runs (it releases the GIL), Numba's one-time setup runs in a thread, if this
+    process has not done it yet: a cold compile needs Numba next."""
+    timer = timer if timer is not None else StageTimer()
+    key = make_key("shims", shims.source, arch, toolchain.DEFINES, toolchain.versions())
+    found = cache.get("shims", key)
+    if found is None:
+        with ThreadPoolExecutor(1) as pool:
+            if not toolchain.numba_ready():
+                pool.submit(timer.run_quietly, "Numba setup", toolchain.prepare_numba, arch)
+            with timer.stage("NVRTC"):
+                ltoir, lowered = toolchain.nvrtc_compile(shims.source, arch, shims.size_probes)
+        try:
+            needs = shims.storage_needs(lowered)
+        except ValueError as e:
+            raise CompileError(str(e)) from None
+        found = (ltoir, {cid: (n.size, n.align) for cid, n in needs.items()})
+        cache.put("shims", key, found)
+    ltoir, sizes = found
+    return ltoir, {cid: StorageNeed(*size) for cid, size in sizes.items()}
 
 
 def body_stage(program: ir.Program, plan: Plan, shims: ShimSource) -> list[BodySource]:
@@ -68,37 +97,33 @@ def body_stage(program: ir.Program, plan: Plan, shims: ShimSource) -> list[BodyS
     return [body, *(generate_combine(c) for c in program.combines.values())]
 
 
-def shim_ltoir(shims: ShimSource, arch: str, cache: DiskCache) -> bytes:
-    key = make_key("ltoir", shims.source, arch, toolchain.versions())
-    blob = cache.get("ltoir", key)
-    if blob is None:
-        blob = toolchain.nvrtc_compile(shims.source, arch, "ltoir")
-        cache.put("ltoir", key, blob)
-    return blob
+def numba_stage(bodies: list[BodySource], arch: str) -> list[tuple[str, bytes]]:
+    """Each body's LTO-IR, named by its C symbol."""
+    return [
+        (b.abi_name, toolchain.numba_compile(b.source, b.function, b.abi_name, b.shims, b.param_types, arch))
+        for b in bodies
+    ]
 
 
 def compile_kernel(fn: Callable, sig: Signature, cache: DiskCache | None = None) -> CompiledKernel:
-    """Run every stage for `sig`; the cubin comes from the disk cache when the sources match.
+    """Run every stage for `sig`; NVRTC's output and the cubin come from the disk cache when the
+    sources match.
 
     Mistakes in the program are located at its lines by the front end; the planner's errors
     (block size, tile too large) are left for the caller to locate at the launch."""
     cache = cache if cache is not None else DiskCache()
-    parsed = parse_function(fn)
-    program = rewrite_stage(build_stage(fn, sig))
-    layouts = layout_stage(program, sig)
-    shims = shim_stage(program, layouts)
+    timer = StageTimer()
+    start = time.perf_counter()
+    with timer.stage("front end"):
+        parsed = parse_function(fn)
+        program = rewrite_stage(build_stage(fn, sig))
+        layouts = layout_stage(program, sig)
+        shims = shim_stage(program, layouts)
     try:
-        needs = storage_stage(shims, sig.arch, cache)
-        plan = finish_plan(program, layouts, needs)
-        bodies = body_stage(program, plan, shims)
-
-        def ltoirs() -> list[tuple[str, bytes]]:
-            modules = [("coop_shims", shim_ltoir(shims, sig.arch, cache))]
-            for b in bodies:
-                blob = toolchain.numba_compile(b.source, b.function, b.abi_name, b.shims, b.param_types, sig.arch)
-                modules.append((b.abi_name, blob))
-            return modules
-
+        shim_ltoir, needs = nvrtc_stage(shims, sig.arch, cache, timer)
+        with timer.stage("plan"):
+            plan = finish_plan(program, layouts, needs)
+            bodies = body_stage(program, plan, shims)
         key = make_key(
             "kernel",
             shims.source,
@@ -109,11 +134,21 @@ def compile_kernel(fn: Callable, sig: Signature, cache: DiskCache | None = None)
         )
         cubin = cache.get("kernel", key)
         if cubin is None:
-            cubin = toolchain.link(ltoirs(), sig.arch)
+            with timer.stage("Numba"):
+                modules = [("coop_shims", shim_ltoir), *numba_stage(bodies, sig.arch)]
+            with timer.stage("nvJitLink"):
+                cubin = toolchain.link(modules, sig.arch)
             cache.put("kernel", key, cubin)
     except CompileError as e:
         e.locate(parsed.loc(parsed.tree))
         e.message += " (generated code was rejected: this is a coop_tiles bug, please report it)"
         raise
+    timer.timings["total"] = time.perf_counter() - start
+
+    def ltoirs() -> list[tuple[str, bytes]]:
+        return [("coop_shims", nvrtc_stage(shims, sig.arch, cache)[0]), *numba_stage(bodies, sig.arch)]
+
     source = "\n".join(b.source for b in bodies)
-    return CompiledKernel(sig, program, plan, shims.source, source, shims.kernel_name, cubin, ltoirs)
+    return CompiledKernel(
+        sig, program, plan, shims.source, source, shims.kernel_name, cubin, ltoirs, timings=timer.timings
+    )

@@ -42,6 +42,9 @@ class CompiledKernel:
     pre_launch_hooks: list[Callable[[CompiledKernel, Any, int], None]] = field(default_factory=list, repr=False)
     #: how threads per block were chosen at the first launch, when `block_threads=None`.
     block_choice: Any = field(default=None, repr=False)
+    #: seconds per compile stage in this process ("front end", "NVRTC", "Numba setup" beside it,
+    #: "plan", "Numba", "nvJitLink", "total"); stages served by the disk cache are absent.
+    timings: dict[str, float] = field(default_factory=dict, repr=False)
 
     def add_pre_launch_hook(self, hook: Callable[[CompiledKernel, Any, int], None]) -> None:
         """Run `hook(kernel, function, device_id)` once on each device, before the first launch there
