@@ -76,11 +76,11 @@ def nvrtc_stage(
     key = make_key("shims", shims.source, arch, toolchain.DEFINES, toolchain.versions())
     found = cache.get("shims", key)
     if found is None:
-        with ThreadPoolExecutor(1) as pool:
+        with ThreadPoolExecutor(1) as pool, timer.stage("NVRTC"):
+            toolchain.import_cuda_core()  # before the thread: Numba imports it too
             if not toolchain.numba_ready():
                 pool.submit(timer.run_quietly, "Numba setup", toolchain.prepare_numba, arch)
-            with timer.stage("NVRTC"):
-                ltoir, lowered = toolchain.nvrtc_compile(shims.source, arch, shims.size_probes)
+            ltoir, lowered = toolchain.nvrtc_compile(shims.source, arch, shims.size_probes)
         try:
             needs = shims.storage_needs(lowered)
         except ValueError as e:

@@ -104,6 +104,17 @@ class _NvrtcRuns:
 _runs = _NvrtcRuns()
 
 
+_import_lock = threading.Lock()
+
+
+def import_cuda_core() -> None:
+    """Import cuda.core (NVRTC and nvJitLink) under a lock; Numba imports it too, so the Numba
+    paths call this first. cuda.core's first import is not safe from two threads at once (one of
+    them can see the package without `Program`)."""
+    with _import_lock:
+        import cuda.core  # noqa: F401
+
+
 def nvrtc_compile(source: str, arch: str, name_expressions: tuple[str, ...] = ()) -> tuple[bytes, dict[str, str]]:
     """Compile the shim translation unit to LTO-IR for `arch` ("sm_90"); also returns NVRTC's
     lowered (mangled) name of each of `name_expressions`."""
@@ -134,6 +145,8 @@ def nvrtc_compile(source: str, arch: str, name_expressions: tuple[str, ...] = ()
 
 
 _numba_ready = threading.Event()
+#: Numba is used by one thread at a time (its typing registries are shared; it holds the GIL anyway).
+_numba_lock = threading.Lock()
 
 
 def numba_ready() -> bool:
@@ -145,19 +158,29 @@ def prepare_numba(arch: str) -> None:
     """Numba's one-time setup: importing it, its typing registries (which import SciPy when
     installed) and NVVM, about a second in all; done by compiling an empty device function, in a
     thread beside NVRTC (which releases the GIL) on a cold compile."""
-    from numba import cuda, types
+    import_cuda_core()
+    with _numba_lock:
+        if _numba_ready.is_set():
+            return
+        from numba import cuda, types
 
-    def empty():
-        pass
+        def empty():
+            pass
 
-    cc = tuple(int(c) for c in _cc(arch))
-    cuda.compile(empty, types.void(), device=True, abi="c", abi_info={"abi_name": "coop_setup"}, output="ltoir", cc=cc)
-    _numba_ready.set()
+        options = {"device": True, "abi": "c", "abi_info": {"abi_name": "coop_setup"}, "output": "ltoir"}
+        cuda.compile(empty, types.void(), cc=tuple(int(c) for c in _cc(arch)), **options)
+        _numba_ready.set()
 
 
 def numba_compile(source: str, function: str, abi_name: str, shims, param_types: tuple[str, ...], arch: str) -> bytes:
     """Compile generated Numba source (the body or a combine function) to LTO-IR (`abi="c"`,
     named `abi_name`), with `param_types` its parameters' Numba type names."""
+    import_cuda_core()
+    with _numba_lock:
+        return _numba_compile(source, function, abi_name, shims, param_types, arch)
+
+
+def _numba_compile(source: str, function: str, abi_name: str, shims, param_types: tuple[str, ...], arch: str) -> bytes:
     from numba import cuda, types
     from numba.core.extending import intrinsic
 
