@@ -45,13 +45,14 @@ def shim_stage(program: ir.Program, layouts: LayoutPlan) -> ShimSource:
 
 
 class StageTimer:
-    """Seconds per stage of one compile, in the order the stages ran."""
+    """Seconds per stage of one compile, in the order the stages started."""
 
     def __init__(self) -> None:
         self.timings: dict[str, float] = {}
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
+        self.timings.setdefault(name, 0.0)
         start = time.perf_counter()
         try:
             yield
