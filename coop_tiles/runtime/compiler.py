@@ -74,7 +74,7 @@ def nvrtc_stage(
     While NVRTC runs (it releases the GIL), Numba's one-time setup runs in a thread, if this
     process has not done it yet: a cold compile needs Numba next."""
     timer = timer if timer is not None else StageTimer()
-    key = make_key("shims", shims.source, arch, toolchain.DEFINES, toolchain.versions())
+    key = make_key("shims", shims.source, arch, toolchain.CXX_STD, toolchain.DEFINES, toolchain.versions())
     found = cache.get("shims", key)
     if found is None:
         with ThreadPoolExecutor(1) as pool, timer.stage("NVRTC"):

@@ -19,6 +19,9 @@ from ..errors import CompileError
 #: 10 deep under nvcc; at 16, expanding `cuda/std/__type_traits/type_list.h` alone takes NVRTC
 #: about 1.2 s, half of a cold compile, and at nvcc's 10 about 0.05 s.
 DEFINES = (("_CCCL_META_UNROLL_LIMIT", "10"),)
+#: The C++ dialect of the shims: CCCL parses about 0.15 s faster in C++20 (real concepts) than in
+#: C++17, where it emulates them.
+CXX_STD = "c++20"
 #: NVRTC's precompiled-header heap (its default, 256 MiB, is too small for CUB's block headers).
 PCH_HEAP_BYTES = 1 << 29
 
@@ -123,7 +126,7 @@ def nvrtc_compile(source: str, arch: str, name_expressions: tuple[str, ...] = ()
     options = ProgramOptions(
         name="coop_shims.cu",
         arch=arch,
-        std="c++17",
+        std=CXX_STD,
         relocatable_device_code=True,
         link_time_optimization=True,
         include_path=list(include_dirs()),
