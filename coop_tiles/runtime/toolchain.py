@@ -1,8 +1,8 @@
 """The compilers: NVRTC (C++ shims to LTO-IR), Numba (body to LTO-IR), nvJitLink (to a cubin).
 
 All three run without a GPU. NVRTC and nvJitLink are driven through cuda.core (`Program`,
-`Linker`); only NVRTC's precompiled-header heap size is set through `cuda.bindings`, which
-cuda.core does not expose. Headers are found through cuda.pathfinder (the CCCL and CUDA
+`Linker`); `cuda.bindings` is asked only for the library versions when the NVIDIA wheels are not
+installed. Headers are found through cuda.pathfinder (the CCCL and CUDA
 runtime headers shipped by the `nvidia-cuda-cccl` / `nvidia-cuda-runtime` wheels, or a CUDA
 toolkit), never a hard-coded path.
 """
@@ -22,8 +22,6 @@ DEFINES = (("_CCCL_META_UNROLL_LIMIT", "10"),)
 #: The C++ dialect of the shims: CCCL parses about 0.15 s faster in C++20 (real concepts) than in
 #: C++17, where it emulates them.
 CXX_STD = "c++20"
-#: NVRTC's precompiled-header heap (its default, 256 MiB, is too small for CUB's block headers).
-PCH_HEAP_BYTES = 1 << 29
 
 
 @functools.lru_cache(maxsize=1)
@@ -94,13 +92,11 @@ class _NvrtcRuns:
         second compile in a process on. Creating the PCH costs about half a compile more and
         later compiles of the same headers then take about a quarter of the time, so a process
         that compiles one kernel does not pay for it. (NVRTC's PCH only works in the process
-        that made it: it records the address of that process's PCH heap.)"""
+        that made it: it records the address of that process's PCH heap. Every CUB block header
+        together needs 135 MB of that heap, within NVRTC's default 256 MiB; were it too small,
+        NVRTC would compile without a PCH.)"""
         with self.lock:
             self.count += 1
-            if self.count == 2:
-                from cuda.bindings import nvrtc
-
-                nvrtc.nvrtcSetPCHHeapSize(PCH_HEAP_BYTES)
             return self.count >= 2
 
 
