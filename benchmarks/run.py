@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import statistics
 import subprocess
@@ -342,31 +341,11 @@ def launch_rows() -> list[dict]:
     return rows
 
 
-COMPILE_SCRIPT = """
-import time, json, sys
-t0 = time.perf_counter()
-import numpy as np
-import coop_tiles as ct
-from coop_tiles import tile
-t1 = time.perf_counter()
-sys.path.insert(0, {bench_dir!r})
-from run import tile_cumsum
-t2 = time.perf_counter()
-k = tile_cumsum.compile(np.zeros(1, np.float32), np.zeros(1, np.float32), 1, TILE=4096, arch={arch!r})
-t3 = time.perf_counter()
-print(json.dumps({{"import_s": t1 - t0, "compile_s": t3 - t2}}))
-"""
-
-
 def compile_rows(arch: str) -> dict:
-    cache = tempfile.mkdtemp(prefix="coop_tiles_bench_cache_")
-    env = dict(os.environ, COOP_TILES_CACHE_DIR=cache)
-    script = COMPILE_SCRIPT.format(bench_dir=str(Path(__file__).parent), arch=arch)
-    runs = []
-    for _ in range(2):  # cold (empty cache), then warm (a fresh process on the same cache)
-        out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
-        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
-    return {"cold_s": runs[0]["compile_s"], "warm_s": runs[1]["compile_s"], "import_s": runs[1]["import_s"]}
+    """Cold and warm compiles by stage, in fresh processes (benchmarks/compile_profile.py)."""
+    import compile_profile
+
+    return compile_profile.measure(arch)
 
 
 # ----- issue 7: a tuple scan, 16-bit floats, 2-D arrays --------------------------------------------------------
@@ -1307,19 +1286,9 @@ def _blocks_lines(blocks: list[dict]) -> list[str]:
 
 
 def _compile_lines(compiles: dict) -> list[str]:
-    return [
-        "",
-        "## Compile time (load → scan → store, fresh processes)",
-        "",
-        "| cold compile (NVRTC + Numba + nvJitLink) | warm start from the disk cache | warm / cold | "
-        "`import coop_tiles` |",
-        "|---|---|---|---|",
-        f"| {compiles['cold_s']:.2f} s | {compiles['warm_s'] * 1e3:.0f} ms | "
-        f"**{compiles['warm_s'] / compiles['cold_s']:.3f}** | {compiles['import_s']:.2f} s |",
-        "",
-        "Bar (issue 2): a warm start costs under a fifth of a cold compile.",
-        "",
-    ]
+    import compile_profile
+
+    return compile_profile.render_lines(compiles)
 
 
 def _cells(*cells: Any) -> str:

@@ -3,32 +3,27 @@
 Each op writes its own shim through a `ShimWriter` (`TileOp.lower`); this module owns what they
 share: the shim signature derived from the op's `ShimCall`, TempStorage declarations, items
 references, and the entry. Shims receive the shared TempStorage buffer and their byte offset
-as arguments, so this source does not depend on the carve plan: it is compiled once to PTX
-(to read every TempStorage's `sizeof`/`alignof`) and once to LTO-IR, both cached by source.
+as arguments, so this source does not depend on the carve plan: one NVRTC run compiles it to
+LTO-IR and, through the size probes' lowered names, reports every TempStorage's
+`sizeof`/`alignof`; both are cached by source.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ..dtypes import cxx_identity, cxx_name, is_half
 from ..lang import ir
 from ..lang.types import ArrayType
 from ..ops.base import ArrayArg, OutArg, ShimCall, TileArg, ValueArg, op_of
+from ..planner.carve import StorageNeed
 from ..planner.layout import BLOCKED, VECTORIZED, CollectiveChoice, LayoutPlan, TileLayout
 from .params import kernel_params
 
-#: headers every translation unit includes; ops add theirs with `ShimWriter.include` (NVRTC's
-#: cost is mostly parsing CUB, so a kernel includes only what its ops use).
-HEADERS = (
-    "cub/block/block_load.cuh",
-    "cub/block/block_store.cuh",
-    "cub/block/block_scan.cuh",
-    "cub/block/block_reduce.cuh",
-    "cuda/std/cstdint",
-    "cuda/std/limits",
-    "cuda/std/type_traits",
-)
+#: headers every translation unit includes; ops add their CUB headers with `ShimWriter.include`
+#: (NVRTC's cost is mostly parsing CUB, so a kernel includes only what its ops use).
+HEADERS = ("cuda/std/cstdint", "cuda/std/limits", "cuda/std/type_traits")
 HALF_HEADERS = ("cuda_fp16.h", "cuda_bf16.h")
 
 
@@ -67,13 +62,20 @@ extern "C" __device__ cuda::std::uint16_t coop_f32_to_bf16(float f) { return __b
 """
 
 
+#: A variable template instantiated once per TempStorage by NVRTC name expressions: the lowered
+#: (mangled) name of `coop_size_probe<sizeof(S), alignof(S)>` spells both numbers, so the LTO-IR
+#: compile answers the size query too (nvJitLink drops the unused probes).
+SIZE_PROBE = "template <unsigned Bytes, unsigned Align> __device__ unsigned char coop_size_probe;\n"
+_LOWERED_PROBE = re.compile(r"coop_size_probeILj(\d+)ELj(\d+)EE")
+
+
 @dataclass(frozen=True)
 class ShimSource:
     source: str
     kernel_name: str
     body_name: str
-    #: each collective's TempStorage declaration (`@` for its id): the key of its queried size.
-    storage_decls: dict[int, str]
+    #: the collectives with a TempStorage struct (`coop_storage_<cid>`), whose size NVRTC reports
+    storage_cids: tuple[int, ...]
     #: the body's call of each collective's shim, by collective id
     calls: dict[int, ShimCall]
     #: every header the translation unit includes
@@ -81,17 +83,22 @@ class ShimSource:
     #: bytes per program of the grid-wide state a chained scan needs (its entry's last parameter), or None
     chain_bytes: int | None = None
 
-
-def storage_query_source(decls: dict[int, str], headers: tuple[str, ...] = HEADERS) -> str:
-    """A translation unit exporting sizeof/alignof of each TempStorage, for reading from PTX."""
-    parts = [include_lines(headers), FUNCTORS]
-    for cid, decl in decls.items():
-        parts.append(decl.replace("@", str(cid)))
-        parts.append(
-            f'extern "C" __device__ unsigned coop_bytes_{cid} = sizeof(coop_storage_{cid});\n'
-            f'extern "C" __device__ unsigned coop_align_{cid} = alignof(coop_storage_{cid});\n'
+    @property
+    def size_probes(self) -> tuple[str, ...]:
+        """The NVRTC name expressions whose lowered names give each TempStorage's size and alignment."""
+        return tuple(
+            f"&coop_size_probe<sizeof(coop_storage_{c}), alignof(coop_storage_{c})>" for c in self.storage_cids
         )
-    return "\n".join(parts)
+
+    def storage_needs(self, lowered: dict[str, str]) -> dict[int, StorageNeed]:
+        """Each collective's TempStorage size and alignment, from the probes' lowered names."""
+        needs = {}
+        for cid, probe in zip(self.storage_cids, self.size_probes):
+            found = _LOWERED_PROBE.search(lowered.get(probe, ""))
+            if found is None:
+                raise ValueError(f"no size of coop_storage_{cid} in NVRTC's lowered names")
+            needs[cid] = StorageNeed(int(found.group(1)), int(found.group(2)))
+        return needs
 
 
 def combine_symbol(name: str) -> str:
@@ -127,7 +134,7 @@ class ShimWriter:
         self.layouts = layouts
         self.threads = layouts.block_threads
         self.parts: list[str] = []
-        self.storage_decls: dict[int, str] = {}
+        self.storage_cids: list[int] = []
         self.headers: list[str] = list(HEADERS)
         #: set by a chained scan: bytes per program of grid-wide state (see `ShimSource.chain_bytes`)
         self.chain_bytes: int | None = None
@@ -161,11 +168,10 @@ class ShimWriter:
         return combine_symbol(name)
 
     def storage(self, cid: int, temp_type: str, extra: str = "", prelude: str = "") -> str:
-        """Declare collective `cid`'s TempStorage struct (its size is queried from PTX), after
-        `prelude` (the declarations it needs, such as a combine function's item struct)."""
-        decl = prelude + f"struct coop_storage_@ {{ typename {temp_type}::TempStorage temp; {extra}}};\n"
-        self.storage_decls[cid] = decl
-        return decl.replace("@", str(cid))
+        """Declare collective `cid`'s TempStorage struct (NVRTC reports its size), after `prelude`
+        (the declarations it needs, such as a combine function's item struct)."""
+        self.storage_cids.append(cid)
+        return prelude + f"struct coop_storage_{cid} {{ typename {temp_type}::TempStorage temp; {extra}}};\n"
 
     @staticmethod
     def storage_ref(cid: int) -> str:
@@ -203,6 +209,8 @@ class ShimWriter:
         verb = kind.capitalize()  # Load / Store
         choice = self.choice(cid)
         code, body = "", self.items_ref("x", "items", tile, items) + _clamp(lay.size)
+        if choice.algorithm == VECTORIZED or array.unit_stride:  # CUB's Block{Load,Store} or {Load,Store}Direct*
+            self.include(f"cub/block/block_{kind}.cuh")
         if choice.algorithm == VECTORIZED:
             # each thread's items are contiguous: whole 16-byte words when the tile is full and aligned
             words = items * tile.type.dtype.itemsize // 16
@@ -280,8 +288,11 @@ def generate_shims(program: ir.Program, layouts: LayoutPlan) -> ShimSource:
             include_lines(writer.headers),
             FUNCTORS,
             HALF_CONVERSIONS if halves else "",
+            SIZE_PROBE if writer.storage_cids else "",
             *writer.parts,
             entry,
         ]
     )
-    return ShimSource(source, kernel, body, writer.storage_decls, calls, tuple(writer.headers), writer.chain_bytes)
+    return ShimSource(
+        source, kernel, body, tuple(writer.storage_cids), calls, tuple(writer.headers), writer.chain_bytes
+    )

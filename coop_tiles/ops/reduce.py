@@ -65,6 +65,7 @@ class Reduce(TileOp):
             OutArg(v, f"result{i}") for i, v in enumerate(s.outs)
         ]
         call = ShimCall(f"coop_reduce_{s.cid}", tuple(args))
+        w.include("cub/block/block_reduce.cuh")
         lay = w.layout(s.srcs[0])
         items, threads, size = lay.items_per_thread, w.threads, lay.size
         item, op, code, pack, unpack = item_code(w, s.cid, s.op, s.combine, [v.type.dtype for v in s.srcs])

@@ -73,6 +73,7 @@ class RunLengthDecode(TileOp):
             f"coop_run_length_decode_{s.cid}",
             (TileArg(s.values, "in0"), TileArg(s.lengths, "in1"), TileArg(s.out, "out0"), OutArg(s.total, "total")),
         )
+        w.include("cub/block/block_scan.cuh")
         runs, decoded = w.layout(s.values).items_per_thread, w.layout(s.out).items_per_thread
         block_runs = runs * w.threads
         t = cxx_name(s.values.type.dtype)

@@ -114,6 +114,7 @@ class Scan(TileOp):
         args += [ValueArg(v, f"initial{i}") for i, v in enumerate(s.initial or ())]
         args += [OutArg(v, f"total{i}") for i, v in enumerate(s.totals or ())]
         call = ShimCall(f"coop_scan_{s.cid}", tuple(args))
+        w.include("cub/block/block_scan.cuh")
         lay = w.layout(s.srcs[0])
         items, threads, size = lay.items_per_thread, w.threads, lay.size
         dtypes = [v.type.dtype for v in s.srcs]

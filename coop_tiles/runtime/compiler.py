@@ -1,18 +1,20 @@
 """The compile pipeline, stage by stage: typed IR -> plan -> sources -> LTO-IR -> cubin.
 
 Each stage is a plain function of the previous stage's output, so any of them can be run,
-printed or tested on its own; `compile_kernel` runs them in order.
+printed or tested on its own; `compile_kernel` runs them in order and records how long each
+took (`CompiledKernel.timings`).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
 
 from .._log import get_logger
 from ..codegen.numba_body import BodySource, generate_body, generate_combine
-from ..codegen.shims import ShimSource, generate_shims, storage_query_source
+from ..codegen.shims import ShimSource, generate_shims
 from ..errors import CompileError
 from ..lang import ir
 from ..lang.frontend import build_program
@@ -28,10 +30,11 @@ log = get_logger("compile")
 
 
 class CompileLog:
-    """Seconds per stage of one kernel's compile, and the "compiling ..." line a cold compile
-    logs (at info) before its first compiler runs, so that a long compile is never silent."""
+    """Seconds per stage of one kernel's compile (in the order they started; "total" when done),
+    and the "compiling ..." line a cold compile logs (at info) before its first compiler runs,
+    so that a long compile is never silent."""
 
-    def __init__(self, name: str, sig: Signature):
+    def __init__(self, name: str, sig: Signature | None = None):
         self.name, self.sig = name, sig
         self.seconds: dict[str, float] = {}
         self.cold = False
@@ -39,21 +42,27 @@ class CompileLog:
 
     @contextmanager
     def stage(self, name: str) -> Iterator[None]:
+        self.seconds.setdefault(name, 0.0)
         start = time.perf_counter()
         try:
             yield
         finally:
-            self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - start
+            self.seconds[name] += time.perf_counter() - start
+
+    def run_quietly(self, name: str, fn: Callable, *args) -> None:
+        """`fn(*args)` as stage `name`; its failure is left for the stage that needs it to meet."""
+        with self.stage(name), suppress(Exception):
+            fn(*args)
 
     def compiling(self) -> None:
-        if not self.cold:
+        if not self.cold and self.sig is not None:
             self.cold = True
             params = ", ".join(f"{n}: {t}" for n, t in self.sig.params)
             consts = "".join(f", {n}={v!r}" for n, v in self.sig.constexprs)
             log.info("compiling %s(%s%s) for %s", self.name, params, consts, self.sig.arch)
 
     def done(self) -> None:
-        total = time.perf_counter() - self.start
+        total = self.seconds["total"] = time.perf_counter() - self.start
         stages = ", ".join(f"{name} {s:.2f} s" for name, s in self.seconds.items())
         if self.cold:
             log.info("compiled %s for %s in %.2f s", self.name, self.sig.arch, total)
@@ -84,30 +93,32 @@ def shim_stage(program: ir.Program, layouts: LayoutPlan) -> ShimSource:
     return generate_shims(program, layouts)
 
 
-def storage_stage(
+def nvrtc_stage(
     shims: ShimSource, arch: str, cache: DiskCache, clock: CompileLog | None = None
-) -> dict[int, StorageNeed]:
-    """Each collective's TempStorage size and alignment, read from PTX.
+) -> tuple[bytes, dict[int, StorageNeed]]:
+    """The shims' LTO-IR and each collective's TempStorage size and alignment, from one NVRTC
+    run (the sizes through the shims' size probes), cached by source.
 
-    Sizes are cached per TempStorage declaration (CUB type, arch, toolchain), so the PTX
-    query only compiles the declarations never seen before.
-    """
-    keys = {cid: make_key("storage", decl, arch, toolchain.versions()) for cid, decl in shims.storage_decls.items()}
-    found = {cid: cache.get("storage", key) for cid, key in keys.items()}
-    missing = {cid: shims.storage_decls[cid] for cid, need in found.items() if need is None}
-    if missing:
-        if clock is not None:
-            clock.compiling()
-        sizes = toolchain.read_storage_sizes(
-            toolchain.nvrtc_compile(storage_query_source(missing, shims.headers), arch, "ptx")
-        )
-        for cid in missing:
-            try:
-                found[cid] = StorageNeed(sizes[f"coop_bytes_{cid}"], sizes[f"coop_align_{cid}"])
-            except KeyError:
-                raise CompileError(f"TempStorage size of collective {cid} missing from the PTX") from None
-            cache.put("storage", keys[cid], found[cid])
-    return found
+    While NVRTC runs (it releases the GIL), Numba's one-time setup runs in a thread, if this
+    process has not done it yet: a cold compile needs Numba next."""
+    clock = clock if clock is not None else CompileLog("shims")
+    key = make_key("shims", shims.source, arch, toolchain.CXX_STD, toolchain.DEFINES, toolchain.versions())
+    found = cache.get("shims", key)
+    if found is None:
+        clock.compiling()
+        with ThreadPoolExecutor(1) as pool, clock.stage("NVRTC"):
+            toolchain.import_cuda_core()  # before the thread: Numba imports it too
+            if not toolchain.numba_ready():
+                pool.submit(clock.run_quietly, "Numba setup", toolchain.prepare_numba, arch)
+            ltoir, lowered = toolchain.nvrtc_compile(shims.source, arch, shims.size_probes)
+        try:
+            needs = shims.storage_needs(lowered)
+        except ValueError as e:
+            raise CompileError(str(e)) from None
+        found = (ltoir, {cid: (n.size, n.align) for cid, n in needs.items()})
+        cache.put("shims", key, found)
+    ltoir, sizes = found
+    return ltoir, {cid: StorageNeed(*size) for cid, size in sizes.items()}
 
 
 def body_stage(program: ir.Program, plan: Plan, shims: ShimSource) -> list[BodySource]:
@@ -117,13 +128,12 @@ def body_stage(program: ir.Program, plan: Plan, shims: ShimSource) -> list[BodyS
     return [body, *(generate_combine(c) for c in program.combines.values())]
 
 
-def shim_ltoir(shims: ShimSource, arch: str, cache: DiskCache) -> bytes:
-    key = make_key("ltoir", shims.source, arch, toolchain.versions())
-    blob = cache.get("ltoir", key)
-    if blob is None:
-        blob = toolchain.nvrtc_compile(shims.source, arch, "ltoir")
-        cache.put("ltoir", key, blob)
-    return blob
+def numba_stage(bodies: list[BodySource], arch: str) -> list[tuple[str, bytes]]:
+    """Each body's LTO-IR, named by its C symbol."""
+    return [
+        (b.abi_name, toolchain.numba_compile(b.source, b.function, b.abi_name, b.shims, b.param_types, arch))
+        for b in bodies
+    ]
 
 
 def compile_kernel(
@@ -146,25 +156,14 @@ def compile_kernel(
         if on_built is not None:
             on_built(program)
         program = rewrite_stage(program, sig.debug)
-    with clock.stage("planner"):
+    with clock.stage("plan"):
         layouts = layout_stage(program, sig)
         shims = shim_stage(program, layouts)
     try:
-        with clock.stage("TempStorage sizes"):
-            needs = storage_stage(shims, sig.arch, cache, clock)
-        with clock.stage("planner"):
+        shim_ltoir, needs = nvrtc_stage(shims, sig.arch, cache, clock)
+        with clock.stage("plan"):
             plan = finish_plan(program, layouts, needs, sig.arch)
             bodies = body_stage(program, plan, shims)
-
-        def ltoirs() -> list[tuple[str, bytes]]:
-            with clock.stage("NVRTC"):
-                modules = [("coop_shims", shim_ltoir(shims, sig.arch, cache))]
-            with clock.stage("Numba"):
-                for b in bodies:
-                    blob = toolchain.numba_compile(b.source, b.function, b.abi_name, b.shims, b.param_types, sig.arch)
-                    modules.append((b.abi_name, blob))
-            return modules
-
         key = make_key(
             "kernel",
             shims.source,
@@ -176,7 +175,8 @@ def compile_kernel(
         cubin = cache.get("kernel", key)
         if cubin is None:
             clock.compiling()
-            modules = ltoirs()
+            with clock.stage("Numba"):
+                modules = [("coop_shims", shim_ltoir), *numba_stage(bodies, sig.arch)]
             with clock.stage("nvJitLink"):
                 cubin = toolchain.link(modules, sig.arch)
             cache.put("kernel", key, cubin)
@@ -185,7 +185,20 @@ def compile_kernel(
         e.locate(parsed.loc(parsed.tree))
         e.message += " (generated code was rejected: this is a coop_tiles bug, please report it)"
         raise
+
+    def ltoirs() -> list[tuple[str, bytes]]:
+        return [("coop_shims", nvrtc_stage(shims, sig.arch, cache)[0]), *numba_stage(bodies, sig.arch)]
+
     source = "\n".join(b.source for b in bodies)
     return CompiledKernel(
-        sig, program, plan, shims.source, source, shims.kernel_name, cubin, ltoirs, chain_bytes=shims.chain_bytes
+        sig,
+        program,
+        plan,
+        shims.source,
+        source,
+        shims.kernel_name,
+        cubin,
+        ltoirs,
+        chain_bytes=shims.chain_bytes,
+        timings=clock.seconds,
     )

@@ -46,6 +46,9 @@ class CompiledKernel:
     block_choice: Any = field(default=None, repr=False)
     #: bytes per program of grid-wide state (a chained scan's), passed as the last parameter; None: none
     chain_bytes: int | None = None
+    #: seconds per compile stage in this process ("front end", "NVRTC", "Numba setup" beside it,
+    #: "plan", "Numba", "nvJitLink", "total"); stages served by the disk cache are absent.
+    timings: dict[str, float] = field(default_factory=dict, repr=False)
 
     def add_pre_launch_hook(self, hook: Callable[[CompiledKernel, Any, int], None]) -> None:
         """Run `hook(kernel, function, device_id)` once on each device, before the first launch there

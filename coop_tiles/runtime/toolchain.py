@@ -1,17 +1,27 @@
-"""The compilers: NVRTC (C++ shims to PTX or LTO-IR), Numba (body to LTO-IR), nvJitLink (to a cubin).
+"""The compilers: NVRTC (C++ shims to LTO-IR), Numba (body to LTO-IR), nvJitLink (to a cubin).
 
-All three run without a GPU. Headers are found through cuda.pathfinder (the CCCL and CUDA
-runtime headers shipped by the `nvidia-cuda-cccl` / `nvidia-cuda-runtime` wheels, or a
-CUDA toolkit), never a hard-coded path.
+All three run without a GPU. NVRTC and nvJitLink are driven through cuda.core (`Program`,
+`Linker`); `cuda.bindings` is asked only for the library versions when the NVIDIA wheels are not
+installed. Headers are found through cuda.pathfinder (the CCCL and CUDA
+runtime headers shipped by the `nvidia-cuda-cccl` / `nvidia-cuda-runtime` wheels, or a CUDA
+toolkit), never a hard-coded path.
 """
 
 from __future__ import annotations
 
 import functools
-import re
+import threading
 from importlib import metadata
 
 from ..errors import CompileError
+
+#: Macros for every NVRTC run. CCCL unrolls its type-list metafunctions 16 deep under NVRTC and
+#: 10 deep under nvcc; at 16, expanding `cuda/std/__type_traits/type_list.h` alone takes NVRTC
+#: about 1.2 s, half of a cold compile, and at nvcc's 10 about 0.05 s.
+DEFINES = (("_CCCL_META_UNROLL_LIMIT", "10"),)
+#: The C++ dialect of the shims: CCCL parses about 0.15 s faster in C++20 (real concepts) than in
+#: C++17, where it emulates them.
+CXX_STD = "c++20"
 
 
 @functools.lru_cache(maxsize=1)
@@ -31,92 +41,145 @@ def include_dirs() -> tuple[str, ...]:
     return tuple(dirs)
 
 
+def _dist_version(*dists: str) -> str | None:
+    """The version of the first of `dists` that is installed."""
+    for dist in dists:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
 @functools.lru_cache(maxsize=1)
 def versions() -> dict[str, str]:
-    """Versions of everything that changes generated code; part of every cache key."""
-    from cuda.bindings import nvjitlink, nvrtc
+    """Versions of everything that changes generated code; part of every cache key.
 
+    cuda.pathfinder finds the NVIDIA wheels' libraries and headers first, so when the wheels are
+    installed their versions name NVRTC, nvJitLink and the headers, and a warm start from the
+    cache neither loads those libraries nor imports cuda.pathfinder (about 50 ms); without the
+    wheels (a CUDA toolkit) the libraries are asked and the header directories named."""
     out = {}
-    for dist in ("coop-tiles", "numba-cuda", "numba", "cuda-bindings", "nvidia-cuda-cccl"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = "none"
-    _, major, minor = nvrtc.nvrtcVersion()
-    out["nvrtc"] = f"{major}.{minor}"
-    out["nvjitlink"] = ".".join(map(str, nvjitlink.version()))
-    out["headers"] = "|".join(include_dirs())
+    for dist in ("coop-tiles", "numba-cuda", "numba", "cuda-bindings", "cuda-core"):
+        out[dist] = _dist_version(dist) or "none"
+    nvrtc = _dist_version("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu12")
+    nvjitlink = _dist_version("nvidia-nvjitlink", "nvidia-nvjitlink-cu12")
+    cccl = _dist_version("nvidia-cuda-cccl", "nvidia-cuda-cccl-cu12")
+    runtime = _dist_version("nvidia-cuda-runtime", "nvidia-cuda-runtime-cu12")
+    if nvrtc is None:
+        from cuda.bindings import nvrtc as library
+
+        _, major, minor = library.nvrtcVersion()
+        nvrtc = f"{major}.{minor}"
+    if nvjitlink is None:
+        from cuda.bindings import nvjitlink as library
+
+        nvjitlink = ".".join(map(str, library.version()))
+    out["nvrtc"], out["nvjitlink"] = nvrtc, nvjitlink
+    out["headers"] = f"cccl {cccl}, runtime {runtime}" if cccl and runtime else "|".join(include_dirs())
     return out
 
 
-def _check(result, prog, what: str) -> None:
-    from cuda.bindings import nvrtc
+class _NvrtcRuns:
+    """How many NVRTC compiles this process has started, for the precompiled-header policy."""
 
-    if result != nvrtc.nvrtcResult.NVRTC_SUCCESS:
-        log = _program_log(prog)
-        raise CompileError(f"{what} failed ({result.name})", log=log)
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.count = 0
+
+    def next_uses_pch(self) -> bool:
+        """Whether the next compile should use NVRTC's automatic precompiled headers: from the
+        second compile in a process on. Creating the PCH costs about half a compile more and
+        later compiles of the same headers then take about a quarter of the time, so a process
+        that compiles one kernel does not pay for it. (NVRTC's PCH only works in the process
+        that made it: it records the address of that process's PCH heap. Every CUB block header
+        together needs 135 MB of that heap, within NVRTC's default 256 MiB; were it too small,
+        NVRTC would compile without a PCH.)"""
+        with self.lock:
+            self.count += 1
+            return self.count >= 2
 
 
-def _program_log(prog) -> str:
-    from cuda.bindings import nvrtc
-
-    _, size = nvrtc.nvrtcGetProgramLogSize(prog)
-    buf = b" " * size
-    nvrtc.nvrtcGetProgramLog(prog, buf)
-    return buf.decode(errors="replace").rstrip("\x00")
+_runs = _NvrtcRuns()
 
 
-_compiles = {"ptx": 0, "ltoir": 0}
-PCH_HEAP_BYTES = 1 << 29
+_import_lock = threading.Lock()
 
 
-def nvrtc_compile(source: str, arch: str, output: str) -> bytes:
-    """Compile the shim translation unit to "ptx" (compute_XX) or "ltoir" (sm_XX, -dlto).
+def import_cuda_core() -> None:
+    """Import cuda.core (NVRTC and nvJitLink) under a lock; Numba imports it too, so the Numba
+    paths call this first. cuda.core's first import is not safe from two threads at once (one of
+    them can see the package without `Program`)."""
+    with _import_lock:
+        import cuda.core  # noqa: F401
 
-    From the second compile of an output kind in a process on, NVRTC's automatic precompiled
-    headers are on: creating the PCH costs about one extra compile, and every later compile
-    then skips parsing CUB (about 0.6 s instead of 1.6 s). A single kernel does not pay for it.
-    """
-    from cuda.bindings import nvrtc
 
-    number = arch.removeprefix("sm_")
-    opts = ["-std=c++17", "-rdc=true", *(f"-I{d}" for d in include_dirs())]
-    _compiles[output] += 1
-    if _compiles[output] >= 2:
-        if sum(_compiles.values()) >= 2:
-            nvrtc.nvrtcSetPCHHeapSize(PCH_HEAP_BYTES)
-        opts.append("-pch")
-    opts += [f"-arch=compute_{number}"] if output == "ptx" else [f"-arch=sm_{number}", "-dlto"]
-    err, prog = nvrtc.nvrtcCreateProgram(source.encode(), b"coop_shims.cu", 0, [], [])
-    _check(err, prog, "NVRTC program creation")
+def nvrtc_compile(source: str, arch: str, name_expressions: tuple[str, ...] = ()) -> tuple[bytes, dict[str, str]]:
+    """Compile the shim translation unit to LTO-IR for `arch` ("sm_90"); also returns NVRTC's
+    lowered (mangled) name of each of `name_expressions`."""
+    from cuda.core import Program, ProgramOptions
+
+    options = ProgramOptions(
+        name="coop_shims.cu",
+        arch=arch,
+        std=CXX_STD,
+        relocatable_device_code=True,
+        link_time_optimization=True,
+        include_path=list(include_dirs()),
+        define_macro=list(DEFINES),
+        pch=_runs.next_uses_pch() or None,
+    )
+    program = Program(source, "c++", options)
     try:
-        encoded = [o.encode() for o in opts]
-        (err,) = nvrtc.nvrtcCompileProgram(prog, len(encoded), encoded)
-        _check(err, prog, "NVRTC compilation of the CUB shims")
-        if output == "ptx":
-            _, size = nvrtc.nvrtcGetPTXSize(prog)
-            buf = b" " * size
-            nvrtc.nvrtcGetPTX(prog, buf)
-            return buf.rstrip(b"\x00")
-        _, size = nvrtc.nvrtcGetLTOIRSize(prog)
-        buf = b" " * size
-        nvrtc.nvrtcGetLTOIR(prog, buf)
-        return buf
+        code = program.compile("ltoir", name_expressions=name_expressions)
+    except Exception as e:  # cuda.core's NVRTCError: "<code>: <name>, compilation log:\n\n<log>"
+        head, _, log = str(e).partition("compilation log:")
+        raise CompileError(
+            f"NVRTC compilation of the CUB shims failed ({head.strip().rstrip(',')})", log=log.strip().rstrip("\x00")
+        ) from None
     finally:
-        nvrtc.nvrtcDestroyProgram(prog)
+        program.close()
+    lowered = {name: symbol.decode() for name, symbol in code.symbol_mapping.items()}
+    return bytes(code.code), lowered
 
 
-_GLOBAL_U32 = re.compile(rb"\.global \.align \d+ \.u32 (coop_(?:bytes|align)_\d+)(?: = (\d+))?;")
+_numba_ready = threading.Event()
+#: Numba is used by one thread at a time (its typing registries are shared; it holds the GIL anyway).
+_numba_lock = threading.Lock()
 
 
-def read_storage_sizes(ptx: bytes) -> dict[str, int]:
-    """`coop_bytes_<cid>`/`coop_align_<cid>` constants from PTX (absent initialiser means 0)."""
-    return {m.group(1).decode(): int(m.group(2) or 0) for m in _GLOBAL_U32.finditer(ptx)}
+def numba_ready() -> bool:
+    """Whether Numba's one-time setup (`prepare_numba`) is done in this process."""
+    return _numba_ready.is_set()
+
+
+def prepare_numba(arch: str) -> None:
+    """Numba's one-time setup: importing it, its typing registries (which import SciPy when
+    installed) and NVVM, about a second in all; done by compiling an empty device function, in a
+    thread beside NVRTC (which releases the GIL) on a cold compile."""
+    import_cuda_core()
+    with _numba_lock:
+        if _numba_ready.is_set():
+            return
+        from numba import cuda, types
+
+        def empty():
+            pass
+
+        options = {"device": True, "abi": "c", "abi_info": {"abi_name": "coop_setup"}, "output": "ltoir"}
+        cuda.compile(empty, types.void(), cc=tuple(int(c) for c in _cc(arch)), **options)
+        _numba_ready.set()
 
 
 def numba_compile(source: str, function: str, abi_name: str, shims, param_types: tuple[str, ...], arch: str) -> bytes:
     """Compile generated Numba source (the body or a combine function) to LTO-IR (`abi="c"`,
     named `abi_name`), with `param_types` its parameters' Numba type names."""
+    import_cuda_core()
+    with _numba_lock:
+        return _numba_compile(source, function, abi_name, shims, param_types, arch)
+
+
+def _numba_compile(source: str, function: str, abi_name: str, shims, param_types: tuple[str, ...], arch: str) -> bytes:
     from numba import cuda, types
     from numba.core.extending import intrinsic
 
@@ -147,6 +210,7 @@ def numba_compile(source: str, function: str, abi_name: str, shims, param_types:
             f"Numba could not compile the generated program body: {type(e).__name__}",
             log=f"{e}\n--- generated source ---\n{source}",
         ) from e
+    _numba_ready.set()
     return result[0] if isinstance(result, tuple) else result
 
 
@@ -194,29 +258,29 @@ def _shared_tile(intrinsic, types):
 
 
 def link(ltoirs: list[tuple[str, bytes]], arch: str, output: str = "cubin") -> bytes:
-    """Link LTO-IR modules with nvJitLink into a cubin (or, with output="ptx", the linked PTX)."""
-    from cuda.bindings import nvjitlink
+    """Link LTO-IR modules with nvJitLink into a cubin (or, with output="ptx", the linked PTX).
+    Variables no device code uses (NVRTC's size probes) are dropped."""
+    from cuda.core import Linker, LinkerOptions, ObjectCode
 
-    opts = [f"-arch={arch}", "-lto", "-O3"] + (["-ptx"] if output == "ptx" else [])
-    handle = nvjitlink.create(len(opts), opts)
+    options = LinkerOptions(
+        arch=arch,
+        link_time_optimization=True,
+        optimization_level=3,
+        optimize_unused_variables=True,
+        ptx=output == "ptx",
+    )
+    linker = Linker(*(ObjectCode.from_ltoir(blob, name=name) for name, blob in ltoirs), options=options)
     try:
-        try:
-            for name, blob in ltoirs:
-                nvjitlink.add_data(handle, nvjitlink.InputType.LTOIR, blob, len(blob), name)
-            nvjitlink.complete(handle)
-        except nvjitlink.nvJitLinkError as e:
-            size = nvjitlink.get_error_log_size(handle)
-            log = bytearray(size)
-            nvjitlink.get_error_log(handle, log)
-            raise CompileError(f"nvJitLink failed: {e}", log=log.decode(errors="replace")) from None
-        if output == "ptx":
-            size = nvjitlink.get_linked_ptx_size(handle)
-            buf = bytearray(size)
-            nvjitlink.get_linked_ptx(handle, buf)
-        else:
-            size = nvjitlink.get_linked_cubin_size(handle)
-            buf = bytearray(size)
-            nvjitlink.get_linked_cubin(handle, buf)
-        return bytes(buf).rstrip(b"\x00") if output == "ptx" else bytes(buf)
+        code = linker.link(output)
+    except Exception as e:  # nvJitLinkError: the error log is also on the linker
+        raise CompileError(f"nvJitLink failed: {str(e).splitlines()[0]}", log=_linker_log(linker)) from None
     finally:
-        nvjitlink.destroy(handle)
+        linker.close()
+    return bytes(code.code).rstrip(b"\x00") if output == "ptx" else bytes(code.code)
+
+
+def _linker_log(linker) -> str:
+    try:
+        return linker.get_error_log().rstrip("\x00")
+    except Exception:
+        return ""
