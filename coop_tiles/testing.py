@@ -95,12 +95,13 @@ def current_stream() -> int:
     else the legacy default stream), in the current device's context."""
     from .runtime import launcher
 
-    launcher.current_device().set_current()  # the primary context, as the libraries use it
+    device = launcher.current_device()
+    device.set_current()  # the primary context, as the libraries use it
     libraries = 0
     for name, bit in launcher.LIBRARY_BITS.items():
         if name in sys.modules:
             libraries |= bit
-    return launcher.current_stream(libraries)
+    return launcher.current_stream(libraries, device.device_id)
 
 
 class _EventTimer:

@@ -191,8 +191,8 @@ class DevicePrintOp(TileOp):
         code, body = PRINT_HELPERS, ""
         if tiles:
             members = "".join(f"{cxx_name(v.type.dtype)} t{i}[{v.type.size}]; " for i, v in tiles)
-            prelude = f"struct coop_print_items_@ {{ struct TempStorage {{ {members}}}; }};\n"
-            code += w.storage(s.cid, "coop_print_items_@", prelude=prelude)
+            prelude = f"struct coop_print_items_{s.cid} {{ struct TempStorage {{ {members}}}; }};\n"
+            code += w.storage(s.cid, f"coop_print_items_{s.cid}", prelude=prelude)
             body += w.storage_ref(s.cid)
             for i, v in tiles:
                 items = w.layout(v).items_per_thread
