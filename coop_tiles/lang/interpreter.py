@@ -16,7 +16,7 @@ import numpy as np
 
 from ..dtypes import cast, compute_dtype
 from ..errors import TileError, TileValueError
-from ..ops.base import op_of
+from ..ops.base import launch_checks, op_of
 from ..ops.elementwise import ELEMENTWISE
 from . import ir
 from .types import ArrayType, TileType
@@ -201,10 +201,8 @@ def evaluate_combine(combine: ir.Combine, left: tuple, right: tuple) -> tuple:
 def run(program: ir.Program, grid: tuple[int, int, int], args: list[Any]) -> None:
     """Run `program` once per program instance of `grid`, in program-id order, on NumPy arrays and
     scalars (`args` in the order of `program.params`)."""
-    for s in program.walk() if all(grid) else ():
-        op = op_of(s)
-        if op is not None:
-            op.check_launch(s, grid)
+    for check in launch_checks(program) if all(grid) else ():
+        check(grid)
     params = [s for s in program.body if isinstance(s, ir.Param)]
     launch: dict = {}
     for pid in itertools.product(*(range(d) for d in reversed(grid))):

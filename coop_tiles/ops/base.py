@@ -7,7 +7,7 @@ package. It owns the op's IR statement class and every rule about it:
 - `interpret`: its NumPy semantics (the interpreter);
 - `layout`: what it needs of its tiles' ThreadData layouts (planner);
 - `choose`: the CUB primitive and algorithm it runs as (planner);
-- `check_launch`: what it needs of the grid, checked at each launch (interpreter and launcher);
+- `launch_check`: what it needs of the grid, checked at each launch (interpreter and launcher);
 - `lower`: its C++ shim, written into the kernel's translation unit, and the `ShimCall` that
   the generated body makes (codegen renders the call; no op writes body code itself).
 """
@@ -108,8 +108,10 @@ class TileOp:
         (a region shared by several collectives lives from the first of them to the last)."""
         return s.cid
 
-    def check_launch(self, s: Any, grid: tuple[int, int, int]) -> None:
-        """Raise a LaunchError if the op can't run on `grid` (checked at every launch, in both modes)."""
+    def launch_check(self, s: Any) -> Callable[[tuple[int, int, int]], None] | None:
+        """What `s` needs of the grid: a function raising a LaunchError for a grid it can't run on,
+        called at every launch in both modes; None (the default) when any grid will do."""
+        return None
 
     def lower(self, s: Any, w: ShimWriter) -> ShimCall | None:
         raise NotImplementedError
@@ -133,6 +135,11 @@ def register(op_class: type[TileOp]) -> type[TileOp]:
 
 def op_of(s: ir.Stmt) -> TileOp | None:
     return BY_STMT.get(type(s))
+
+
+def launch_checks(program: ir.Program) -> list[Callable[[tuple[int, int, int]], None]]:
+    """The grid checks `program`'s statements need at every launch (`TileOp.launch_check`)."""
+    return [check for s in program.walk() if (op := op_of(s)) is not None and (check := op.launch_check(s))]
 
 
 # ----- `valid=`: how many leading elements of a tile an op takes (shared by every op with one) -----

@@ -95,9 +95,8 @@ class Scan(TileOp):
         if s.chained:
             frame.launch[s.sid] = total
 
-    def check_launch(self, s: TileScan, grid: tuple[int, int, int]) -> None:
-        if s.chained:
-            chain.check_grid(grid)
+    def launch_check(self, s: TileScan):
+        return chain.check_grid if s.chained else None
 
     def layout(self, s: TileScan, ctx) -> None:
         ctx.join_blocked([*s.srcs, *s.outs])

@@ -11,7 +11,7 @@ from typing import Any
 from ..codegen.params import kernel_params
 from ..errors import LaunchError, SharedMemoryError, TileError
 from ..lang.types import ArrayType, ScalarType
-from ..ops.base import TileOp, op_of
+from ..ops.base import launch_checks
 from . import chain as chain_states
 from .kernel import CompiledKernel
 
@@ -287,11 +287,6 @@ def argument_kind(t: ArrayType | ScalarType) -> str:
     return kernel_params("x", t)[0].slot
 
 
-def _checks_launch(op: TileOp | None) -> bool:
-    """Whether `op` checks launches (`TileOp.check_launch`)."""
-    return op is not None and type(op).check_launch is not TileOp.check_launch
-
-
 class PreparedLaunch:
     """Everything a launch of one specialisation needs, prepared once.
 
@@ -343,10 +338,10 @@ class PreparedLaunch:
         # unused 0), so the per-kernel fast path passes them without building tuples.
         names = "".join(f", p{i}, q{i}" for i in range(len(param_types)))
         body = [f"def launch(g0, g1, g2, stream{names}):", "    with LOCK:"]
-        checks = [(op, s) for s in kernel.program.walk() if _checks_launch(op := op_of(s))]
+        checks = launch_checks(kernel.program)
         if checks:
             namespace["CHECKS"] = checks
-            body += ["        for op, s in CHECKS:", "            op.check_launch(s, (g0, g1, g2))"]
+            body += ["        for check in CHECKS:", "            check((g0, g1, g2))"]
         if param_types:
             namespace["PACK_ERROR"] = struct.error
             body += [
