@@ -10,6 +10,7 @@ class next to its semantics and lowering (`coop_tiles.ops`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -46,6 +47,8 @@ class Stmt:
     loc: SourceLocation | None = field(default=None, kw_only=True, compare=False, repr=False)
     inlined: tuple[SourceLocation, ...] = field(default=(), kw_only=True, compare=False, repr=False)
     sid: int = field(default=-1, kw_only=True, compare=False, repr=False)
+    #: the fields holding what the statement defines (every other variable in it is read)
+    results: ClassVar[tuple[str, ...]] = ("out", "outs")
 
 
 @dataclass
@@ -239,6 +242,23 @@ def outputs(s: Stmt) -> tuple[Var, ...]:
         return tuple(v for v in s.outs if v is not None)
     out = getattr(s, "out", None)
     return (out,) if isinstance(out, Var) else ()
+
+
+def reads(s: Stmt) -> tuple[Var, ...]:
+    """The variables statement `s` reads: those in its fields, but for its results and nested bodies."""
+    found: list[Var] = []
+
+    def visit(value: object) -> None:
+        if isinstance(value, Var):
+            found.append(value)
+        elif isinstance(value, tuple):
+            for item in value:
+                visit(item)
+
+    for name, value in vars(s).items():
+        if name not in s.results and name not in ("loc", "inlined", "sid") and not isinstance(value, list):
+            visit(value)
+    return tuple(found)
 
 
 def _format(body: list[Stmt], lines: list[str], depth: int) -> None:

@@ -17,6 +17,7 @@ from ..dtypes import identity
 from ..errors import TileValueError
 from ..lang import ir
 from ..lang.types import ScalarType, TileType
+from ..planner.layout import REENTRANT, SYNCS
 from .base import OutArg, ShimCall, TileArg, TileOp, ValueArg, errstate, register
 from .combining import UFUNCS, combine_operands, combine_scan, item_code, typed_op
 
@@ -30,6 +31,7 @@ class TileScan(ir.Collective):
     exclusive: bool
     initial: tuple[ir.Value, ...] | None
     totals: tuple[ir.Var, ...] | None
+    results = ("outs", "totals")
 
 
 @register
@@ -84,11 +86,20 @@ class Scan(TileOp):
         for var, value in zip(s.totals or (), total):
             frame.set(var, value)
 
+    def thread0_reads(self, s: TileScan, threads: int) -> set[str]:
+        # a carried scan's seed starts the running fold in its prefix callback, whose result CUB takes from thread 0
+        carried = _carried(s, s.srcs[0].type.size, threads)
+        return {v.name for v in s.initial if isinstance(v, ir.Var)} if carried else set()
+
     def layout(self, s: TileScan, ctx) -> None:
         ctx.join_blocked([*s.srcs, *s.outs])
 
     def choose(self, s: TileScan, ctx):
-        return ctx.choice(s, f"scan[{s.op}]", "BlockScan", "BLOCK_SCAN_WARP_SCANS")
+        carried = _carried(s, s.srcs[0].type.size, ctx.threads)
+        label = f"scan[{s.op}]" + (", total in thread 0" if carried and _thread0_total(s, ctx.block_values) else "")
+        # BLOCK_SCAN_WARP_SCANS always has a __syncthreads; with the prefix callback, what its threads read
+        # after the last one (the block prefix) is apart from what the next run writes first (warp aggregates)
+        return ctx.choice(s, label, "BlockScan", "BLOCK_SCAN_WARP_SCANS", sync=REENTRANT if carried else SYNCS)
 
     def lower(self, s: TileScan, w) -> ShimCall:
         k = len(s.srcs)
@@ -109,17 +120,22 @@ class Scan(TileOp):
         body += "".join(w.items_ref(f"o{i}", f"out{i}", v, items) for i, v in enumerate(s.outs))
         body += f"  {item} y[{items}];\n  for (int i = 0; i < {items}; ++i) {{ {pack('y[i]', 'x{}[i]')} }}\n"
         kind = "Exclusive" if s.exclusive else "Inclusive"
-        padded = threads * items != size
         init = None
         if s.initial is not None:
             init = "init"
             body += f"  {item} init;\n  {pack('init', 'initial{}')}\n"
         elif not s.combine and (s.exclusive or s.totals):
             init = w.identity(s.op, s.srcs[0].type.dtype)
-        if s.totals is not None and not padded and init is not None:
-            # the block prefix callback keeps the running fold: the carry (CUB's own idiom)
+        thread0 = False
+        if _carried(s, size, threads):
+            # the block prefix callback keeps the running fold: the carry (CUB's own idiom); warp 0 runs it
             body += f"  coop::carry<{item}, {op}> c{{{init}}};\n  {alias}(s.temp).{kind}Scan(y, y, {op}{{}}, c);\n"
-            body += "  if (threadIdx.x == 0) s.total = c.running;\n"
+            thread0 = _thread0_total(s, w.layouts.block_values)
+            if thread0:  # only element writes (by thread 0) use the total: no broadcast
+                totals = " ".join(f"*total{i} = {unpack('c.running', i)};" for i in range(k))
+                body += f"  if (threadIdx.x == 0) {{ {totals} }}\n"
+            else:
+                body += "  if (threadIdx.x == 0) s.total = c.running;\n"
         else:
             if init is not None:
                 body += f"  {alias}(s.temp).{kind}Scan(y, y, {init}, {op}{{}});\n"
@@ -135,7 +151,7 @@ class Scan(TileOp):
                     f"  if (int(threadIdx.x) == {thread}) {{ {item} x_item; "
                     f"{pack('x_item', f'x{{}}[{slot}]')} s.total = {value}; }}\n"
                 )
-        if s.totals is not None:
+        if s.totals is not None and not thread0:
             body += "  __syncthreads();\n" + "".join(f"  *total{i} = {unpack('s.total', i)};\n" for i in range(k))
         body += (
             f"  for (int i = 0; i < {items}; ++i) {{ "
@@ -144,3 +160,14 @@ class Scan(TileOp):
         )
         w.define(call, code, body)
         return call
+
+
+def _carried(s: TileScan, size: int, threads: int) -> bool:
+    """Whether the scan keeps its carry in CUB's block prefix callback: it returns a total, has a
+    seed (`initial`, or a built-in op's identity), and its tile of `size` fills the block."""
+    return s.totals is not None and (s.initial is not None or not s.combine) and size % threads == 0
+
+
+def _thread0_total(s: TileScan, block_values: frozenset[str]) -> bool:
+    """Whether only thread 0 needs the total (see `planner.layout.block_values`)."""
+    return not any(t.name in block_values for t in s.totals or ())

@@ -10,6 +10,10 @@ barrier, while large exchanges share bytes, separated by exactly one barrier.
 
 The same walk places barriers for global-memory hazards inside a block: a read of an
 array written earlier in the block (or a write after a read) by another thread.
+
+A collective whose shim has a `__syncthreads()` of its own (`CollectiveChoice.sync`) orders
+everything before it: after it, only its own TempStorage is dirty. A REENTRANT one (a scan
+carrying its total in CUB's prefix callback) may also run again in that dirty region.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from dataclasses import dataclass, field
 
 from ..lang import ir
 from ..ops.base import op_of
+from .layout import REENTRANT
 
 SMALL_STORAGE_BYTES = 1024
 #: Dynamic shared memory is aligned to 16 bytes; offsets are relative to it.
@@ -60,24 +65,34 @@ class CarvePlan:
 
 @dataclass
 class _Dirty:
+    """What the block may still be touching: TempStorage regions, and the arrays read and written
+    since the last barrier, by any thread or (`solo_*`) by thread 0 alone."""
+
     regions: list[Region] = field(default_factory=list)
     reads: set[str] = field(default_factory=set)
     writes: set[str] = field(default_factory=set)
+    solo_reads: set[str] = field(default_factory=set)
+    solo_writes: set[str] = field(default_factory=set)
+
+    def sets(self) -> tuple[set[str], ...]:
+        return self.reads, self.writes, self.solo_reads, self.solo_writes
 
     def merged(self, other: _Dirty) -> _Dirty:
         regions = self.regions + [r for r in other.regions if r not in self.regions]
-        return _Dirty(regions, self.reads | other.reads, self.writes | other.writes)
+        return _Dirty(regions, *(a | b for a, b in zip(self.sets(), other.sets())))
 
     def covers(self, other: _Dirty) -> bool:
-        return (
-            all(r in self.regions for r in other.regions) and other.reads <= self.reads and other.writes <= self.writes
-        )
+        return all(r in self.regions for r in other.regions) and all(b <= a for a, b in zip(self.sets(), other.sets()))
 
 
 class _Carver:
-    def __init__(self, needs: dict[int, StorageNeed], roots: dict[str, str]):
+    def __init__(
+        self, needs: dict[int, StorageNeed], roots: dict[str, str], syncs: dict[int, str], block_values: frozenset[str]
+    ):
         self.needs = needs
         self.roots = roots  # view -> the array parameter it views (views of one array may overlap)
+        self.syncs = syncs
+        self.block_values = block_values
         largest = max((n.size for n in needs.values()), default=0)
         small = sum(_round_up(n.size, n.align) for n in needs.values() if n.size < SMALL_STORAGE_BYTES)
         self.budget = largest + small if largest >= SMALL_STORAGE_BYTES else max(largest, small)
@@ -105,33 +120,46 @@ class _Carver:
         dirty = self.memory(s, dirty)
         if s.cid not in self.needs:
             return dirty
+        sync = self.syncs.get(s.cid, "")
+        others = [r for r in dirty.regions if not (sync == REENTRANT and r.cid == s.cid)]
         region = self.regions.get(s.cid)
         if region is None:
-            region = self.place(s.cid, dirty.regions)
+            region = self.place(s.cid, others)
             if region is None:
                 dirty = self.barrier(s, "TempStorage reuse")
                 region = Region(s.cid, 0, self.needs[s.cid].size, self.needs[s.cid].align)
             self.regions[s.cid] = region
-        elif _overlaps(region.offset, region.size, dirty.regions) and s.sid not in self.barriers:
+        elif _overlaps(region.offset, region.size, others) and s.sid not in self.barriers:
             dirty = self.barrier(s, "TempStorage reuse")
         elif s.sid in self.barriers:
             dirty = _Dirty()
-        return _Dirty(dirty.regions + [region], dirty.reads, dirty.writes)
+        if sync:  # its own __syncthreads completes every earlier access
+            return _Dirty([region])
+        return _Dirty(dirty.regions + [region], *dirty.sets())
 
     def memory(self, s: ir.Stmt, dirty: _Dirty) -> _Dirty:
-        """Barriers for global-memory hazards between threads of the block."""
+        """Barriers for global-memory hazards between threads of the block. Element writes, and
+        element reads whose value only thread 0 needs, are thread 0's alone: they conflict with
+        other threads' accesses, not with each other."""
         access = _global_access(s)
         if access is None:
             return dirty
         array, is_write = access
         array = self.roots.get(array, array)
-        hazard = array in dirty.writes or (is_write and array in dirty.reads)
+        solo = isinstance(s, ir.ArrayWrite) or (isinstance(s, ir.ArrayRead) and s.out.name not in self.block_values)
+        others_wrote = array in dirty.writes or (not solo and array in dirty.solo_writes)
+        others_read = array in dirty.reads or (not solo and array in dirty.solo_reads)
+        hazard = others_wrote or (is_write and others_read)
         if hazard or s.sid in self.barriers:
             if hazard:
-                dirty = self.barrier(s, f"{'write after read' if is_write else 'read after write'} of {array}")
+                kind = ("write after " + ("write" if others_wrote else "read")) if is_write else "read after write"
+                dirty = self.barrier(s, f"{kind} of {array}")
             else:
                 dirty = _Dirty()
-        (dirty.writes if is_write else dirty.reads).add(array)
+        if solo:
+            (dirty.solo_writes if is_write else dirty.solo_reads).add(array)
+        else:
+            (dirty.writes if is_write else dirty.reads).add(array)
         return dirty
 
     def walk(self, body: list[ir.Stmt], dirty: _Dirty) -> _Dirty:
@@ -160,7 +188,7 @@ class _Carver:
 
 
 def _copy(d: _Dirty) -> _Dirty:
-    return _Dirty(list(d.regions), set(d.reads), set(d.writes))
+    return _Dirty(list(d.regions), *(set(x) for x in d.sets()))
 
 
 def _global_access(s: ir.Stmt) -> tuple[str, bool] | None:
@@ -182,12 +210,19 @@ def _round_up(n: int, m: int) -> int:
     return -(-n // m) * m
 
 
-def carve(program: ir.Program, needs: dict[int, StorageNeed], pinned: frozenset[int] = frozenset()) -> CarvePlan:
+def carve(
+    program: ir.Program,
+    needs: dict[int, StorageNeed],
+    pinned: frozenset[int] = frozenset(),
+    syncs: dict[int, str] | None = None,
+    block_values: frozenset[str] | None = None,
+) -> CarvePlan:
     """Offsets for every collective that needs TempStorage, and the barriers between them.
 
     A `pinned` collective's region lives across other collectives (a histogram's counts kept in
     shared memory through a loop): pinned regions come first and are never reused; the rest
-    are carved after them."""
+    are carved after them. `syncs` is each collective's `CollectiveChoice.sync`, `block_values` the
+    variables other threads than thread 0 need (`planner.layout.block_values`; None: all)."""
     roots: dict[str, str] = {}
     for s in program.walk():
         if isinstance(s, ir.ArrayView):
@@ -200,7 +235,9 @@ def carve(program: ir.Program, needs: dict[int, StorageNeed], pinned: frozenset[
         fixed[cid] = Region(cid, offset, need.size, need.align)
         base = offset + need.size
     base = _round_up(base, BASE_ALIGNMENT)
-    carver = _Carver({cid: n for cid, n in needs.items() if cid not in pinned}, roots)
+    if block_values is None:
+        block_values = frozenset(v.name for s in program.walk() for v in ir.outputs(s))
+    carver = _Carver({cid: n for cid, n in needs.items() if cid not in pinned}, roots, syncs or {}, block_values)
     carver.walk(program.body, _Dirty())
     regions = {cid: Region(cid, r.offset + base, r.size, r.align) for cid, r in carver.regions.items()}
     regions.update(fixed)

@@ -22,6 +22,12 @@ STRIPED = "striped"
 #: warp-transposed transfers move only 1 or 2 bytes per thread and instruction
 VECTORIZED = "DIRECT_VECTORIZED"
 VECTOR_BYTES = 16
+#: `CollectiveChoice.sync`: the shim has a `__syncthreads()` after its first writes of its
+#: TempStorage, so every access the block made before the call is complete after it
+SYNCS = "syncs"
+#: as SYNCS, and the same collective may run again in its region without a barrier before it
+#: (what its threads still read after its last barrier is not what its next run writes first)
+REENTRANT = "reentrant"
 DEFAULT_BLOCK_THREADS = 256
 MAX_BLOCK_THREADS = 1024
 #: Tiles live in registers; past this many items per thread they would spill.
@@ -50,6 +56,8 @@ class CollectiveChoice:
     algorithm: str
     line: int | None
     needs_storage: bool
+    #: how the shim synchronizes the block: "" (it does not), SYNCS or REENTRANT
+    sync: str = ""
 
 
 @dataclass(frozen=True)
@@ -59,6 +67,8 @@ class LayoutPlan:
     collectives: dict[int, CollectiveChoice]
     #: collectives whose TempStorage stays live across others (never reused)
     pinned: frozenset[int] = frozenset()
+    #: the variables that threads other than thread 0 need (see `block_values`)
+    block_values: frozenset[str] = frozenset()
 
 
 def choose_block_threads(program: ir.Program, pinned: int | None) -> int:
@@ -107,8 +117,9 @@ class LayoutContext:
     """What ops see of the planner: join tiles into one arrangement, ask for BLOCKED, and describe
     their CUB choice once layouts are known."""
 
-    def __init__(self, threads: int):
+    def __init__(self, threads: int, block_values: frozenset[str] = frozenset()):
         self.threads = threads
+        self.block_values = block_values
         self.groups = _Groups()
         self.blocked: set[str] = set()
         self.vector_tiles: set[str] = set()
@@ -125,9 +136,9 @@ class LayoutContext:
         self.blocked.add(tiles[0].name)
 
     def choice(
-        self, s: ir.Collective, op: str, primitive: str, algorithm: str, storage: bool = True
+        self, s: ir.Collective, op: str, primitive: str, algorithm: str, storage: bool = True, sync: str = ""
     ) -> CollectiveChoice:
-        return CollectiveChoice(s.cid, op, primitive, algorithm, s.loc.line if s.loc else None, storage)
+        return CollectiveChoice(s.cid, op, primitive, algorithm, s.loc.line if s.loc else None, storage, sync)
 
     def prefer_vectorized(self, tile: ir.Var, array: ir.Var) -> None:
         """A transfer of `tile` would move whole 16-byte words per thread if it were blocked: make
@@ -159,11 +170,37 @@ def vectorizable(tile: ir.Var, array: ir.Var, threads: int) -> bool:
     return itemsize <= 2 and array.type.unit_stride and items * itemsize % VECTOR_BYTES == 0
 
 
+def block_values(program: ir.Program, threads: int) -> frozenset[str]:
+    """The variables whose value threads other than thread 0 need. The others are read only
+    where thread 0 alone uses them (the value of an element write, which thread 0 performs; a
+    seed only CUB's prefix callback reads, `TileOp.thread0_reads`), directly or through copies."""
+    needed: set[str] = set()
+    copies: list[ir.Copy] = []
+    for s in program.walk():
+        if isinstance(s, ir.Copy):
+            copies.append(s)
+            continue
+        if isinstance(s, ir.ArrayWrite):
+            solo = set() if s.value in s.indices else {getattr(s.value, "name", None)}
+        else:
+            op = op_of(s)
+            solo = op.thread0_reads(s, threads) if op is not None else set()
+        needed.update(v.name for v in ir.reads(s) if v.name not in solo)
+    changed = True
+    while changed:
+        changed = False
+        for c in copies:
+            if c.out.name in needed and isinstance(c.src, ir.Var) and c.src.name not in needed:
+                needed.add(c.src.name)
+                changed = True
+    return frozenset(needed)
+
+
 def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -> LayoutPlan:
     """Choose block size, every tile's layout and every collective's CUB algorithm."""
     threads = choose_block_threads(program, pinned_block_threads)
     tiles = ir.tile_vars(program)
-    ctx = LayoutContext(threads)
+    ctx = LayoutContext(threads, block_values(program, threads))
     for s in program.walk():
         if isinstance(s, (ir.TileMap, ir.Copy)):
             srcs = s.args if isinstance(s, ir.TileMap) else (s.src,)
@@ -191,4 +228,4 @@ def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -
     for s in program.walk():
         if isinstance(s, ir.Collective):
             collectives[s.cid] = op_of(s).choose(s, ctx)
-    return LayoutPlan(threads, ctx.tiles, collectives, frozenset(ctx.pinned))
+    return LayoutPlan(threads, ctx.tiles, collectives, frozenset(ctx.pinned), ctx.block_values)

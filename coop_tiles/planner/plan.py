@@ -16,6 +16,8 @@ class Plan:
     tiles: dict[str, TileLayout]
     collectives: dict[int, CollectiveChoice]
     carve: CarvePlan
+    #: the variables other threads than thread 0 need (`planner.layout.block_values`)
+    block_values: frozenset[str] = frozenset()
 
     @property
     def shared_bytes(self) -> int:
@@ -56,5 +58,6 @@ class Plan:
 
 def finish_plan(program: ir.Program, layouts: LayoutPlan, needs: dict[int, StorageNeed]) -> Plan:
     """Carve TempStorage for `layouts` given each collective's queried size and alignment."""
-    carved = carve(program, needs, layouts.pinned)
-    return Plan(program.name, layouts.block_threads, layouts.tiles, layouts.collectives, carved)
+    syncs = {cid: c.sync for cid, c in layouts.collectives.items() if c.sync}
+    carved = carve(program, needs, layouts.pinned, syncs, layouts.block_values)
+    return Plan(program.name, layouts.block_threads, layouts.tiles, layouts.collectives, carved, layouts.block_values)
