@@ -58,9 +58,21 @@ class JITFunction(KernelBase):
 
     ``kernel[grid]`` comes from `KernelBase`: the C launch path when it was built, else Python."""
 
-    def __init__(self, fn: Callable, *, block_threads: int | None = None, interpret: bool | None = None):
+    def __init__(
+        self,
+        fn: Callable,
+        *,
+        block_threads: int | None = None,
+        interpret: bool | None = None,
+        fastmath: bool = False,
+        max_registers: int | None = None,
+    ):
         self.fn = fn
         self.block_threads = block_threads
+        self.fastmath = fastmath
+        self.max_registers = max_registers
+        if max_registers is not None and not (isinstance(max_registers, int) and 16 <= max_registers <= 255):
+            raise LaunchError(f"max_registers must be an int from 16 to 255, got {max_registers!r}")
         self.interpret = interpret
         self.parsed = parse_function(fn)
         self._kernels: dict[tuple, launcher.PreparedLaunch] = {}
@@ -119,7 +131,7 @@ class JITFunction(KernelBase):
         names = [p for p in self.parsed.params if p not in self.parsed.constexprs]
         types = tuple((n, arguments.arg_type(v, n)) for n, v in zip(names, runtime))
         self._check_constexprs(constexprs)
-        return Signature(types, tuple(sorted(constexprs.items())), self.block_threads, arch)
+        return Signature(*self._key(types, constexprs, arch))
 
     # ----- compiling -----------------------------------------------------------------------------
     def compile(self, *args: Any, arch: str | None = None, **kwargs: Any) -> CompiledKernel:
@@ -135,10 +147,14 @@ class JITFunction(KernelBase):
             if arch is None:
                 arch = launcher.device_arch(launcher.current_device().device_id)
             self._check_constexprs(constexprs)
-            sig = Signature(types, tuple(sorted(constexprs.items())), self.block_threads, arch)
+            sig = Signature(*self._key(types, constexprs, arch))
             return self._compile(sig)
         except TileError as e:
             raise located_at_caller(e) from None
+
+    def _key(self, types: tuple, constexprs: dict[str, Any], arch: str) -> tuple:
+        """The fields of this kernel's `Signature` for these argument types, constexprs and arch."""
+        return types, tuple(sorted(constexprs.items())), self.block_threads, arch, self.fastmath, self.max_registers
 
     def _check_constexprs(self, constexprs: dict[str, Any]) -> None:
         for name, value in constexprs.items():
@@ -319,13 +335,21 @@ def host_arg_type(value: Any, name: str) -> ArrayType | ScalarType:
 
 
 def jit(
-    fn: Callable | None = None, *, block_threads: int | None = None, interpret: bool | None = None
+    fn: Callable | None = None,
+    *,
+    block_threads: int | None = None,
+    interpret: bool | None = None,
+    fastmath: bool = False,
+    max_registers: int | None = None,
 ) -> JITFunction | Callable[[Callable], JITFunction]:
     """Make a tile program: ``@ct.jit`` or ``@ct.jit(block_threads=256)``.
 
     `block_threads=None` lets the runtime choose threads per block; `interpret=True` (or
-    ``COOP_TILES_INTERPRET=1``) runs the program with NumPy on the CPU.
+    ``COOP_TILES_INTERPRET=1``) runs the program with NumPy on the CPU; `fastmath=True` compiles
+    its element-wise code as nvcc's ``--use_fast_math`` does, and `max_registers` caps the
+    registers per thread (more resident blocks; docs/language.md, Code generation options).
     """
+    options = dict(block_threads=block_threads, interpret=interpret, fastmath=fastmath, max_registers=max_registers)
     if fn is None:
-        return lambda f: JITFunction(f, block_threads=block_threads, interpret=interpret)
-    return JITFunction(fn, block_threads=block_threads, interpret=interpret)
+        return lambda f: JITFunction(f, **options)
+    return JITFunction(fn, **options)

@@ -9,6 +9,9 @@ One program per (d, b) row walks the sequence in chunks of CHUNK elements; per c
 the recurrence is one tuple scan of the pairs (exp(dt * A), dt * B * x) with the composition of
 two affine steps, seeded with the state the previous chunk ended in. `last_state` doubles as
 that carry: the scan's total is written there and read back by the next chunk.
+
+Compiled with fast math, as Mamba builds its kernel (`--use_fast_math`); launched as Mamba
+launches its own: CHUNK elements (at most 2048) over CHUNK / 16 threads, 16 items each.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from coop_tiles import tile
 
 LOG2E = 1.4426950408889634
 MAX_CHUNK = 2048
+ITEMS_PER_THREAD = 16
+MAX_REGISTERS = 128  # 4 blocks of 128 threads per multiprocessor, as Mamba's kernel fits
 
 
 @ct.combine
@@ -30,7 +35,7 @@ def affine(a_l, b_l, a_r, b_r):
     return a_r * a_l, a_r * b_l + b_r
 
 
-@ct.jit
+@ct.jit(fastmath=True)
 def selective_scan(
     u, delta, A, B, C, D, delta_bias, z, out, last_state,
     HAS_D: ct.constexpr, HAS_DELTA_BIAS: ct.constexpr, HAS_Z: ct.constexpr, SOFTPLUS: ct.constexpr,
@@ -54,20 +59,15 @@ def selective_scan(
         dtx = dt * x
         y = x * D[d] if HAS_D else tile.zeros(CHUNK, np.float32)
         for n in range(N):
+            Bn = tile.load(B_rows[n], base, CHUNK, valid=valid, other=0).astype(np.float32) if B.ndim == 4 else B[d, n]
             a = ct.exp2(dt * (A[d, n] * LOG2E))
-            if B.ndim == 4:
-                bx = dtx * tile.load(B_rows[n], base, CHUNK, valid=valid, other=0).astype(np.float32)
-            else:
-                bx = dtx * B[d, n]
             h0 = 0.0
             if base > 0:
                 h0 = last_state[b, d, n]
-            (_, h), carry = tile.scan((a, bx), op=affine, initial=(1.0, h0), return_total=True)
+            (_, h), carry = tile.scan((a, dtx * Bn), op=affine, initial=(1.0, h0), return_total=True)
             last_state[b, d, n] = carry[1]
-            if C.ndim == 4:
-                y = y + h * tile.load(C_rows[n], base, CHUNK, valid=valid, other=0).astype(np.float32)
-            else:
-                y = y + h * C[d, n]
+            Cn = tile.load(C_rows[n], base, CHUNK, valid=valid, other=0).astype(np.float32) if C.ndim == 4 else C[d, n]
+            y = y + h * Cn
         if HAS_Z:
             zt = tile.load(z[b, d], base, CHUNK, valid=valid, other=0).astype(np.float32)
             y = y * zt * ct.sigmoid(zt)
@@ -75,11 +75,23 @@ def selective_scan(
 
 
 _interpreting = ct.jit(selective_scan.fn, interpret=True)
+_by_threads: dict[int, ct.JITFunction] = {}
 
 
 def chunk_size(seqlen: int) -> int:
     """The chunk for a sequence length: the whole sequence up to MAX_CHUNK (a power of two, at least 32)."""
     return min(MAX_CHUNK, max(32, 1 << max(0, seqlen - 1).bit_length()))
+
+
+def kernel_for(chunk: int, interpret: bool) -> ct.JITFunction:
+    """The program at ITEMS_PER_THREAD items per thread (at least a warp), or its interpreting copy."""
+    if interpret:
+        return _interpreting
+    threads = max(32, chunk // ITEMS_PER_THREAD)
+    if threads not in _by_threads:
+        options = dict(block_threads=threads, fastmath=True, max_registers=MAX_REGISTERS)
+        _by_threads[threads] = ct.jit(selective_scan.fn, **options)
+    return _by_threads[threads]
 
 
 def selective_scan_fwd(
@@ -111,13 +123,13 @@ def selective_scan_fwd(
             raise ValueError(f"dim ({dim}) must be a multiple of the number of groups ({X.shape[1]})")
     out = _empty_like(u, (batch, dim, seqlen), u.dtype)
     last_state = _empty_like(u, (batch, dim, dstate), "float32")
-    kernel = _interpreting if isinstance(u, np.ndarray) else selective_scan
-    kernel[(dim, batch)](
+    chunk = chunk_size(seqlen)
+    kernel_for(chunk, isinstance(u, np.ndarray))[(dim, batch)](
         u, delta, A, B, C,
         A if D is None else D, A if delta_bias is None else delta_bias, u if z is None else z,
         out, last_state,
         HAS_D=D is not None, HAS_DELTA_BIAS=delta_bias is not None, HAS_Z=z is not None,
-        SOFTPLUS=bool(delta_softplus), CHUNK=chunk_size(seqlen),
+        SOFTPLUS=bool(delta_softplus), CHUNK=chunk,
     )  # fmt: skip
     return (out, last_state) if return_last_state else out
 

@@ -150,7 +150,13 @@ class Autotuner:
         if block_threads not in self._variants:
             from ..jit import JITFunction
 
-            variant = JITFunction(self.kernel.fn, block_threads=block_threads, interpret=False)
+            variant = JITFunction(
+                self.kernel.fn,
+                block_threads=block_threads,
+                interpret=False,
+                fastmath=self.kernel.fastmath,
+                max_registers=self.kernel.max_registers,
+            )
             variant._hooks = list(self.kernel._hooks)
             self._variants[block_threads] = variant
         return self._variants[block_threads]

@@ -18,6 +18,7 @@ The choice and the numbers behind it are kept on the kernel (`kernel.block_choic
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,7 +77,7 @@ def select(jit: Any, sig: Signature, device: Any) -> CompiledKernel:
         if threads > max(32, -(-largest // 32) * 32):
             continue
         try:
-            candidate = jit._compile(Signature(sig.params, sig.constexprs, threads, sig.arch))
+            candidate = jit._compile(dataclasses.replace(sig, block_threads=threads))
             measured.append(measure(candidate, launcher.load(candidate, device.device_id), device))
             kernels[threads] = candidate
         except TileError:

@@ -15,6 +15,7 @@ from ..lang import ir
 from ..lang.frontend import build_program
 from ..lang.source import parse_function
 from ..ops.histogram import accumulate_in_shared_memory
+from ..ops.memory import load_converted
 from ..planner import LayoutPlan, Plan, StorageNeed, finish_plan, plan_layouts
 from . import toolchain
 from .cache import DiskCache, make_key
@@ -27,8 +28,10 @@ def build_stage(fn: Callable, sig: Signature) -> ir.Program:
 
 def rewrite_stage(program: ir.Program) -> ir.Program:
     """Rewrites of the typed IR for the GPU that keep its meaning (the interpreter runs it as
-    built): histogram counts accumulated in shared memory through a loop."""
+    built): histogram counts accumulated in shared memory through a loop, 16-bit float loads
+    converted to float32 as they arrive."""
     accumulate_in_shared_memory(program)
+    load_converted(program)
     return program
 
 
@@ -95,7 +98,9 @@ def compile_kernel(fn: Callable, sig: Signature, cache: DiskCache | None = None)
         def ltoirs() -> list[tuple[str, bytes]]:
             modules = [("coop_shims", shim_ltoir(shims, sig.arch, cache))]
             for b in bodies:
-                blob = toolchain.numba_compile(b.source, b.function, b.abi_name, b.shims, b.param_types, sig.arch)
+                blob = toolchain.numba_compile(
+                    b.source, b.function, b.abi_name, b.shims, b.param_types, sig.arch, sig.fastmath
+                )
                 modules.append((b.abi_name, blob))
             return modules
 
@@ -105,11 +110,13 @@ def compile_kernel(fn: Callable, sig: Signature, cache: DiskCache | None = None)
             [b.source for b in bodies],
             [[vars(s) for s in b.shims] for b in bodies],
             sig.arch,
+            sig.fastmath,
+            sig.max_registers,
             toolchain.versions(),
         )
         cubin = cache.get("kernel", key)
         if cubin is None:
-            cubin = toolchain.link(ltoirs(), sig.arch)
+            cubin = toolchain.link(ltoirs(), sig.arch, max_registers=sig.max_registers)
             cache.put("kernel", key, cubin)
     except CompileError as e:
         e.locate(parsed.loc(parsed.tree))

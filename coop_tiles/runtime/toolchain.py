@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import re
+import struct
 from importlib import metadata
 
 from ..errors import CompileError
@@ -67,6 +68,7 @@ def _program_log(prog) -> str:
 
 
 _compiles = {"ptx": 0, "ltoir": 0}
+EIATTR_FRAME_SIZE = 0x11
 PCH_HEAP_BYTES = 1 << 29
 
 
@@ -114,9 +116,12 @@ def read_storage_sizes(ptx: bytes) -> dict[str, int]:
     return {m.group(1).decode(): int(m.group(2) or 0) for m in _GLOBAL_U32.finditer(ptx)}
 
 
-def numba_compile(source: str, function: str, abi_name: str, shims, param_types: tuple[str, ...], arch: str) -> bytes:
+def numba_compile(
+    source: str, function: str, abi_name: str, shims, param_types: tuple[str, ...], arch: str, fastmath: bool = False
+) -> bytes:
     """Compile generated Numba source (the body or a combine function) to LTO-IR (`abi="c"`,
-    named `abi_name`), with `param_types` its parameters' Numba type names."""
+    named `abi_name`), with `param_types` its parameters' Numba type names; `fastmath` is Numba's
+    (flush-to-zero, approximate division and math functions, no NaN or infinity assumed)."""
     from numba import cuda, types
     from numba.core.extending import intrinsic
 
@@ -139,7 +144,14 @@ def numba_compile(source: str, function: str, abi_name: str, shims, param_types:
     cc = tuple(int(c) for c in _cc(arch))
     try:
         result = cuda.compile(
-            namespace[function], sig, device=True, abi="c", abi_info={"abi_name": abi_name}, output="ltoir", cc=cc
+            namespace[function],
+            sig,
+            device=True,
+            abi="c",
+            abi_info={"abi_name": abi_name},
+            output="ltoir",
+            cc=cc,
+            fastmath=fastmath,
         )
     except Exception as e:  # Numba's typing/lowering errors: wrap with the generated source
         raise CompileError(
@@ -169,11 +181,42 @@ def _data_pointer(intrinsic, types):
     return ptr
 
 
-def link(ltoirs: list[tuple[str, bytes]], arch: str, output: str = "cubin") -> bytes:
-    """Link LTO-IR modules with nvJitLink into a cubin (or, with output="ptx", the linked PTX)."""
+def frame_bytes(cubin: bytes, function: str) -> int:
+    """The per-thread stack frame of `function` in a cubin (local arrays and register spills): its
+    EIATTR_FRAME_SIZE attribute in the ELF's .nv.info section."""
+    shoff = struct.unpack_from("<Q", cubin, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+
+    def name(table: int, at: int) -> str:
+        start = sections[table][4] + at
+        return cubin[start : cubin.index(b"\0", start)].decode()
+
+    symbols = next(s for s in sections if s[1] == 2)  # SHT_SYMTAB
+    index = next(
+        i
+        for i in range(symbols[5] // symbols[9])
+        if name(symbols[6], struct.unpack_from("<I", cubin, symbols[4] + i * symbols[9])[0]) == function
+    )
+    info = next(s for s in sections if name(shstrndx, s[0]) == ".nv.info")
+    at, end = info[4], info[4] + info[5]
+    while at < end:  # entries: format, attribute, size, value
+        form, attribute, size = cubin[at], cubin[at + 1], struct.unpack_from("<H", cubin, at + 2)[0]
+        if form == 0x04 and attribute == EIATTR_FRAME_SIZE:
+            owner, frame = struct.unpack_from("<II", cubin, at + 4)
+            if owner == index:
+                return frame
+        at += 4 + (size if form == 0x04 else 0)
+    return 0
+
+
+def link(ltoirs: list[tuple[str, bytes]], arch: str, output: str = "cubin", max_registers: int | None = None) -> bytes:
+    """Link LTO-IR modules with nvJitLink into a cubin (or, with output="ptx", the linked PTX), with at
+    most `max_registers` registers per thread when given."""
     from cuda.bindings import nvjitlink
 
     opts = [f"-arch={arch}", "-lto", "-O3"] + (["-ptx"] if output == "ptx" else [])
+    opts += [f"-maxrregcount={max_registers}"] if max_registers else []
     handle = nvjitlink.create(len(opts), opts)
     try:
         try:
