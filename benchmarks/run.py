@@ -1091,11 +1091,11 @@ def _mamba_row(shape: tuple[int, ...], dtype: str, mamba: dict, copy_gbs: float)
     ref_out, ref_last = torch_selective_scan_ref(*head, dtype=torch.float64)
     rtol, atol = MAMBA_TOLERANCE[dtype]
 
+    def close(x: Any, ref: Any, rtol: float, atol: float) -> bool:
+        return bool((x[:, :MAMBA_CHECK_DIMS].double() - ref).abs().max() <= atol + rtol * ref.abs().max())
+
     def correct(out: Any, last: Any) -> bool:
-        out, last = out[:, :MAMBA_CHECK_DIMS].double(), last[:, :MAMBA_CHECK_DIMS].double()
-        return bool(
-            torch.allclose(out, ref_out, rtol=rtol, atol=atol) and torch.allclose(last, ref_last, rtol=1e-3, atol=1e-3)
-        )
+        return close(out, ref_out, rtol, atol) and close(last, ref_last, 1e-3, 1e-3)
 
     def run_coop() -> tuple[Any, Any]:
         return selective_scan_fwd(*args[:5], D=args[5], z=args[6], delta_bias=args[7], delta_softplus=True,
@@ -1552,7 +1552,9 @@ def _mamba_lines(rows: list[dict]) -> list[str]:
         "coop_tiles faster); *of limit* is the limit's time over coop_tiles'; states/s counts batch × dim × L × "
         "dstate.",
         f"Correct: out and last_state of the first {MAMBA_CHECK_DIMS} channels against the float64 sequential "
-        f"reference, with Mamba's tolerances ({tols}; last_state 1e-3).",
+        f"reference: the largest difference at most atol + rtol × the largest value, with Mamba's tolerances "
+        f"({tols}; last_state 1e-3). (Element by element, at L = 8192 in float32 every implementation, Mamba's "
+        "own kernel included, misses them where the output cancels to near zero.)",
         "",
         "| (batch, dim, L, dstate) | dtype | coop_tiles ms | G states/s | Mamba CUDA ms | Mamba / coop | Triton ms | "
         "Triton / coop | torch sequential ms | torch / coop | memory limit ms | of limit | "
