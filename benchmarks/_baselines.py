@@ -108,3 +108,89 @@ def triton_segment_sort(
         _segment_sort_pairs[grid](tk, tko, tv, tvo, SEGMENT=segment, num_warps=warps)
 
     return launch_pairs
+
+
+@triton.jit
+def _selective_scan(
+    u, delta, A, B, C, D, delta_bias, z, out, last_state,
+    dim, L, dims_per_group,
+    u_sb, u_sd, dt_sb, dt_sd, A_sd, A_sn, B_sb, B_sg, B_sn, C_sb, C_sg, C_sn, z_sb, z_sd, out_sb, out_sd,
+    DSTATE: tl.constexpr, BLOCK_L: tl.constexpr,
+):  # fmt: skip
+    # Mamba's selective scan forward with variable B and C, z, D, delta_bias and softplus: one program per
+    # (d, b) row, chunks of BLOCK_L along the sequence, all DSTATE states of a chunk as one (DSTATE, BLOCK_L)
+    # tile scanned along the sequence with the affine composition; h carries the states across chunks.
+    d = tl.program_id(0)
+    b = tl.program_id(1)
+    g = d // dims_per_group
+    n = tl.arange(0, DSTATE)
+    a_n = tl.load(A + d * A_sd + n * A_sn) * 1.4426950408889634  # exp(x) = exp2(x * log2(e))
+    d_skip = tl.load(D + d)
+    bias = tl.load(delta_bias + d)
+    last = (tl.arange(0, BLOCK_L) == BLOCK_L - 1)[None, :]
+    h = tl.zeros([DSTATE], dtype=tl.float32)
+    for base in range(0, L, BLOCK_L):
+        l = base + tl.arange(0, BLOCK_L)
+        inside = l < L
+        x = tl.load(u + b * u_sb + d * u_sd + l, mask=inside, other=0.0).to(tl.float32)
+        dt = tl.load(delta + b * dt_sb + d * dt_sd + l, mask=inside, other=0.0).to(tl.float32) + bias
+        dt = tl.where(dt <= 20.0, tl.log(1.0 + tl.exp(dt)), dt)
+        dt = tl.where(inside, dt, 0.0)  # past the end: a = 1, b = 0
+        rows = n[:, None]
+        Bt = tl.load(B + b * B_sb + g * B_sg + rows * B_sn + l[None, :], mask=inside[None, :], other=0.0)
+        Ct = tl.load(C + b * C_sb + g * C_sg + rows * C_sn + l[None, :], mask=inside[None, :], other=0.0)
+        a = tl.exp2(dt[None, :] * a_n[:, None])
+        bx = Bt.to(tl.float32) * (dt * x)[None, :]
+        a_cum, b_cum = tl.associative_scan((a, bx), axis=1, combine_fn=_linrec_combine)
+        hs = a_cum * h[:, None] + b_cum
+        y = tl.sum(hs * Ct.to(tl.float32), axis=0) + d_skip * x
+        zt = tl.load(z + b * z_sb + d * z_sd + l, mask=inside, other=0.0).to(tl.float32)
+        y = y * zt * tl.sigmoid(zt)
+        tl.store(out + b * out_sb + d * out_sd + l, y.to(out.dtype.element_ty), mask=inside)
+        h = tl.sum(tl.where(last, hs, 0.0), axis=1)
+    tl.store(last_state + (b * dim + d) * DSTATE + n, h)
+
+
+def triton_selective_scan(
+    u: Any, delta: Any, A: Any, B: Any, C: Any, D: Any, z: Any, delta_bias: Any, out: Any, last_state: Any,
+    *, block_l: int, warps: int
+) -> Callable[[], None]:  # fmt: skip
+    """A launch of the Triton selective scan on PyTorch tensors: u, delta, z, out (batch, dim, L) with unit last
+    stride; B, C (batch, groups, dstate, L) with unit last stride; A (dim, dstate); D, delta_bias (dim,); softplus on;
+    last_state a contiguous (batch, dim, dstate) float32 tensor."""
+    batch, dim, L = u.shape
+    dstate = A.shape[1]
+    strides = (
+        *u.stride()[:2], *delta.stride()[:2], *A.stride(), *B.stride()[:3], *C.stride()[:3], *z.stride()[:2],
+        *out.stride()[:2],
+    )  # fmt: skip
+    grid = (dim, batch)
+
+    def launch() -> None:
+        _selective_scan[grid](
+            u, delta, A, B, C, D, delta_bias, z, out, last_state, dim, L, dim // B.shape[1], *strides,
+            DSTATE=dstate, BLOCK_L=block_l, num_warps=warps,
+        )  # fmt: skip
+
+    return launch
+
+
+def torch_selective_scan_ref(
+    u: Any, delta: Any, A: Any, B: Any, C: Any, D: Any, z: Any, delta_bias: Any, dtype: Any = torch.float32
+) -> tuple[Any, Any]:
+    """(out, last_state): Mamba's `selective_scan_ref` equations in PyTorch, one time step after the other, in
+    `dtype` (variable B and C as (batch, groups, dstate, L); softplus on): the sequential baseline, and in float64
+    the reference the benchmark checks every implementation against."""
+    batch, dim, L = u.shape
+    u, delta, z = (t.to(dtype) for t in (u, delta, z))
+    delta = torch.nn.functional.softplus(delta + delta_bias.to(dtype)[:, None])
+    B, C = (t.to(dtype).repeat_interleave(dim // t.shape[1], dim=1) for t in (B, C))  # (batch, dim, dstate, L)
+    delta_a = torch.exp(torch.einsum("bdl,dn->bdln", delta, A.to(dtype)))
+    delta_b_u = torch.einsum("bdl,bdnl->bdln", delta * u, B)
+    h = u.new_zeros((batch, dim, A.shape[1]))
+    ys = []
+    for t in range(L):
+        h = delta_a[:, :, t] * h + delta_b_u[:, :, t]
+        ys.append(torch.einsum("bdn,bdn->bd", h, C[..., t]))
+    out = (torch.stack(ys, dim=2) + u * D.to(dtype)[:, None]) * torch.nn.functional.silu(z)
+    return out, h

@@ -67,9 +67,15 @@ class JITFunction(KernelBase):
         block_threads: int | None = None,
         interpret: bool | None = None,
         debug: bool | None = None,
+        fastmath: bool = False,
+        max_registers: int | None = None,
     ):
         self.fn = fn
         self.block_threads = block_threads
+        self.fastmath = fastmath
+        self.max_registers = max_registers
+        if max_registers is not None and not (isinstance(max_registers, int) and 16 <= max_registers <= 255):
+            raise LaunchError(f"max_registers must be an int from 16 to 255, got {max_registers!r}")
         self.interpret = interpret
         self.debug = debug
         self._debug: bool | None = None  # `debug`, or COOP_TILES_DEBUG read at the first compile or launch
@@ -132,7 +138,7 @@ class JITFunction(KernelBase):
         names = [p for p in self.parsed.params if p not in self.parsed.constexprs]
         types = tuple((n, arguments.arg_type(v, n)) for n, v in zip(names, runtime))
         self._check_constexprs(constexprs)
-        return Signature(types, tuple(sorted(constexprs.items())), self.block_threads, arch, self._debugging())
+        return Signature(*self._key(types, constexprs, arch))
 
     # ----- compiling -----------------------------------------------------------------------------
     def compile(self, *args: Any, arch: str | None = None, **kwargs: Any) -> CompiledKernel:
@@ -152,10 +158,22 @@ class JITFunction(KernelBase):
                 )
                 arch = launcher.device_arch(self.launch_device(dict(zip(names, runtime))))
             self._check_constexprs(constexprs)
-            sig = Signature(types, tuple(sorted(constexprs.items())), self.block_threads, arch, self._debugging())
+            sig = Signature(*self._key(types, constexprs, arch))
             return self._compile(sig)
         except TileError as e:
             raise located_at_caller(e) from None
+
+    def _key(self, types: tuple, constexprs: dict[str, Any], arch: str) -> tuple:
+        """The fields of this kernel's `Signature` for these argument types, constexprs and arch."""
+        return (
+            types,
+            tuple(sorted(constexprs.items())),
+            self.block_threads,
+            arch,
+            self._debugging(),
+            self.fastmath,
+            self.max_registers,
+        )
 
     def _check_constexprs(self, constexprs: dict[str, Any]) -> None:
         for name, value in constexprs.items():
@@ -436,14 +454,21 @@ def jit(
     block_threads: int | None = None,
     interpret: bool | None = None,
     debug: bool | None = None,
+    fastmath: bool = False,
+    max_registers: int | None = None,
 ) -> JITFunction | Callable[[Callable], JITFunction]:
     """Make a tile program: ``@ct.jit`` or ``@ct.jit(block_threads=256)``.
 
     `block_threads=None` lets the runtime choose threads per block; `interpret=True` (or
     ``COOP_TILES_INTERPRET=1``) runs the program with NumPy on the CPU; `debug=True` (or
     ``COOP_TILES_DEBUG=1``) makes compiled kernels check `ct.device_assert`, and each launch
-    wait for the kernel to report a failed one.
+    wait for the kernel to report a failed one; `fastmath=True` compiles its element-wise code
+    as nvcc's ``--use_fast_math`` does, and `max_registers` caps the registers per thread (more
+    resident blocks; docs/language.md, Code generation options).
     """
+    options = dict(
+        block_threads=block_threads, interpret=interpret, debug=debug, fastmath=fastmath, max_registers=max_registers
+    )
     if fn is None:
-        return lambda f: JITFunction(f, block_threads=block_threads, interpret=interpret, debug=debug)
-    return JITFunction(fn, block_threads=block_threads, interpret=interpret, debug=debug)
+        return lambda f: JITFunction(f, **options)
+    return JITFunction(fn, **options)

@@ -5,6 +5,7 @@ import pytest
 from programs import CASES
 
 import coop_tiles as ct
+from coop_tiles import tile
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
@@ -99,3 +100,31 @@ def test_interpreter_merge_sort_is_the_stable_order(n):
     )
     descending = sorted(range(n), key=lambda i: -keys[i])
     np.testing.assert_array_equal(stable_merge_order(n, lambda a, b: keys[a] > keys[b]), descending)
+
+
+@ct.combine
+def _affine(a_l, b_l, a_r, b_r):
+    return a_r * a_l, a_r * b_l + b_r
+
+
+def _discards(a, b, h, last, h0, TILE: ct.constexpr):
+    """`_` takes a tile in one target and a scalar in another of one unpacking: both are discarded."""
+    x = tile.load(a, 0, TILE)
+    y = tile.load(b, 0, TILE)
+    (_, hs), (_, h_last) = tile.scan((x, y), op=_affine, initial=(1.0, h0), return_total=True)
+    tile.store(h, 0, hs)
+    last[0] = h_last
+
+
+def test_underscore_discards_tiles_and_scalars_of_one_unpacking():
+    a, b = np.linspace(0.5, 1.0, 64, dtype=np.float32), np.linspace(-1, 1, 64, dtype=np.float32)
+    h, last = np.zeros(64, np.float32), np.zeros(1, np.float32)
+    ct.jit(_discards, interpret=True)[1](a, b, h, last, np.float32(2.0), TILE=64)
+    expected, state = [], 2.0
+    for ai, bi in zip(a.astype(np.float64), b.astype(np.float64)):
+        state = ai * state + bi
+        expected.append(state)
+    np.testing.assert_allclose(h, expected, rtol=1e-5)
+    np.testing.assert_allclose(last, expected[-1:], rtol=1e-5)
+    compiled = ct.jit(_discards).compile(a, b, h, last, np.float32(2.0), TILE=64, arch="sm_90")
+    assert compiled.cubin

@@ -5,10 +5,11 @@ import pytest
 
 import coop_tiles as ct
 from coop_tiles import tile
+from coop_tiles.codegen.shims import generate_shims
 from coop_tiles.lang import ir
 from coop_tiles.lang.frontend import build_program
 from coop_tiles.lang.types import WEAK_INT, ArrayType
-from coop_tiles.ops.memory import TileLoad, TileStore  # noqa: F401
+from coop_tiles.ops.memory import TileLoad, TileStore, load_converted  # noqa: F401
 from coop_tiles.ops.reduce import TileReduce  # noqa: F401
 from coop_tiles.ops.scan import TileScan  # noqa: F401
 from coop_tiles.planner import StorageNeed, carve, finish_plan, plan_layouts
@@ -135,7 +136,9 @@ def test_plan_prints_a_table():
     plan = finish_plan(p, layouts, needs, "sm_90")
     text = str(plan)
     assert "256 threads per block" in text and "17008 bytes of shared memory" in text
-    assert "BLOCK_LOAD_WARP_TRANSPOSE" in text and "TempStorage reuse" in text
+    assert "BLOCK_LOAD_WARP_TRANSPOSE" in text
+    # the scan's own __syncthreads separates the load's shared-memory reads from the store's writes
+    assert text.endswith("barriers (__syncthreads before):\n  none")
     assert plan.shared_bytes == 17008
 
 
@@ -203,8 +206,8 @@ def test_shared_memory_past_the_limit_names_tiles_and_collectives():
     assert e.value.message == (
         # the load and the store reuse the scan's bytes (a barrier each): the scan's 300000 is the total
         "scan_plus_one needs 300000 bytes of shared memory per block, more than sm_90's limit of 232448; "
-        "largest users: scan[add] (BlockScan, line 145): 300000 bytes, load (BlockLoad, line 144): 5120 bytes, "
-        "store (BlockStore, line 146): 5120 bytes. Use smaller tiles or fewer threads per block"
+        "largest users: scan[add] (BlockScan, line 148): 300000 bytes, load (BlockLoad, line 147): 5120 bytes, "
+        "store (BlockStore, line 149): 5120 bytes. Use smaller tiles or fewer threads per block"
     )
 
 
@@ -253,3 +256,114 @@ def test_counts_kept_through_a_loop_live_from_begin_to_end_and_their_bytes_are_r
     assert plan.carve.regions[load.cid].offset >= counts.end  # alive during the loop: not overlapped
     assert plan.carve.regions[scan.cid].offset == counts.offset  # dead after it: reused...
     assert scan.sid in plan.carve.barriers  # ...after one barrier
+
+
+@ct.combine
+def _affine(a_l, b_l, a_r, b_r):
+    return a_r * a_l, a_r * b_l + b_r
+
+
+def carried_through_an_array(x, h, last, n, TILE: ct.constexpr):
+    for base in range(0, n, TILE):
+        a = tile.load(x, base, TILE, valid=n - base, other=1)
+        carry = 0
+        if base > 0:
+            carry = last[0]
+        (_, hs), total = tile.scan((a, a), op=_affine, initial=(1, carry), return_total=True)
+        last[0] = total[1]
+        tile.store(h, base, hs, valid=n - base)
+
+
+def total_feeds_the_next_chunk(x, h, n, TILE: ct.constexpr):
+    carry = (1, 0)
+    for base in range(0, n, TILE):
+        a = tile.load(x, base, TILE, valid=n - base, other=1)
+        (_, hs), carry = tile.scan((a, a), op=_affine, initial=carry, return_total=True)
+        tile.store(h, base, hs, valid=n - base)
+
+
+def total_used_by_every_thread(x, h, n, TILE: ct.constexpr):
+    carry = (1, 0)
+    for base in range(0, n, TILE):
+        a = tile.load(x, base, TILE, valid=n - base, other=1)
+        (_, hs), carry = tile.scan((a, a), op=_affine, initial=carry, return_total=True)
+        tile.store(h, base, hs - carry[1], valid=n - base)
+
+
+def nested_loads(x, y, n, TILE: ct.constexpr):
+    for base in range(0, n, TILE):
+        t = tile.load(x, base, TILE)
+        for k in range(4):
+            t = t + tile.load(y, k * TILE, TILE)
+        tile.store(x, base, tile.scan(t))
+
+
+def plan_of(fn, **constexprs):
+    """The program, its layouts, and its plan with TempStorage sizes like the real ones (a scan's is small)."""
+    p = program(fn, **constexprs)
+    layouts = plan_layouts(p)
+    needs = {
+        s.cid: StorageNeed(112 if isinstance(s, TileScan) else 4224, 16)
+        for s in collectives(p)
+        if layouts.collectives[s.cid].needs_storage
+    }
+    return p, layouts, finish_plan(p, layouts, needs, "sm_90")
+
+
+def test_scans_order_the_block_and_carried_scans_rerun_without_a_barrier():
+    """A scan's own __syncthreads completes every earlier access: the store after it needs no barrier, and a
+    scan carrying its total in CUB's prefix callback runs again in its region without one; the next
+    iteration's load still waits for the store's shared memory."""
+    p, layouts, plan = plan_of(total_feeds_the_next_chunk, TILE=1024)
+    load, scan, store = collectives(p)
+    assert layouts.collectives[scan.cid].sync == "reentrant"
+    assert barrier_cids(p, plan.carve) == [load.cid]
+
+
+def test_a_total_only_written_to_an_element_stays_in_thread_0():
+    """Thread 0 writes array elements; a total only written there, and a seed only CUB's prefix callback reads
+    (from thread 0), need no broadcast: no __syncthreads after the scan, and the carry written to `last` and
+    read back in the next chunk (by thread 0 alone) needs no barrier either."""
+    p, layouts, plan = plan_of(carried_through_an_array, TILE=1024)
+    scan = next(s for s in collectives(p) if isinstance(s, TileScan))
+    assert layouts.collectives[scan.cid].op.endswith(", total in thread 0")
+    assert not [b for b in plan.carve.barriers.values() if "a_last" in b.reason]
+    shim = generate_shims(p, layouts).source
+    scan_shim = shim[shim.index(f"coop_scan_{scan.cid}(") :]
+    assert "if (threadIdx.x == 0) { *total0 = c.running.f0; *total1 = c.running.f1; }" in scan_shim
+    assert "__syncthreads" not in scan_shim[: scan_shim.index("\n}\n")]
+    read = next(s for s in p.walk() if isinstance(s, ir.ArrayRead))
+    assert read.out.name not in layouts.block_values
+    # the plain chunked loop: the total only seeds the next chunk's scan, so it stays in thread 0 too
+    _, chunked_layouts, _ = plan_of(total_feeds_the_next_chunk, TILE=1024)
+    assert any(c.op.endswith("total in thread 0") for c in chunked_layouts.collectives.values())
+    _, broadcast, _ = plan_of(total_used_by_every_thread, TILE=1024)
+    assert not any(c.op.endswith("thread 0") for c in broadcast.collectives.values())
+
+
+def test_four_byte_tiles_move_in_words_inside_an_inner_loop():
+    """A blocked int32 tile loaded once per tile goes through a warp transpose; one loaded in a loop within a
+    loop moves in 16-byte words (no shared memory, no barrier)."""
+    _, layouts, _ = plan_of(nested_loads, TILE=1024)
+    loads = [c.algorithm for c in layouts.collectives.values() if c.op == "load"]
+    assert loads == ["BLOCK_LOAD_WARP_TRANSPOSE", "DIRECT_VECTORIZED"]
+
+
+def test_16_bit_loads_convert_to_float32_as_they_arrive():
+    """On the GPU a load of a float16 row cast to float32 is one load into a float32 tile (the interpreter
+    runs the program as written)."""
+
+    def half_sum(x, y, TILE: ct.constexpr):
+        y[0] = tile.sum(tile.load(x, 0, TILE).astype(np.float32) * 2)
+
+    p = build_program(
+        half_sum, {"x": ArrayType(np.dtype(np.float16)), "y": ArrayType(np.dtype(np.float32))}, {"TILE": 4096}
+    )
+    load_converted(p)
+    load = next(s for s in p.walk() if isinstance(s, TileLoad))
+    assert load.out.type.dtype == np.float32
+    assert not [
+        s for s in p.walk() if isinstance(s, ir.TileMap) and s.op == "cast" and s.args[0].type.dtype == np.float16
+    ]
+    shim = generate_shims(p, plan_layouts(p)).source
+    assert "coop_f16x2_to_f32x2(u[k])" in shim

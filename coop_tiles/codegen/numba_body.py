@@ -276,6 +276,9 @@ def _array_shape(w: _BodyWriter, s: ir.ArrayShape, depth: int) -> None:
 
 def _array_read(w: _BodyWriter, s: ir.ArrayRead, depth: int) -> None:
     ok, element = w.address(s.array, s.indices)
+    if s.out.name not in w.plan.block_values:  # only thread 0 needs it (the plan orders it as thread 0's)
+        w.line(depth, "if tid == 0:")
+        depth += 1
     w.line(depth, f"{s.out.name} = {element} if {ok} else {literal(0, s.out.type.dtype)}")
 
 

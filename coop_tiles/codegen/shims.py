@@ -13,7 +13,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..dtypes import cxx_identity, cxx_name, is_half
+import numpy as np
+
+from ..dtypes import bfloat16, cxx_identity, cxx_name, is_half
 from ..lang import ir
 from ..lang.types import ArrayType
 from ..ops.base import ArrayArg, OutArg, ShimCall, TileArg, ValueArg, op_of
@@ -59,6 +61,9 @@ extern "C" __device__ float coop_f16_to_f32(cuda::std::uint16_t b) { return __ha
 extern "C" __device__ cuda::std::uint16_t coop_f32_to_f16(float f) { return __half_as_ushort(__float2half_rn(f)); }
 extern "C" __device__ float coop_bf16_to_f32(cuda::std::uint16_t b) { return __bfloat162float(__ushort_as_bfloat16(b)); }
 extern "C" __device__ cuda::std::uint16_t coop_f32_to_bf16(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+// A 32-bit word of two 16-bit floats (the first in the low half) as two floats.
+__device__ __forceinline__ float2 coop_f16x2_to_f32x2(unsigned w) { return __half22float2(*reinterpret_cast<__half2*>(&w)); }
+__device__ __forceinline__ float2 coop_bf16x2_to_f32x2(unsigned w) { return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u)); }
 """
 
 
@@ -203,35 +208,55 @@ class ShimWriter:
 
     def transfer(self, call: ShimCall, cid: int, kind: str, tile: ir.Var, array: ArrayType, guarded_extra: str) -> None:
         """A load or store shim: BlockLoad/BlockStore WARP_TRANSPOSE(_TIMESLICED), direct striped (no storage),
-        or element by element over a strided view. A full tile takes CUB's unguarded path."""
+        or element by element over a strided view. A full tile takes CUB's unguarded path. A load
+        into a tile of another dtype than the array's (a 16-bit float tile loaded as float32)
+        converts each item after the transfer."""
         lay = self.layout(tile)
         items, full = lay.items_per_thread, self.threads * lay.items_per_thread
         verb = kind.capitalize()  # Load / Store
         choice = self.choice(cid)
         code, body = "", self.items_ref("x", "items", tile, items) + _clamp(lay.size)
-        if choice.algorithm == VECTORIZED or array.unit_stride:  # CUB's Block{Load,Store} or {Load,Store}Direct*
+        convert = ""
+        if tile.type.dtype != array.dtype:  # the transfer fills `x` in the array's dtype, converted after it
+            body = body.replace("(&x)", "(&loaded)") + f"  {cxx_name(array.dtype)} x[{items}];\n"
+            value = convert_expr("x[i]", array.dtype, tile.type.dtype)
+            convert = f"  for (int i = 0; i < {items}; ++i) loaded[i] = {value};\n"
+        if array.unit_stride:  # CUB's Block{Load,Store} or {Load,Store}Direct*
             self.include(f"cub/block/block_{kind}.cuh")
         if choice.algorithm == VECTORIZED:
             # each thread's items are contiguous: whole 16-byte words when the tile is full and aligned
-            words = items * tile.type.dtype.itemsize // 16
-            direct = f"cub::{verb}DirectBlocked"
+            words = items * array.dtype.itemsize // 16
             aligned = "reinterpret_cast<unsigned long long>(a + a_off + offset) % 16 == 0"
+            # otherwise item by item, against the count left from this thread's first item (no per-item index)
+            mine = f"a + a_off + offset + threadIdx.x * {items}"
             if kind == "load":
                 move = (
                     f"    const uint4* src = reinterpret_cast<const uint4*>(a + a_off + offset) + threadIdx.x * {words};\n"
                     f"    uint4 w[{words}];\n    for (int j = 0; j < {words}; ++j) w[j] = src[j];\n"
-                    "    memcpy(x, w, sizeof(w));\n"
                 )
+                if convert and is_half(array.dtype) and tile.type.dtype == np.float32:  # two floats per 32-bit word
+                    pair = f"coop_{'bf16' if array.dtype == bfloat16 else 'f16'}x2_to_f32x2"
+                    move += (
+                        "    const unsigned* u = reinterpret_cast<const unsigned*>(w);\n"
+                        f"    for (int k = 0; k < {items // 2}; ++k) {{ const float2 f = {pair}(u[k]); "
+                        "loaded[2 * k] = f.x; loaded[2 * k + 1] = f.y; }\n"
+                    )
+                else:
+                    move += "    memcpy(x, w, sizeof(w));\n" + convert
+                each = f"    const auto* src = {mine};\n    for (int i = 0; i < {items}; ++i) x[i] = i < left ? src[i] : other;\n"
             else:
                 move = (
                     f"    uint4 w[{words}];\n    memcpy(w, x, sizeof(w));\n"
                     f"    uint4* dst = reinterpret_cast<uint4*>(a + a_off + offset) + threadIdx.x * {words};\n"
                     f"    for (int j = 0; j < {words}; ++j) dst[j] = w[j];\n"
                 )
+                each = f"    auto* dst = {mine};\n    for (int i = 0; i < {items}; ++i) if (i < left) dst[i] = x[i];\n"
+            # (a conversion in each branch: the words convert without unpacking their halves first)
             body += (
                 f"  if (v == {full} && {aligned}) {{\n{move}  }} else {{\n"
-                f"    {direct}(int(threadIdx.x), a + a_off + offset, x, int(v){guarded_extra});\n  }}\n"
+                f"    const int left = int(v) - int(threadIdx.x) * {items};\n{each}{convert}  }}\n"
             )
+            convert = ""
         elif not array.unit_stride:
             index = element_index(lay, self.threads)
             where = "a[a_off + (offset + e) * a_stride]"
@@ -239,7 +264,7 @@ class ShimWriter:
             body += f"  for (int i = 0; i < {items}; ++i) {{ const long long e = {index}; {move} }}\n"
         else:
             if choice.needs_storage:
-                t = cxx_name(tile.type.dtype)
+                t = cxx_name(array.dtype)
                 cub_type = f"cub::Block{verb}<{t}, {self.threads}, {items}, cub::{choice.algorithm}>"
                 alias = f"coop_{kind}_{cid}_t"
                 code = f"using {alias} = {cub_type};\n" + self.storage(cid, cub_type)
@@ -250,7 +275,14 @@ class ShimWriter:
                 f"  if (v == {full}) {call_expr}({thread}a + a_off + offset, x);\n"
                 f"  else {call_expr}({thread}a + a_off + offset, x, int(v){guarded_extra});\n"
             )
-        self.define(call, code, body)
+        self.define(call, code, body + convert)
+
+
+def convert_expr(expr: str, src: np.dtype, dst: np.dtype) -> str:
+    """`expr` of `src` as a C++ value of `dst` (16-bit floats through HALF_CONVERSIONS)."""
+    if is_half(src):
+        expr = f"coop_{'bf16' if src == bfloat16 else 'f16'}_to_f32({expr})"
+    return f"static_cast<{cxx_name(dst)}>({expr})"
 
 
 def generate_shims(program: ir.Program, layouts: LayoutPlan) -> ShimSource:

@@ -294,6 +294,8 @@ class Builder:
             if len(items) != len(target.elts):
                 raise TileTypeError(f"can't unpack {len(items)} values into {len(target.elts)} names")
             for t, v in zip(target.elts, items):
+                if isinstance(t, ast.Name) and t.id == "_":
+                    continue  # a discarded item: `_` may take a tile in one place and a scalar in another
                 self.assign_target(t, Const(v) if isinstance(value, Const) else v, node)
         elif isinstance(target, ast.Subscript):
             array = self.array(self.expr(target.value), "the target of an element write")

@@ -10,6 +10,7 @@ class next to its semantics and lowering (`coop_tiles.ops`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import numpy as np
 
@@ -46,6 +47,8 @@ class Stmt:
     loc: SourceLocation | None = field(default=None, kw_only=True, compare=False, repr=False)
     inlined: tuple[SourceLocation, ...] = field(default=(), kw_only=True, compare=False, repr=False)
     sid: int = field(default=-1, kw_only=True, compare=False, repr=False)
+    #: the fields holding what the statement defines (every other variable in it is read)
+    results: ClassVar[tuple[str, ...]] = ("out", "outs")
 
 
 @dataclass
@@ -244,20 +247,22 @@ def outputs(s: Stmt) -> tuple[Var, ...]:
 
 
 def inputs(s: Stmt) -> tuple[Var, ...]:
-    """The variables statement `s` reads itself (its nested bodies' statements read their own)."""
-    written = {id(v) for v in outputs(s)} | ({id(s.var)} if isinstance(s, ForRange) else set())
-    found: list[Var] = []
+    """The variables statement `s` reads itself: all in its fields but its `results` (its nested
+    bodies' statements read their own)."""
+    written = {id(v) for v in _vars([getattr(s, name, None) for name in s.results])}
+    if isinstance(s, ForRange):
+        written.add(id(s.var))
+    return tuple(v for v in _vars(list(vars(s).values())) if id(v) not in written)
 
-    def collect(value: object) -> None:
-        if isinstance(value, Var) and id(value) not in written:
+
+def _vars(values: list[object]) -> list[Var]:
+    found: list[Var] = []
+    for value in values:
+        if isinstance(value, Var):
             found.append(value)
         elif isinstance(value, tuple):
-            for v in value:
-                collect(v)
-
-    for value in vars(s).values():
-        collect(value)
-    return tuple(found)
+            found.extend(_vars(list(value)))
+    return found
 
 
 def _format(body: list[Stmt], lines: list[str], depth: int) -> None:

@@ -91,6 +91,10 @@ class TileOp:
     def layout(self, s: Any, ctx: LayoutContext) -> None:
         """Join or constrain tile layouts (default: none)."""
 
+    def thread0_reads(self, s: Any, threads: int) -> set[str]:
+        """Names of the variables the shim reads in thread 0 only, at `threads` per block (default: none)."""
+        return set()
+
     def global_access(self, s: Any) -> tuple[ir.Var, bool] | None:
         """(the array, whether it writes) when the op touches global memory: the planner puts
         barriers between threads' conflicting accesses."""

@@ -70,7 +70,7 @@ _TABLE = [
     ElementOp("pos", operator.pos, lambda xs, lit: xs[0]),
     ElementOp("invert", operator.invert, lambda xs, lit: f"(~{xs[0]})"),
     ElementOp("exp", np.exp, lambda xs, lit: f"math.exp({xs[0]})"),
-    ElementOp("exp2", np.exp2, lambda xs, lit: f"({lit(2)} ** {xs[0]})"),
+    ElementOp("exp2", np.exp2, lambda xs, lit: f"math.exp2({xs[0]})"),
     ElementOp("log", np.log, lambda xs, lit: f"math.log({xs[0]})"),
     ElementOp("log1p", np.log1p, lambda xs, lit: f"math.log1p({xs[0]})"),
     ElementOp("sqrt", np.sqrt, lambda xs, lit: f"math.sqrt({xs[0]})"),

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .. import tile
+from ..dtypes import is_half
 from ..errors import TileTypeError, TileValueError
 from ..lang import ir
 from ..lang.types import TileType
@@ -77,7 +79,7 @@ class Load(TileOp):
         start, count = touched_span(frame, array, s.offset, s.valid, size, "tile.load")
         data = np.full(size, frame.get(s.other), dtype=array.dtype)
         data[:count] = array[start : start + count]
-        frame.env[s.out.name] = data
+        frame.env[s.out.name] = data.astype(s.out.type.dtype, copy=False)  # converted when fused with a cast
 
     def global_access(self, s: TileLoad):
         return s.array, False
@@ -101,6 +103,39 @@ class Load(TileOp):
         )
         w.transfer(call, s.cid, "load", s.out, s.array.type, ", other")
         return call
+
+
+def load_converted(program: ir.Program) -> None:
+    """Fuse `tile.load(a, ...).astype(np.float32)` of a 16-bit float array into one load that
+    converts each item as it arrives (what the cast would do, without a 16-bit tile in between):
+    a load whose tile only that cast, right after it, reads."""
+    reads = Counter(v.name for s in program.walk() for v in ir.inputs(s))
+    defs = Counter(out.name for s in program.walk() for out in ir.outputs(s))
+
+    def fusable(load: ir.Stmt, cast: ir.Stmt) -> bool:
+        return (
+            isinstance(load, TileLoad)
+            and is_half(load.out.type.dtype)
+            and isinstance(cast, ir.TileMap)
+            and cast.op == "cast"
+            and cast.args == (load.out,)
+            and cast.out.type.dtype == np.float32
+            and reads[load.out.name] == 1
+            and defs[load.out.name] == 1
+        )
+
+    def visit(body: list[ir.Stmt]) -> None:
+        i = 0
+        while i < len(body):
+            for nested in (getattr(body[i], f, None) for f in ("then", "orelse", "body", "cond_body")):
+                if isinstance(nested, list):
+                    visit(nested)
+            if i + 1 < len(body) and fusable(body[i], body[i + 1]):
+                body[i].out = body[i + 1].out
+                del body[i + 1]
+            i += 1
+
+    visit(program.body)
 
 
 @register

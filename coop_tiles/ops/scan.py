@@ -18,6 +18,7 @@ from ..dtypes import identity
 from ..errors import TileValueError
 from ..lang import ir
 from ..lang.types import ScalarType, TileType
+from ..planner.layout import REENTRANT, SYNCS
 from . import chained as chain
 from .base import OutArg, ShimCall, TileArg, TileOp, ValueArg, errstate, register
 from .combining import UFUNCS, combine_operands, combine_scan, item_code, typed_op
@@ -33,6 +34,7 @@ class TileScan(ir.Collective):
     initial: tuple[ir.Value, ...] | None
     totals: tuple[ir.Var, ...] | None
     chained: bool = False  # continues from the previous program's last element
+    results = ("outs", "totals")
 
 
 @register
@@ -98,12 +100,23 @@ class Scan(TileOp):
     def launch_check(self, s: TileScan):
         return chain.check_grid if s.chained else None
 
+    def thread0_reads(self, s: TileScan, threads: int) -> set[str]:
+        # a carried scan's seed starts the running fold in its prefix callback, whose result CUB takes from thread 0
+        carried = _carried(s, s.srcs[0].type.size, threads)
+        return {v.name for v in s.initial if isinstance(v, ir.Var)} if carried else set()
+
     def layout(self, s: TileScan, ctx) -> None:
         ctx.join_blocked([*s.srcs, *s.outs])
 
     def choose(self, s: TileScan, ctx):
-        label = f"scan[{s.op}{', chained' if s.chained else ''}]"
-        return ctx.choice(s, label, "BlockScan", "BLOCK_SCAN_WARP_SCANS")
+        carried = _carried(s, s.srcs[0].type.size, ctx.threads)
+        thread0 = ", total in thread 0" if carried and _thread0_total(s, ctx.block_values) else ""
+        label = f"scan[{s.op}{', chained' if s.chained else ''}]{thread0}"
+        # BLOCK_SCAN_WARP_SCANS always has a __syncthreads; with the prefix callback, what its threads read
+        # after the last one (the block prefix) is apart from what the next run writes first (warp aggregates).
+        # A chained scan's shim waits on other blocks: the carve does not count on its barriers.
+        sync = "" if s.chained else REENTRANT if carried else SYNCS
+        return ctx.choice(s, label, "BlockScan", "BLOCK_SCAN_WARP_SCANS", sync=sync)
 
     def lower(self, s: TileScan, w) -> ShimCall:
         k = len(s.srcs)
@@ -127,22 +140,27 @@ class Scan(TileOp):
         body += "".join(w.items_ref(f"o{i}", f"out{i}", v, items) for i, v in enumerate(s.outs))
         body += f"  {item} y[{items}];\n  for (int i = 0; i < {items}; ++i) {{ {pack('y[i]', 'x{}[i]')} }}\n"
         kind = "Exclusive" if s.exclusive else "Inclusive"
-        padded = threads * items != size
         init = None
         if s.initial is not None:
             init = "init"
             body += f"  {item} init;\n  {pack('init', 'initial{}')}\n"
         elif not s.combine and (s.exclusive or (s.totals and not s.chained)):
             init = w.identity(s.op, s.srcs[0].type.dtype)
+        thread0 = False
         if s.chained:
             w.chain_bytes = chain.descriptor_bytes(dtypes)
             code = chain.LIBRARY + code
             body += f'  static_assert(sizeof({item}) == {chain.item_bytes(dtypes)}, "item size");\n'
             body += chain.lower(s, w, item, op, pack, init, s.exclusive)
-        elif s.totals is not None and not padded and init is not None:
-            # the block prefix callback keeps the running fold: the carry (CUB's own idiom)
+        elif _carried(s, size, threads):
+            # the block prefix callback keeps the running fold: the carry (CUB's own idiom); warp 0 runs it
             body += f"  coop::carry<{item}, {op}> c{{{init}}};\n  {alias}(s.temp).{kind}Scan(y, y, {op}{{}}, c);\n"
-            body += "  if (threadIdx.x == 0) s.total = c.running;\n"
+            thread0 = _thread0_total(s, w.layouts.block_values)
+            if thread0:  # only element writes (by thread 0) use the total: no broadcast
+                totals = " ".join(f"*total{i} = {unpack('c.running', i)};" for i in range(k))
+                body += f"  if (threadIdx.x == 0) {{ {totals} }}\n"
+            else:
+                body += "  if (threadIdx.x == 0) s.total = c.running;\n"
         else:
             if init is not None:
                 body += f"  {alias}(s.temp).{kind}Scan(y, y, {init}, {op}{{}});\n"
@@ -158,7 +176,7 @@ class Scan(TileOp):
                     f"  if (int(threadIdx.x) == {thread}) {{ {item} x_item; "
                     f"{pack('x_item', f'x{{}}[{slot}]')} s.total = {value}; }}\n"
                 )
-        if s.totals is not None:
+        if s.totals is not None and not thread0:
             body += "" if s.chained else "  __syncthreads();\n"  # (a chained scan's ends with one)
             body += "".join(f"  *total{i} = {unpack('s.total', i)};\n" for i in range(k))
         body += (
@@ -168,3 +186,14 @@ class Scan(TileOp):
         )
         w.define(call, code, body)
         return call
+
+
+def _carried(s: TileScan, size: int, threads: int) -> bool:
+    """Whether the scan keeps its carry in CUB's block prefix callback: it returns a total, has a
+    seed (`initial`, or a built-in op's identity), and its tile of `size` fills the block."""
+    return not s.chained and s.totals is not None and (s.initial is not None or not s.combine) and size % threads == 0
+
+
+def _thread0_total(s: TileScan, block_values: frozenset[str]) -> bool:
+    """Whether only thread 0 needs the total (see `planner.layout.block_values`)."""
+    return not any(t.name in block_values for t in s.totals or ())

@@ -20,6 +20,11 @@ themselves (their shims do).
 
 The same walk places barriers for global-memory hazards inside a block: a read of an array
 written earlier in the block (or a write after a read) by another thread.
+
+A collective whose shim has a `__syncthreads()` of its own (`CollectiveChoice.sync`) orders
+everything before it: after it, only what it touches itself (its TempStorage, its tiles, its
+array) is dirty. A REENTRANT one (a scan carrying its total in CUB's prefix callback) may also
+run again in its own dirty region without a barrier.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from dataclasses import dataclass, field
 
 from ..lang import ir
 from ..ops.base import op_of
-from .layout import SHARED, TileLayout
+from .layout import REENTRANT, SHARED, TileLayout
 from .liveness import Liveness, liveness
 
 SMALL_STORAGE_BYTES = 1024
@@ -89,21 +94,27 @@ def tile_stride(layout: TileLayout) -> int:
 
 @dataclass
 class _Dirty:
+    """What the block may still be touching: TempStorage regions, and the arrays read and written
+    since the last barrier, by any thread or (`solo_*`) by thread 0 alone."""
+
     regions: list[Region] = field(default_factory=list)
     reads: set[str] = field(default_factory=set)
     writes: set[str] = field(default_factory=set)
+    solo_reads: set[str] = field(default_factory=set)
+    solo_writes: set[str] = field(default_factory=set)
+
+    def sets(self) -> tuple[set[str], ...]:
+        return self.reads, self.writes, self.solo_reads, self.solo_writes
 
     def merged(self, other: _Dirty) -> _Dirty:
         regions = self.regions + [r for r in other.regions if r not in self.regions]
-        return _Dirty(regions, self.reads | other.reads, self.writes | other.writes)
+        return _Dirty(regions, *(a | b for a, b in zip(self.sets(), other.sets())))
 
     def covers(self, other: _Dirty) -> bool:
-        return (
-            all(r in self.regions for r in other.regions) and other.reads <= self.reads and other.writes <= self.writes
-        )
+        return all(r in self.regions for r in other.regions) and all(b <= a for a, b in zip(self.sets(), other.sets()))
 
     def add(self, region: Region) -> _Dirty:
-        return self if region in self.regions else _Dirty([*self.regions, region], self.reads, self.writes)
+        return self if region in self.regions else _Dirty([*self.regions, region], *self.sets())
 
 
 @dataclass(frozen=True)
@@ -114,10 +125,19 @@ class _LongLived:
 
 
 class _Carver:
-    def __init__(self, needs: dict[int, StorageNeed], roots: dict[str, str], live: Liveness):
+    def __init__(
+        self,
+        needs: dict[int, StorageNeed],
+        roots: dict[str, str],
+        live: Liveness,
+        syncs: dict[int, str],
+        block_values: frozenset[str],
+    ):
         self.needs = needs
         self.roots = roots  # view -> the array parameter it views (views of one array may overlap)
         self.live = live
+        self.syncs = syncs  # collective id -> its `CollectiveChoice.sync`
+        self.block_values = block_values
         self.long: dict[int | str, _LongLived] = {}
         self.owners: dict[int, int] = {}
         self.regions: dict[int, Region] = {}
@@ -160,24 +180,36 @@ class _Carver:
         dirty = self.memory(s, dirty)
         owner = self.owners.get(s.cid, s.cid)
         if owner in self.long:
-            return self.enter(s, self.long[owner].region, dirty, "TempStorage reuse")
+            return self.synced(s, self.enter(s, self.long[owner].region, dirty, "TempStorage reuse"))
         if s.cid not in self.needs:
             return dirty
+        sync = self.syncs.get(s.cid, "")
+        others = [r for r in dirty.regions if not (sync == REENTRANT and r.key == s.cid)]
         region = self.regions.get(s.cid)
         reserved = self.reserved(self.live.at(s))
         if region is None:
             need = self.needs[s.cid]
-            offset = self.lowest(need, reserved + dirty.regions)
+            offset = self.lowest(need, reserved + others)
             if offset + need.size > self.budget:
                 dirty = self.barrier(s, "TempStorage reuse")
                 offset = self.lowest(need, reserved)
             region = Region(s.cid, offset, need.size, need.align, *([s.loc.line if s.loc else None] * 2))
             self.regions[s.cid] = region
-        elif _overlaps(region, dirty.regions) and s.sid not in self.barriers:
+        elif _overlaps(region, others) and s.sid not in self.barriers:
             dirty = self.barrier(s, "TempStorage reuse")
         elif s.sid in self.barriers:
             dirty = _Dirty()
-        return dirty.add(region)
+        return self.synced(s, dirty.add(region))
+
+    def synced(self, s: ir.Collective, dirty: _Dirty) -> _Dirty:
+        """After a collective with its own `__syncthreads()`: every access before it is complete,
+        but for its own (it may touch its tiles, storage and array after its barrier)."""
+        if not self.syncs.get(s.cid):
+            return dirty
+        keys = {s.cid, self.owners.get(s.cid, s.cid), *(v.name for v in (*ir.outputs(s), *ir.inputs(s)))}
+        access = _global_access(s)
+        array = {self.roots.get(access[0], access[0])} if access is not None else set()
+        return _Dirty([r for r in dirty.regions if r.key in keys], *(x & array for x in dirty.sets()))
 
     def enter(self, s: ir.Stmt, region: Region, dirty: _Dirty, reason: str) -> _Dirty:
         """An access to long-lived `region`: a barrier first if its bytes are dirty from another
@@ -199,19 +231,28 @@ class _Carver:
         return dirty
 
     def memory(self, s: ir.Stmt, dirty: _Dirty) -> _Dirty:
-        """Barriers for global-memory hazards between threads of the block."""
+        """Barriers for global-memory hazards between threads of the block. Element writes, and
+        element reads whose value only thread 0 needs, are thread 0's alone: they conflict with
+        other threads' accesses, not with each other."""
         access = _global_access(s)
         if access is None:
             return dirty
         array, is_write = access
         array = self.roots.get(array, array)
-        hazard = array in dirty.writes or (is_write and array in dirty.reads)
+        solo = isinstance(s, ir.ArrayWrite) or (isinstance(s, ir.ArrayRead) and s.out.name not in self.block_values)
+        others_wrote = array in dirty.writes or (not solo and array in dirty.solo_writes)
+        others_read = array in dirty.reads or (not solo and array in dirty.solo_reads)
+        hazard = others_wrote or (is_write and others_read)
         if hazard or s.sid in self.barriers:
             if hazard:
-                dirty = self.barrier(s, f"{'write after read' if is_write else 'read after write'} of {array}")
+                kind = ("write after " + ("write" if others_wrote else "read")) if is_write else "read after write"
+                dirty = self.barrier(s, f"{kind} of {array}")
             else:
                 dirty = _Dirty()
-        (dirty.writes if is_write else dirty.reads).add(array)
+        if solo:
+            (dirty.solo_writes if is_write else dirty.solo_reads).add(array)
+        else:
+            (dirty.writes if is_write else dirty.reads).add(array)
         return dirty
 
     def walk(self, body: list[ir.Stmt], dirty: _Dirty) -> _Dirty:
@@ -245,7 +286,7 @@ def _shown(name: str) -> str:
 
 
 def _copy(d: _Dirty) -> _Dirty:
-    return _Dirty(list(d.regions), set(d.reads), set(d.writes))
+    return _Dirty(list(d.regions), *(set(x) for x in d.sets()))
 
 
 def _global_access(s: ir.Stmt) -> tuple[str, bool] | None:
@@ -273,11 +314,17 @@ def carve(
     tiles: dict[str, TileLayout] | None = None,
     live: Liveness | None = None,
     threads: int = 0,
+    syncs: dict[int, str] | None = None,
+    block_values: frozenset[str] | None = None,
 ) -> CarvePlan:
     """Offsets for every tile in shared memory (`tiles` kept there, `threads` per block) and every
-    collective's TempStorage, and the barriers between them."""
+    collective's TempStorage, and the barriers between them. `syncs` is each collective's
+    `CollectiveChoice.sync`; `block_values` the variables threads other than thread 0 need
+    (`planner.layout.block_values`; None: all)."""
     tiles = tiles or {}
     live = live if live is not None else liveness(program)
+    if block_values is None:
+        block_values = frozenset(v.name for s in program.walk() for v in ir.outputs(s))
     roots: dict[str, str] = {}
     owners: dict[int, int] = {}
     users: dict[int, list[int]] = {}
@@ -288,7 +335,7 @@ def carve(
             owner = op_of(s).storage_owner(s)
             owners[s.cid] = owner
             users.setdefault(owner, []).append(live.at(s))
-    carver = _Carver(needs, roots, live)
+    carver = _Carver(needs, roots, live, syncs or {}, block_values)
     carver.owners = owners
     long = [
         (name, StorageNeed(threads * tile_stride(t), BASE_ALIGNMENT), *live.ranges[name])

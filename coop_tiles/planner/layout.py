@@ -26,9 +26,20 @@ from .liveness import Liveness, liveness
 BLOCKED = "blocked"
 STRIPED = "striped"
 #: direct blocked transfers in 16-byte words: for 1- and 2-byte dtypes, whose striped or
-#: warp-transposed transfers move only 1 or 2 bytes per thread and instruction
+#: warp-transposed transfers move only 1 or 2 bytes per thread and instruction, and for 4-byte
+#: dtypes inside a loop within a loop (`INNER_LOOP_DEPTH`), which runs many times per tile the
+#: program produces: there instructions count more than coalescing, and a 16-byte word is one
+#: load where a warp transpose takes a load, a shared-memory store and load per item, and barriers
 VECTORIZED = "DIRECT_VECTORIZED"
+INNER_LOOP_DEPTH = 2
 VECTOR_BYTES = 16
+WORD_ITEMSIZE = 4  # the widest item `words=` transfers move in words
+#: `CollectiveChoice.sync`: the shim has a `__syncthreads()` after its first writes of its
+#: TempStorage, so every access the block made before the call is complete after it
+SYNCS = "syncs"
+#: as SYNCS, and the same collective may run again in its region without a barrier before it
+#: (what its threads still read after its last barrier is not what its next run writes first)
+REENTRANT = "reentrant"
 DEFAULT_BLOCK_THREADS = 256
 MAX_BLOCK_THREADS = 1024
 #: past this many items per thread a tile leaves registers (shared memory, else local memory)
@@ -69,6 +80,8 @@ class CollectiveChoice:
     algorithm: str
     line: int | None
     needs_storage: bool
+    #: how the shim synchronizes the block: "" (it does not), SYNCS or REENTRANT
+    sync: str = ""
 
 
 @dataclass(frozen=True)
@@ -78,6 +91,8 @@ class LayoutPlan:
     collectives: dict[int, CollectiveChoice]
     #: live ranges of the program's variables (the carve reuses shared memory by them)
     liveness: Liveness | None = None
+    #: the variables that threads other than thread 0 need (see `block_values`)
+    block_values: frozenset[str] = frozenset()
 
 
 def choose_block_threads(program: ir.Program, pinned: int | None) -> int:
@@ -126,8 +141,10 @@ class LayoutContext:
     """What ops see of the planner: join tiles into one arrangement, ask for BLOCKED, and describe
     their CUB choice once layouts are known."""
 
-    def __init__(self, threads: int):
+    def __init__(self, threads: int, block_values: frozenset[str] = frozenset(), depths: dict[int, int] | None = None):
         self.threads = threads
+        self.block_values = block_values
+        self.depths = depths or {}  # collective id -> how many loops it is nested in
         self.groups = _Groups()
         self.blocked: set[str] = set()
         self.vector_tiles: set[str] = set()
@@ -143,9 +160,9 @@ class LayoutContext:
         self.blocked.add(tiles[0].name)
 
     def choice(
-        self, s: ir.Collective, op: str, primitive: str, algorithm: str, storage: bool = True
+        self, s: ir.Collective, op: str, primitive: str, algorithm: str, storage: bool = True, sync: str = ""
     ) -> CollectiveChoice:
-        return CollectiveChoice(s.cid, op, primitive, algorithm, s.loc.line if s.loc else None, storage)
+        return CollectiveChoice(s.cid, op, primitive, algorithm, s.loc.line if s.loc else None, storage, sync)
 
     def prefer_vectorized(self, tile: ir.Var, array: ir.Var) -> None:
         """A transfer of `tile` would move whole 16-byte words per thread if it were blocked: make
@@ -154,15 +171,16 @@ class LayoutContext:
             self.vector_tiles.add(tile.name)
 
     def transfer_choice(self, s: ir.Collective, tile: ir.Var, array: ir.Var, load: bool) -> CollectiveChoice:
-        """Loads and stores: direct in 16-byte words for blocked tiles of 1- and 2-byte dtypes,
-        BLOCK_*_WARP_TRANSPOSE (one warp at a time past 32 items per thread) for other blocked
-        tiles of unit-stride arrays, else direct
+        """Loads and stores: direct in 16-byte words for blocked tiles of 1- and 2-byte dtypes (and
+        of 4-byte dtypes in inner loops), BLOCK_*_WARP_TRANSPOSE (one warp at a time past 32 items
+        per thread) for other blocked tiles of unit-stride arrays, else direct
         (striped: coalesced; blocked over a strided view: element by element)."""
         layout = self.tiles[tile.name]
         kind = "load" if load else "store"
         if not array.type.unit_stride:
             return self.choice(s, kind, "strided", "DIRECT", storage=False)
-        if layout.arrangement == BLOCKED and vectorizable(tile, array, self.threads):
+        widest = WORD_ITEMSIZE if self.depths.get(s.cid, 0) >= INNER_LOOP_DEPTH else 2
+        if layout.arrangement == BLOCKED and vectorizable(tile, array, self.threads, widest):
             return self.choice(s, kind, f"{kind.capitalize()}DirectBlocked", VECTORIZED, storage=False)
         if layout.arrangement == BLOCKED and layout.items_per_thread > 1:
             verb = "Load" if load else "Store"
@@ -172,19 +190,58 @@ class LayoutContext:
         return self.choice(s, kind, "LoadDirectStriped" if load else "StoreDirectStriped", "DIRECT", storage=False)
 
 
-def vectorizable(tile: ir.Var, array: ir.Var, threads: int) -> bool:
-    """Whether a blocked transfer of `tile` to or from `array` can move 16-byte words: a 1- or
-    2-byte dtype, a unit-stride array, and each thread's bytes a whole number of words."""
-    itemsize = tile.type.dtype.itemsize
+def vectorizable(tile: ir.Var, array: ir.Var, threads: int, widest: int = 2) -> bool:
+    """Whether a blocked transfer of `tile` to or from `array` can move 16-byte words: array items
+    of at most `widest` bytes, a unit-stride array, and each thread's bytes a whole number of words."""
+    itemsize = array.type.dtype.itemsize
     items = -(-tile.type.size // threads)
-    return itemsize <= 2 and array.type.unit_stride and items * itemsize % VECTOR_BYTES == 0
+    return itemsize <= widest and array.type.unit_stride and items * itemsize % VECTOR_BYTES == 0
+
+
+def block_values(program: ir.Program, threads: int) -> frozenset[str]:
+    """The variables whose value threads other than thread 0 need. The others are read only
+    where thread 0 alone uses them (the value of an element write, which thread 0 performs; a
+    seed only CUB's prefix callback reads, `TileOp.thread0_reads`), directly or through copies."""
+    needed: set[str] = set()
+    copies: list[ir.Copy] = []
+    for s in program.walk():
+        if isinstance(s, ir.Copy):
+            copies.append(s)
+            continue
+        if isinstance(s, ir.ArrayWrite):
+            solo = set() if s.value in s.indices else {getattr(s.value, "name", None)}
+        else:
+            op = op_of(s)
+            solo = op.thread0_reads(s, threads) if op is not None else set()
+        needed.update(v.name for v in ir.inputs(s) if v.name not in solo)
+    changed = True
+    while changed:
+        changed = False
+        for c in copies:
+            if c.out.name in needed and isinstance(c.src, ir.Var) and c.src.name not in needed:
+                needed.add(c.src.name)
+                changed = True
+    return frozenset(needed)
+
+
+def loop_depths(body: list[ir.Stmt], depth: int = 0) -> dict[int, int]:
+    """How many loops each collective (by id) is nested in."""
+    out: dict[int, int] = {}
+    for s in body:
+        if isinstance(s, ir.Collective):
+            out[s.cid] = depth
+        inner = depth + isinstance(s, (ir.ForRange, ir.While))
+        for nested in (getattr(s, f, None) for f in ("then", "orelse", "body", "cond_body")):
+            if isinstance(nested, list):
+                out.update(loop_depths(nested, inner))
+    return out
 
 
 def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -> LayoutPlan:
     """Choose block size, every tile's layout and every collective's CUB algorithm."""
     threads = choose_block_threads(program, pinned_block_threads)
     tiles = ir.tile_vars(program)
-    ctx = LayoutContext(threads)
+    ctx = LayoutContext(threads, block_values(program, threads), loop_depths(program.body))
     for s in program.walk():
         if isinstance(s, (ir.TileMap, ir.Copy)):
             srcs = s.args if isinstance(s, ir.TileMap) else (s.src,)
@@ -215,7 +272,7 @@ def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -
     for s in program.walk():
         if isinstance(s, ir.Collective):
             collectives[s.cid] = op_of(s).choose(s, ctx)
-    return LayoutPlan(threads, ctx.tiles, collectives, live)
+    return LayoutPlan(threads, ctx.tiles, collectives, live, ctx.block_values)
 
 
 def register_budget(threads: int) -> int:

@@ -39,6 +39,8 @@ class Plan:
     tiles: dict[str, TileLayout]
     collectives: dict[int, CollectiveChoice]
     carve: CarvePlan
+    #: the variables other threads than thread 0 need (`planner.layout.block_values`)
+    block_values: frozenset[str] = frozenset()
 
     @property
     def shared_bytes(self) -> int:
@@ -109,10 +111,11 @@ def finish_plan(program: ir.Program, layouts: LayoutPlan, needs: dict[int, Stora
     or local memory past 32 items per thread); if it still does not fit, a SharedMemoryError
     names the largest users."""
     tiles = dict(layouts.tiles)
+    syncs = {cid: c.sync for cid, c in layouts.collectives.items() if c.sync}
     limit = max_shared_bytes(arch)
     while True:
-        carved = carve(program, needs, tiles, layouts.liveness, layouts.block_threads)
-        plan = Plan(program.name, layouts.block_threads, tiles, layouts.collectives, carved)
+        carved = carve(program, needs, tiles, layouts.liveness, layouts.block_threads, syncs, layouts.block_values)
+        plan = Plan(program.name, layouts.block_threads, tiles, layouts.collectives, carved, layouts.block_values)
         movable = [t for t in tiles.values() if t.name in carved.tiles]
         if carved.total_bytes <= limit or not movable:
             break

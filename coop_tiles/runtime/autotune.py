@@ -129,7 +129,12 @@ class Autotuner:
             from ..jit import JITFunction
 
             variant = JITFunction(
-                self.kernel.fn, block_threads=block_threads, interpret=interpret, debug=self.kernel.debug
+                self.kernel.fn,
+                block_threads=block_threads,
+                interpret=interpret,
+                debug=self.kernel.debug,
+                fastmath=self.kernel.fastmath,
+                max_registers=self.kernel.max_registers,
             )
             variant._hooks = list(self.kernel._hooks)
             variant._static_printed = self.kernel._static_printed  # one specialisation's prints, once

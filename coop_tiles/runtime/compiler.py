@@ -21,6 +21,7 @@ from ..lang.frontend import build_program
 from ..lang.source import parse_function
 from ..ops.debug import drop_device_asserts
 from ..ops.histogram import accumulate_in_shared_memory
+from ..ops.memory import load_converted
 from ..planner import LayoutPlan, Plan, StorageNeed, finish_plan, plan_layouts
 from . import toolchain
 from .cache import DiskCache, make_key
@@ -77,9 +78,10 @@ def build_stage(fn: Callable, sig: Signature) -> ir.Program:
 
 def rewrite_stage(program: ir.Program, debug: bool = False) -> ir.Program:
     """Rewrites of the typed IR for the GPU that keep its meaning (the interpreter runs it as
-    built): histogram counts accumulated in shared memory through a loop; without `debug`,
-    `ct.device_assert` is not checked."""
+    built): histogram counts accumulated in shared memory through a loop, 16-bit float loads
+    converted to float32 as they arrive; without `debug`, `ct.device_assert` is not checked."""
     accumulate_in_shared_memory(program)
+    load_converted(program)
     if not debug:
         drop_device_asserts(program.body)
     return program
@@ -128,10 +130,10 @@ def body_stage(program: ir.Program, plan: Plan, shims: ShimSource) -> list[BodyS
     return [body, *(generate_combine(c) for c in program.combines.values())]
 
 
-def numba_stage(bodies: list[BodySource], arch: str) -> list[tuple[str, bytes]]:
-    """Each body's LTO-IR, named by its C symbol."""
+def numba_stage(bodies: list[BodySource], arch: str, fastmath: bool) -> list[tuple[str, bytes]]:
+    """Each body's LTO-IR, named by its C symbol (`fastmath`: Numba's fast math)."""
     return [
-        (b.abi_name, toolchain.numba_compile(b.source, b.function, b.abi_name, b.shims, b.param_types, arch))
+        (b.abi_name, toolchain.numba_compile(b.source, b.function, b.abi_name, b.shims, b.param_types, arch, fastmath))
         for b in bodies
     ]
 
@@ -170,15 +172,17 @@ def compile_kernel(
             [b.source for b in bodies],
             [[vars(s) for s in b.shims] for b in bodies],
             sig.arch,
+            sig.fastmath,
+            sig.max_registers,
             toolchain.versions(),
         )
         cubin = cache.get("kernel", key)
         if cubin is None:
             clock.compiling()
             with clock.stage("Numba"):
-                modules = [("coop_shims", shim_ltoir), *numba_stage(bodies, sig.arch)]
+                modules = [("coop_shims", shim_ltoir), *numba_stage(bodies, sig.arch, sig.fastmath)]
             with clock.stage("nvJitLink"):
-                cubin = toolchain.link(modules, sig.arch)
+                cubin = toolchain.link(modules, sig.arch, max_registers=sig.max_registers)
             cache.put("kernel", key, cubin)
         clock.done()
     except CompileError as e:
@@ -187,7 +191,7 @@ def compile_kernel(
         raise
 
     def ltoirs() -> list[tuple[str, bytes]]:
-        return [("coop_shims", nvrtc_stage(shims, sig.arch, cache)[0]), *numba_stage(bodies, sig.arch)]
+        return [("coop_shims", nvrtc_stage(shims, sig.arch, cache)[0]), *numba_stage(bodies, sig.arch, sig.fastmath)]
 
     source = "\n".join(b.source for b in bodies)
     return CompiledKernel(

@@ -16,13 +16,16 @@ from . import toolchain
 @dataclass(frozen=True)
 class Signature:
     """The specialisation key: argument types, constexpr values, block size setting, target arch,
-    and whether `ct.device_assert` is checked (debugging)."""
+    whether `ct.device_assert` is checked (debugging), and the code generation options of `ct.jit`
+    (`fastmath`, `max_registers`)."""
 
     params: tuple[tuple[str, ArrayType | ScalarType], ...]
     constexprs: tuple[tuple[str, Any], ...]
     block_threads: int | None
     arch: str
     debug: bool = False
+    fastmath: bool = False
+    max_registers: int | None = None
 
 
 @dataclass
@@ -76,5 +79,7 @@ class CompiledKernel:
         return self._ptx.decode()
 
     def local_memory_bytes(self) -> int:
-        """Bytes of `.local` (stack/spill) memory in the PTX; 0 for a well-formed kernel."""
-        return sum(int(m) for m in re.findall(r"\.local \.align \d+ \.b8 \S+\[(\d+)\]", self.ptx))
+        """Bytes of local (stack) memory per thread: `.local` arrays in the PTX, or the cubin's stack
+        frame (which also holds register spills, as under `max_registers`); 0 for a well-formed kernel."""
+        ptx = sum(int(m) for m in re.findall(r"\.local \.align \d+ \.b8 \S+\[(\d+)\]", self.ptx))
+        return max(ptx, toolchain.frame_bytes(self.cubin, self.kernel_name))

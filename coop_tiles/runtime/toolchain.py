@@ -10,6 +10,7 @@ toolkit), never a hard-coded path.
 from __future__ import annotations
 
 import functools
+import struct
 import threading
 from importlib import metadata
 
@@ -104,6 +105,7 @@ _runs = _NvrtcRuns()
 
 
 _import_lock = threading.Lock()
+EIATTR_FRAME_SIZE = 0x11
 
 
 def import_cuda_core() -> None:
@@ -171,15 +173,20 @@ def prepare_numba(arch: str) -> None:
         _numba_ready.set()
 
 
-def numba_compile(source: str, function: str, abi_name: str, shims, param_types: tuple[str, ...], arch: str) -> bytes:
+def numba_compile(
+    source: str, function: str, abi_name: str, shims, param_types: tuple[str, ...], arch: str, fastmath: bool = False
+) -> bytes:
     """Compile generated Numba source (the body or a combine function) to LTO-IR (`abi="c"`,
-    named `abi_name`), with `param_types` its parameters' Numba type names."""
+    named `abi_name`), with `param_types` its parameters' Numba type names; `fastmath` is Numba's
+    (flush-to-zero, approximate division and math functions, no NaN or infinity assumed)."""
     import_cuda_core()
     with _numba_lock:
-        return _numba_compile(source, function, abi_name, shims, param_types, arch)
+        return _numba_compile(source, function, abi_name, shims, param_types, arch, fastmath)
 
 
-def _numba_compile(source: str, function: str, abi_name: str, shims, param_types: tuple[str, ...], arch: str) -> bytes:
+def _numba_compile(
+    source: str, function: str, abi_name: str, shims, param_types: tuple[str, ...], arch: str, fastmath: bool
+) -> bytes:
     from numba import cuda, types
     from numba.core.extending import intrinsic
 
@@ -203,7 +210,14 @@ def _numba_compile(source: str, function: str, abi_name: str, shims, param_types
     cc = tuple(int(c) for c in _cc(arch))
     try:
         result = cuda.compile(
-            namespace[function], sig, device=True, abi="c", abi_info={"abi_name": abi_name}, output="ltoir", cc=cc
+            namespace[function],
+            sig,
+            device=True,
+            abi="c",
+            abi_info={"abi_name": abi_name},
+            output="ltoir",
+            cc=cc,
+            fastmath=fastmath,
         )
     except Exception as e:  # Numba's typing/lowering errors: wrap with the generated source
         raise CompileError(
@@ -257,9 +271,39 @@ def _shared_tile(intrinsic, types):
     return shared_tile
 
 
-def link(ltoirs: list[tuple[str, bytes]], arch: str, output: str = "cubin") -> bytes:
-    """Link LTO-IR modules with nvJitLink into a cubin (or, with output="ptx", the linked PTX).
-    Variables no device code uses (NVRTC's size probes) are dropped."""
+def frame_bytes(cubin: bytes, function: str) -> int:
+    """The per-thread stack frame of `function` in a cubin (local arrays and register spills): its
+    EIATTR_FRAME_SIZE attribute in the ELF's .nv.info section."""
+    shoff = struct.unpack_from("<Q", cubin, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
+
+    def name(table: int, at: int) -> str:
+        start = sections[table][4] + at
+        return cubin[start : cubin.index(b"\0", start)].decode()
+
+    symbols = next(s for s in sections if s[1] == 2)  # SHT_SYMTAB
+    index = next(
+        i
+        for i in range(symbols[5] // symbols[9])
+        if name(symbols[6], struct.unpack_from("<I", cubin, symbols[4] + i * symbols[9])[0]) == function
+    )
+    info = next(s for s in sections if name(shstrndx, s[0]) == ".nv.info")
+    at, end = info[4], info[4] + info[5]
+    while at < end:  # entries: format, attribute, size, value
+        form, attribute, size = cubin[at], cubin[at + 1], struct.unpack_from("<H", cubin, at + 2)[0]
+        if form == 0x04 and attribute == EIATTR_FRAME_SIZE:
+            owner, frame = struct.unpack_from("<II", cubin, at + 4)
+            if owner == index:
+                return frame
+        at += 4 + (size if form == 0x04 else 0)
+    return 0
+
+
+def link(ltoirs: list[tuple[str, bytes]], arch: str, output: str = "cubin", max_registers: int | None = None) -> bytes:
+    """Link LTO-IR modules with nvJitLink into a cubin (or, with output="ptx", the linked PTX), with
+    at most `max_registers` registers per thread when given. Variables no device code uses (NVRTC's
+    size probes) are dropped."""
     from cuda.core import Linker, LinkerOptions, ObjectCode
 
     options = LinkerOptions(
@@ -268,6 +312,7 @@ def link(ltoirs: list[tuple[str, bytes]], arch: str, output: str = "cubin") -> b
         optimization_level=3,
         optimize_unused_variables=True,
         ptx=output == "ptx",
+        max_register_count=max_registers,
     )
     linker = Linker(*(ObjectCode.from_ltoir(blob, name=name) for name, blob in ltoirs), options=options)
     try:
