@@ -7,6 +7,7 @@ baseline timed in the same run: the device copy bandwidth, CuPy, a plain Numba k
 built with nvcc at run time into the git-ignored benchmarks/.build/ and loaded with ctypes).
 
     python benchmarks/run.py [--out docs/benchmarks.md] [--quick] [--only linrec,half]
+    python benchmarks/run.py --only bandwidth,launch --save a.pkl; python benchmarks/run.py --only mamba --merge a.pkl
 
 Sections: bandwidth, launch, compile, blocks (issues 2 and 3), linrec, half, rows2d (issue 7), histogram,
 segsort (issue 8), chained (issue 11), mamba (issue 9: against Mamba's own CUDA kernel, built by
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import pickle
 import statistics
 import subprocess
 import sys
@@ -1961,6 +1963,16 @@ def _parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--only", type=_section_names, default=None, help=f"comma list of sections to run, of {', '.join(SECTIONS)}"
     )
+    parser.add_argument(
+        "--save", default=None, help="also keep the measured results in this file (pickle), for --merge"
+    )
+    parser.add_argument(
+        "--merge",
+        nargs="*",
+        default=(),
+        help="results saved by earlier --save runs on the same device, rendered together with this run's "
+        "(one document from a run split over several commands)",
+    )
     return parser.parse_args()
 
 
@@ -1995,13 +2007,20 @@ def measure(only: tuple[str, ...], sizes: list[int], arch: str) -> dict[str, Any
 
 
 def main() -> None:
+    args = _parse_args()
     import cupy as cp
 
-    args = _parse_args()
     props = cp.cuda.runtime.getDeviceProperties(0)
     device = props["name"].decode()
     arch = f"sm_{props['major']}{props['minor']}"
     results = measure(args.only or SECTIONS, [24] if args.quick else [26, 28], arch)
+    if args.save:
+        Path(args.save).write_bytes(pickle.dumps({"device": device, "results": results}))
+    for path in args.merge:
+        saved = pickle.loads(Path(path).read_bytes())
+        if saved["device"] != device:
+            raise SystemExit(f"{path} was measured on {saved['device']}, not {device}: ratios come from one device")
+        results = {**saved["results"], **results}
     text = render(device, **results)
     out = args.out or (None if args.only else str(Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"))
     if out:
