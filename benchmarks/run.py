@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib
 import os
 import pickle
 import statistics
@@ -126,39 +127,15 @@ except Exception as error:
     ISSUE8_ERROR = error
 
 
-# Chained scans (issue 11), the same guard: the whole-array cumsum and linear recurrence in one kernel, and the
-# three-kernel cumsum they replace (tile sums, one program's exclusive scan of them, a seeded rescan).
+# Chained scans (issue 11), the same guard: tutorial 02's kernels (the benchmark times what the tutorial shows),
+# the whole-array cumsum and linear recurrence in one kernel and the three-kernel cumsum they replace.
 try:
-
-    @ct.jit
-    def chained_cumsum(x, y, n, TILE: ct.constexpr):
-        base = ct.program_id(0) * TILE
-        t = tile.load(x, base, TILE, valid=n - base, other=0)
-        tile.store(y, base, tile.scan(t, chained=True), valid=n - base)
-
-    @ct.jit
-    def chained_linrec(a, b, h, n, TILE: ct.constexpr):
-        base = ct.program_id(0) * TILE
-        ta = tile.load(a, base, TILE, valid=n - base, other=1)
-        tb = tile.load(b, base, TILE, valid=n - base, other=0)
-        _, th = tile.scan((ta, tb), op=linrec, chained=True)
-        tile.store(h, base, th, valid=n - base)
-
-    @ct.jit
-    def offsets_of_sums(sums, offsets, m, CHUNK: ct.constexpr):
-        carry = sums[0] * 0
-        for base in range(0, m, CHUNK):
-            t = tile.load(sums, base, CHUNK, valid=m - base, other=0)
-            s, carry = tile.scan(t, exclusive=True, initial=carry, return_total=True)
-            tile.store(offsets, base, s, valid=m - base)
-
-    @ct.jit
-    def seeded_cumsum(x, offsets, y, n, TILE: ct.constexpr):
-        pid = ct.program_id(0)
-        base = pid * TILE
-        t = tile.load(x, base, TILE, valid=n - base, other=0)
-        tile.store(y, base, tile.scan(t, initial=offsets[pid]), valid=n - base)
-
+    sys.path.insert(2, str(Path(__file__).resolve().parent.parent / "tutorials"))
+    _cumsum_tutorial = importlib.import_module("02_cumsum")
+    chained_cumsum = _cumsum_tutorial.chained_cumsum
+    chained_linrec = _cumsum_tutorial.whole_array_recurrence
+    offsets_of_sums = _cumsum_tutorial.exclusive_scan_one_program
+    seeded_cumsum = _cumsum_tutorial.seeded_cumsum
     CHAINED_ERROR: Exception | None = None
 except Exception as error:
     chained_cumsum = chained_linrec = offsets_of_sums = seeded_cumsum = None
