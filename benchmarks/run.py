@@ -69,22 +69,11 @@ def row_cumsum(x, y, CHUNK: ct.constexpr):
         tile.store(out, base, s, valid=n - base)
 
 
-# `ct.combine` is newer than the rest of the contract: a library without it (or one that rejects these
-# definitions) fails the linrec section alone, not the import of this file (the compile section imports it).
+# Tutorial 04's per-tile linear recurrence (the benchmark times what the tutorial shows). A library that rejects
+# it fails the linrec section alone, not the import of this file (the compile section imports it).
+sys.path.insert(2, str(Path(__file__).resolve().parent.parent / "tutorials"))
 try:
-
-    @ct.combine
-    def linrec(a_l, b_l, a_r, b_r):
-        return a_r * a_l, a_r * b_l + b_r
-
-    @ct.jit
-    def tile_linrec(a, b, h, n, TILE: ct.constexpr):
-        base = ct.program_id(0) * TILE
-        ta = tile.load(a, base, TILE, valid=n - base, other=1)
-        tb = tile.load(b, base, TILE, valid=n - base, other=0)
-        _, th = tile.scan((ta, tb), op=linrec)
-        tile.store(h, base, th, valid=n - base)
-
+    tile_linrec = importlib.import_module("04_linear_recurrence").tile_recurrence
     LINREC_ERROR: Exception | None = None
 except Exception as error:
     tile_linrec, LINREC_ERROR = None, error
@@ -130,7 +119,6 @@ except Exception as error:
 # Chained scans (issue 11), the same guard: tutorial 02's kernels (the benchmark times what the tutorial shows),
 # the whole-array cumsum and linear recurrence in one kernel and the three-kernel cumsum they replace.
 try:
-    sys.path.insert(2, str(Path(__file__).resolve().parent.parent / "tutorials"))
     _cumsum_tutorial = importlib.import_module("02_cumsum")
     chained_cumsum = _cumsum_tutorial.chained_cumsum
     chained_linrec = _cumsum_tutorial.whole_array_recurrence
