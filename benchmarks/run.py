@@ -1162,16 +1162,16 @@ def _chained_costs() -> dict:
         reps=7,
     )
     grid = (1 << 20) // 4096
-    plain_ms = cuda_time_ms(lambda: tile_cumsum[grid](mid, out_mid, 1 << 20, TILE=4096), reps=50)
-    chained_ms = cuda_time_ms(lambda: chained_cumsum[grid](mid, out_mid, 1 << 20, TILE=4096), reps=50)
+    plain_ms = cuda_time_ms(lambda: tile_cumsum[grid](mid, out_mid, 1 << 20, TILE=4096))
+    chained_ms = cuda_time_ms(lambda: chained_cumsum[grid](mid, out_mid, 1 << 20, TILE=4096))
     stream = cp.cuda.Stream(non_blocking=True)
     with stream:
         chained_cumsum[grid, stream](mid, out_mid, 1 << 20, TILE=4096)
         stream.begin_capture()
         chained_cumsum[grid, stream](mid, out_mid, 1 << 20, TILE=4096)
         graph = stream.end_capture()
-        graph_ms = cuda_time_ms(lambda: graph.launch(stream), reps=50)
-        direct_ms = cuda_time_ms(lambda: chained_cumsum[grid, stream](mid, out_mid, 1 << 20, TILE=4096), reps=50)
+        graph_ms = cuda_time_ms(lambda: graph.launch(stream))
+        direct_ms = cuda_time_ms(lambda: chained_cumsum[grid, stream](mid, out_mid, 1 << 20, TILE=4096))
         ok = bool(cp.array_equal(out_mid, cp.arange(1, (1 << 20) + 1, dtype=cp.int32)))
     return {
         **host,
@@ -1291,13 +1291,13 @@ def _mamba_row(shape: tuple[int, ...], dtype: str, mamba: dict, copy_gbs: float)
         "triton": _guarded(_mamba_triton, args, correct),
     }
     if shape == MAMBA_SHAPES[0]:
-        row["torch"] = _guarded(_single, lambda: torch_selective_scan_ref(*args), correct, 1, 3)
+        row["torch"] = _guarded(_single, lambda: torch_selective_scan_ref(*args), correct)
     return row
 
 
-def _single(run: Callable[[], tuple[Any, Any]], correct: Callable, warmup: int = 3, reps: int = 15) -> dict:
+def _single(run: Callable[[], tuple[Any, Any]], correct: Callable) -> dict:
     """Time `run()` (returning (out, last_state)) and check what it returned."""
-    ms = cuda_time_ms(run, warmup=warmup, reps=reps)
+    ms = cuda_time_ms(run)
     return {"best": None, "ms": ms, "times": {None: ms}, "correct": correct(*run())}
 
 
