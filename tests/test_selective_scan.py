@@ -8,7 +8,7 @@ import pytest
 
 import coop_tiles as ct
 from coop_tiles.examples import selective_scan_fwd, selective_scan_reference
-from coop_tiles.examples.selective_scan import kernel_for, selective_scan
+from coop_tiles.examples.selective_scan import kernel_for, launch_choice, selective_scan
 
 INTERPRETED = ct.jit(selective_scan.fn, interpret=True)
 BF16 = np.dtype(ct.bfloat16)
@@ -130,17 +130,24 @@ def state_loop_lines() -> range:
     return range(first + start, first + end)
 
 
-@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=["float32", "bfloat16"])
-def test_compiled_kernel_keeps_the_state_loop_to_the_scans_own_barriers(dtype):
-    """The full variant compiles to a cubin without a GPU, within 128 registers and with no local memory. In its
-    state loop, B and C rows move in 16-byte words (16-bit rows converted to float32 as they arrive) and there is
-    no barrier but the scan's own: the carry is read and written by thread 0 alone, whose total it is."""
+@pytest.mark.parametrize(
+    "dtype, seqlen, chunk, registers",
+    [(np.float32, 8192, 2048, 128), (BF16, 2048, 2048, 168), (BF16, 8192, 4096, 128)],
+    ids=["float32", "bfloat16", "bfloat16-long"],
+)
+def test_compiled_kernel_keeps_the_state_loop_to_the_scans_own_barriers(dtype, seqlen, chunk, registers):
+    """The full variant compiles to a cubin without a GPU, at the chunk and register cap `launch_choice` picks,
+    with no local memory. In its state loop, B and C rows move in 16-byte words (16-bit rows converted to float32
+    as they arrive) and there is no barrier but the scan's own: the carry is read and written by thread 0 alone,
+    whose total it is."""
+    assert launch_choice(seqlen, np.dtype(dtype).itemsize) == (chunk, registers)
     inputs = make_inputs(1, 1, 16, 2, dtype)
     B, C = inputs["B"][:, None], inputs["C"][:, None]
     args = [inputs[k] for k in ("u", "delta", "A")] + [B, C] + [inputs[k] for k in ("D", "delta_bias", "z", "u")]
-    flags = dict(HAS_D=True, HAS_DELTA_BIAS=True, HAS_Z=True, SOFTPLUS=True, CHUNK=2048)
-    k = kernel_for(2048, interpret=False).compile(*args, np.zeros((1, 1, 2), np.float32), arch="sm_90", **flags)
-    assert k.block_threads == 128 and k.local_memory_bytes() == 0
+    flags = dict(HAS_D=True, HAS_DELTA_BIAS=True, HAS_Z=True, SOFTPLUS=True, CHUNK=chunk)
+    kernel = kernel_for(chunk, False, registers)
+    k = kernel.compile(*args, np.zeros((1, 1, 2), np.float32), arch="sm_90", **flags)
+    assert k.block_threads == chunk // 16 and k.local_memory_bytes() == 0
     plan = str(k.plan)
     assert "scan[combine0_affine], total in thread 0" in plan
     in_loop = [c for c in k.plan.collectives.values() if c.line in state_loop_lines()]

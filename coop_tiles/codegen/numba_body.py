@@ -211,10 +211,12 @@ class _BodyWriter:
             self.line(depth, text)
 
     def address(self, array: ir.Var, indices: tuple[ir.Value, ...]) -> tuple[str, str]:
-        """(in-range condition, element expression) of `array[indices]`."""
+        """(in-range condition, element expression) of `array[indices]`. Each index is checked with one
+        unsigned comparison (a negative index wraps past any extent), and the checks are combined
+        without branches, so that those of loop-invariant indices can leave a loop."""
         p = self.arrays[array.name]
         idx = [self.operand(i, False) for i in indices]
-        ok = " and ".join(f"{i} >= 0 and {i} < {n}" for i, n in zip(idx, p.shapes))
+        ok = " & ".join(f"(np.uint64({i}) < np.uint64({n}))" for i, n in zip(idx, p.shapes))
         offset = " + ".join([p.off, *(i if s == "1" else f"{i} * {s}" for i, s in zip(idx, p.strides))])
         return ok, f"{p.ptr}[{offset}]"
 

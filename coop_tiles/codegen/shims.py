@@ -117,11 +117,14 @@ def clamp_valid(size: int) -> str:
 
 
 def _clamp(size: int) -> str:
-    """`clamp_valid`, and never past the end of the array (a tile starting outside it has none)."""
+    """`clamp_valid`, and never past the end of the array (a tile starting outside it has none); and
+    `whole`, whether all `size` elements are valid (`v == size`), tested without `v` so that only the
+    partial path computes it and the test's loop-invariant parts can leave an inner loop."""
     return (
         clamp_valid(size)
         + "  const long long room = (offset < 0 || offset >= a_len) ? 0 : a_len - offset;\n"
         + "  if (v > room) v = room;\n"
+        + f"  const bool whole = valid >= {size} && offset >= 0 && a_len - offset >= {size};\n"
     )
 
 
@@ -212,7 +215,8 @@ class ShimWriter:
         into a tile of another dtype than the array's (a 16-bit float tile loaded as float32)
         converts each item after the transfer."""
         lay = self.layout(tile)
-        items, full = lay.items_per_thread, self.threads * lay.items_per_thread
+        items = lay.items_per_thread
+        whole = "whole" if self.threads * items == lay.size else "false"  # (a padded tile is never whole)
         verb = kind.capitalize()  # Load / Store
         choice = self.choice(cid)
         code, body = "", self.items_ref("x", "items", tile, items) + _clamp(lay.size)
@@ -253,7 +257,7 @@ class ShimWriter:
                 each = f"    auto* dst = {mine};\n    for (int i = 0; i < {items}; ++i) if (i < left) dst[i] = x[i];\n"
             # (a conversion in each branch: the words convert without unpacking their halves first)
             body += (
-                f"  if (v == {full} && {aligned}) {{\n{move}  }} else {{\n"
+                f"  if ({whole} && {aligned}) {{\n{move}  }} else {{\n"
                 f"    const int left = int(v) - int(threadIdx.x) * {items};\n{each}{convert}  }}\n"
             )
             convert = ""
@@ -272,7 +276,7 @@ class ShimWriter:
             else:
                 call_expr, thread = f"cub::{verb}DirectStriped<{self.threads}>", "int(threadIdx.x), "
             body += (
-                f"  if (v == {full}) {call_expr}({thread}a + a_off + offset, x);\n"
+                f"  if ({whole}) {call_expr}({thread}a + a_off + offset, x);\n"
                 f"  else {call_expr}({thread}a + a_off + offset, x, int(v){guarded_extra});\n"
             )
         self.define(call, code, body + convert)
