@@ -3,7 +3,8 @@
 The rule, per specialisation, at its first launch on a device:
 
 1. Compile with the planner's default (min(256, largest tile rounded up to a warp), more
-   threads when a tile would need over 32 items per thread), load it, and read its
+   threads when a tile would need over 32 items per thread; 32 items per thread, at least 128
+   threads, for a chained scan: `choose_block_threads`), load it, and read its
    registers per thread, its TempStorage bytes and, from the occupancy API, how many blocks
    fit on a multiprocessor.
 2. If those blocks keep at least half of the multiprocessor's thread slots busy, keep it:
