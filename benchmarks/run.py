@@ -986,10 +986,10 @@ def _segsort_triton(data: dict, payload: bool) -> dict:
 
 # ----- issue 11: chained scans over the whole array ----------------------------------------------------------------
 
-CHAINED_CONFIGS = ((4096, None), (4096, 128), (8192, None), (8192, 512), (16384, None), (16384, 1024))  # TILE, threads
+CHAINED_CONFIGS = ((4096, None), (4096, 256), (8192, None), (8192, 512), (16384, None))  # TILE, threads
 THREE_KERNEL_TILES = (4096,)
 OFFSETS_CHUNK = 1024
-CHAINED_LINREC_CONFIGS = ((4096, None), (8192, None), (8192, 512))
+CHAINED_LINREC_CONFIGS = ((4096, None), (4096, 256), (8192, None), (8192, 512))
 LINREC_CHECKS = 8  # tile starts at which the recurrence is checked
 LINREC_WARMUP = 1000  # elements run before each checked start (a in [0.5, 1) forgets h within a few hundred)
 

@@ -28,8 +28,11 @@ def test_a_chained_kernel_takes_tickets_and_publishes_tag_and_value_in_one_acces
     k = cumsum.compile(x, x, 1, TILE=4096, arch="sm_90")
     assert k.chain_bytes == 16
     assert "unsigned char* coop_grid_state)" in k.shim_source
-    assert "coop_chain_begin(coop_grid_state);" in k.shim_source
-    assert "coop_chain_tile()" in k.numba_source and "blockIdx" not in k.numba_source
+    # the body prefetches its tile for program id = block index, then takes its ticket, then loads for the ticket
+    body = k.numba_source
+    assert body.index("cuda.blockIdx.x") < body.index("coop_prefetch_0(") < body.index("coop_chain_begin(")
+    assert body.index("coop_chain_begin(") < body.index("coop_chain_tile()") < body.index("coop_load_0(")
+    assert body.count("blockIdx") == 1 and "prefetch.global.L2" in k.shim_source
     assert "InclusiveScan(y, y, coop::add{}, cb)" in k.shim_source  # the look-back inside CUB's block scan
     assert "scan[add, chained]" in str(k.plan)
     ptx = k.ptx
@@ -43,6 +46,23 @@ def test_items_over_8_bytes_publish_a_status_word_after_their_value():
     k = chained_linrec.compile(f, f, f, f, 1, TILE=512, EXCLUSIVE=False, arch="sm_90")
     assert k.chain_bytes == descriptor_bytes([np.dtype(np.float64)] * 2) == 8 + 2 * 16
     assert "st.release.gpu" in k.ptx and "ld.acquire.gpu" in k.ptx
+
+
+@ct.jit
+def offsets_from_memory(x, starts, y, n, TILE: ct.constexpr):
+    pid = ct.program_id(0)
+    base = starts[pid]  # read from memory: not guessed before the ticket
+    t = tile.load(x, base, TILE, valid=n - base, other=0)
+    u = tile.load(x, pid * TILE, TILE, valid=n - pid * TILE, other=0)
+    tile.store(y, pid * TILE, tile.scan(t + u, chained=True), valid=n - pid * TILE)
+
+
+def test_only_loads_whose_operands_are_arithmetic_on_the_program_id_are_prefetched():
+    x = np.zeros(1, np.int32)
+    k = offsets_from_memory.compile(x, np.zeros(1, np.int64), x, 1, TILE=1024, arch="sm_90")
+    body = k.numba_source
+    assert "coop_prefetch_0(" not in body and "coop_prefetch_1(" in body
+    assert body.index("coop_prefetch_1(") < body.index("coop_chain_begin(")
 
 
 @pytest.mark.parametrize(

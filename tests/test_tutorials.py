@@ -30,7 +30,8 @@ def test_tutorial_kernels_compile_without_gpu():
     assert "coop::carry" in k.shim_source and "ExclusiveScan(y, y, coop::add{}, c)" in k.shim_source
     f = np.zeros(1, np.float32)
     k = cumsum["whole_array_recurrence"].compile(f, f, f, 1, TILE=4096, arch="sm_90")
-    assert "coop_chain_begin(coop_grid_state)" in k.shim_source and k.local_memory_bytes() == 0
+    assert "coop_chain_begin(coop_grid_state)" in k.numba_source and k.local_memory_bytes() == 0
+    assert "coop_prefetch_0(" in k.numba_source and "coop_prefetch_1(" in k.numba_source  # a and b, before the ticket
     softmax = runpy.run_path(str(TUTORIALS[2]))
     f = np.zeros(1, np.float32)
     k = softmax["row_softmax"].compile(f, f, f, 1, TILE=1024, arch="sm_90")

@@ -11,14 +11,17 @@ barriers. Arrays and views are a pointer, an element offset, and per-axis shapes
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from ..dtypes import bfloat16, compute_dtype, float32, is_half, storage_dtype
 from ..lang import ir
 from ..lang.types import ArrayType, ScalarType, TileType
+from ..ops import chained as chain
 from ..ops.base import ArrayArg, OutArg, ShimCall, TileArg, ValueArg
 from ..ops.elementwise import ELEMENTWISE
 from ..planner.carve import tile_stride
@@ -352,6 +355,37 @@ def _handlers() -> dict:
 _HANDLERS = _handlers()
 
 
+def _chain_start(w: _BodyWriter, program: ir.Program) -> None:
+    """A chained program's start: prefetch its first loads for program id = block index, while the
+    ticket (the real program id) is in flight (`ops/chained.py`), then take the ticket. The
+    statements computing the loads' operands run again, on renamed variables (`<name>_pf`)."""
+    loads, stmts = chain.prefetched_loads(program)
+    renamed = {out.name: ir.Var(f"{out.name}_pf", out.type) for s in stmts for out in ir.outputs(s)}
+    stmts = [_renamed(s, renamed) for s in stmts]
+    w.declare(stmts, 1)
+    for s in stmts:
+        if isinstance(s, ir.ProgramId) and s.axis == 0 and not s.count:
+            w.line(1, f"{s.out.name} = np.int64(cuda.blockIdx.x)")  # the guess; the ticket comes after
+        else:
+            _HANDLERS[type(s)](w, s, 1)
+    for load in loads:
+        w.call(_renamed(chain.prefetch_call(load), renamed), -1, 1)
+    w.shims.append(ShimDecl("coop_chain_begin", "void", ("CPointer(uint8)",)))
+    w.line(1, "coop_chain_begin(coop_grid_state)")
+
+
+def _renamed(node: Any, names: dict[str, ir.Var]) -> Any:
+    """`node` (a statement, shim call or argument) with every variable in `names` replaced."""
+    if isinstance(node, ir.Var):
+        return names.get(node.name, node)
+    if isinstance(node, tuple):
+        return tuple(_renamed(x, names) for x in node)
+    if dataclasses.is_dataclass(node) and not isinstance(node, ir.Lit):
+        changes = {f.name: _renamed(getattr(node, f.name), names) for f in dataclasses.fields(node) if f.init}
+        return dataclasses.replace(node, **changes)
+    return node
+
+
 def generate_body(
     program: ir.Program, plan: Plan, calls: dict[int, ShimCall], function: str, abi_name: str, chained: bool = False
 ) -> BodySource:
@@ -367,9 +401,14 @@ def generate_body(
         if isinstance(t, ArrayType):
             shapes, strides = array_parts(f"a_{name}", t)
             w.arrays[f"a_{name}"] = _ArrayParts(f"a_{name}", "0", shapes, strides, t.unit_stride)
+    if chained:
+        params.append("coop_grid_state")
+        param_types.append("CPointer(uint8)")
     w.line(0, f"def {function}({', '.join(params)}):")
     w.line(1, "tid = np.int64(cuda.threadIdx.x)")
     w.declare(program.body, 1)
+    if chained:
+        _chain_start(w, program)
     w.stmts(program.body, 1)
     header = "# coop_tiles program body (generated; see .plan for layouts and barriers)\n"
     shims = tuple(dict.fromkeys(w.shims))

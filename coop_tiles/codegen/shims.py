@@ -19,6 +19,7 @@ from ..dtypes import bfloat16, cxx_identity, cxx_name, is_half
 from ..lang import ir
 from ..lang.types import ArrayType
 from ..ops.base import ArrayArg, OutArg, ShimCall, TileArg, ValueArg, op_of
+from ..ops.chained import define_prefetch, prefetched_loads
 from ..planner.carve import StorageNeed
 from ..planner.layout import BLOCKED, VECTORIZED, CollectiveChoice, LayoutPlan, TileLayout
 from .params import kernel_params
@@ -303,20 +304,24 @@ def generate_shims(program: ir.Program, layouts: LayoutPlan) -> ShimSource:
     for s in program.walk():
         if isinstance(s, ir.Collective):
             calls[s.cid] = op_of(s).lower(s, writer)
+    chain = writer.chain_bytes is not None
+    if chain:  # (the body calls these before it takes its ticket)
+        for load in prefetched_loads(program)[0]:
+            define_prefetch(load, writer, _clamp(load.out.type.size))
     kernel, body = f"coop_kernel_{program.name}", f"coop_body_{program.name}"
     flat = [p for name, t in program.params for p in kernel_params(f"a_{name}", t)]
     params = [f"{p.cxx} {p.name}" for p in flat]
     body_params = ", ".join(["unsigned char*"] + [p.cxx for p in flat])
     args = ", ".join(["coop_smem"] + [p.name for p in flat])
-    chain = writer.chain_bytes is not None
-    # a chained scan's grid-wide state comes last; the block takes its program id from it first
-    params += ["unsigned char* coop_grid_state"] if chain else []
+    if chain:  # a chained scan's grid-wide state comes last; the body takes its program id from it first
+        params.append("unsigned char* coop_grid_state")
+        body_params += ", unsigned char*"
+        args += ", coop_grid_state"
     entry = (
         f'extern "C" __device__ void {body}({body_params});\n'
         f'extern "C" __global__ void __launch_bounds__({layouts.block_threads}) {kernel}({", ".join(params)}) {{\n'
         "  extern __shared__ __align__(16) unsigned char coop_smem[];\n"
-        + ("  coop_chain_begin(coop_grid_state);\n" if chain else "")
-        + f"  {body}({args});\n}}\n"
+        f"  {body}({args});\n}}\n"
     )
     source = "\n".join(
         [
