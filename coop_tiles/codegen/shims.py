@@ -290,8 +290,10 @@ def convert_expr(expr: str, src: np.dtype, dst: np.dtype) -> str:
     return f"static_cast<{cxx_name(dst)}>({expr})"
 
 
-def generate_shims(program: ir.Program, layouts: LayoutPlan) -> ShimSource:
-    """The C++ source of every shim of `program` plus its kernel entry."""
+def generate_shims(program: ir.Program, layouts: LayoutPlan, max_registers: int | None = None) -> ShimSource:
+    """The C++ source of every shim of `program` plus its kernel entry, which caps the registers per
+    thread at `max_registers` (`__maxnreg__`, which ptxas keeps to; its `-maxrregcount` leaves a
+    kernel with launch bounds as it is) or else declares the block size (`__launch_bounds__`)."""
     writer = ShimWriter(layouts)
     calls = {}
     halves = (
@@ -317,9 +319,11 @@ def generate_shims(program: ir.Program, layouts: LayoutPlan) -> ShimSource:
         params.append("unsigned char* coop_grid_state")
         body_params += ", unsigned char*"
         args += ", coop_grid_state"
+    # (the two cannot qualify one kernel)
+    bounds = f"__launch_bounds__({layouts.block_threads})" if max_registers is None else f"__maxnreg__({max_registers})"
     entry = (
         f'extern "C" __device__ void {body}({body_params});\n'
-        f'extern "C" __global__ void __launch_bounds__({layouts.block_threads}) {kernel}({", ".join(params)}) {{\n'
+        f'extern "C" __global__ void {bounds} {kernel}({", ".join(params)}) {{\n'
         "  extern __shared__ __align__(16) unsigned char coop_smem[];\n"
         f"  {body}({args});\n}}\n"
     )

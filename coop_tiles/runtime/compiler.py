@@ -91,8 +91,8 @@ def layout_stage(program: ir.Program, sig: Signature) -> LayoutPlan:
     return plan_layouts(program, sig.block_threads)
 
 
-def shim_stage(program: ir.Program, layouts: LayoutPlan) -> ShimSource:
-    return generate_shims(program, layouts)
+def shim_stage(program: ir.Program, layouts: LayoutPlan, max_registers: int | None = None) -> ShimSource:
+    return generate_shims(program, layouts, max_registers)
 
 
 def nvrtc_stage(
@@ -160,7 +160,7 @@ def compile_kernel(
         program = rewrite_stage(program, sig.debug)
     with clock.stage("plan"):
         layouts = layout_stage(program, sig)
-        shims = shim_stage(program, layouts)
+        shims = shim_stage(program, layouts, sig.max_registers)
     try:
         shim_ltoir, needs = nvrtc_stage(shims, sig.arch, cache, clock)
         with clock.stage("plan"):
@@ -173,7 +173,6 @@ def compile_kernel(
             [[vars(s) for s in b.shims] for b in bodies],
             sig.arch,
             sig.fastmath,
-            sig.max_registers,
             toolchain.versions(),
         )
         cubin = cache.get("kernel", key)
@@ -182,7 +181,7 @@ def compile_kernel(
             with clock.stage("Numba"):
                 modules = [("coop_shims", shim_ltoir), *numba_stage(bodies, sig.arch, sig.fastmath)]
             with clock.stage("nvJitLink"):
-                cubin = toolchain.link(modules, sig.arch, max_registers=sig.max_registers)
+                cubin = toolchain.link(modules, sig.arch)
             cache.put("kernel", key, cubin)
         clock.done()
     except CompileError as e:

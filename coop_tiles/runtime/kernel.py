@@ -78,6 +78,10 @@ class CompiledKernel:
             self._ptx = toolchain.link(self._ltoirs(), self.arch, output="ptx")
         return self._ptx.decode()
 
+    def registers(self) -> int:
+        """Registers per thread of the kernel, from the cubin (no GPU needed)."""
+        return toolchain.register_count(self.cubin, self.kernel_name)
+
     def local_memory_bytes(self) -> int:
         """Bytes of local (stack) memory per thread: `.local` arrays in the PTX, or the cubin's stack
         frame (which also holds register spills, as under `max_registers`); 0 for a well-formed kernel."""

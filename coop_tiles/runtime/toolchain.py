@@ -106,6 +106,7 @@ _runs = _NvrtcRuns()
 
 _import_lock = threading.Lock()
 EIATTR_FRAME_SIZE = 0x11
+EIATTR_REGCOUNT = 0x2F
 
 
 def import_cuda_core() -> None:
@@ -272,8 +273,17 @@ def _shared_tile(intrinsic, types):
 
 
 def frame_bytes(cubin: bytes, function: str) -> int:
-    """The per-thread stack frame of `function` in a cubin (local arrays and register spills): its
-    EIATTR_FRAME_SIZE attribute in the ELF's .nv.info section."""
+    """The per-thread stack frame of `function` in a cubin (local arrays and register spills)."""
+    return _function_attribute(cubin, function, EIATTR_FRAME_SIZE)
+
+
+def register_count(cubin: bytes, function: str) -> int:
+    """The registers per thread of `function` in a cubin."""
+    return _function_attribute(cubin, function, EIATTR_REGCOUNT)
+
+
+def _function_attribute(cubin: bytes, function: str, attribute: int) -> int:
+    """A per-function attribute (EIATTR_*) of `function` from the cubin ELF's .nv.info section (0 if absent)."""
     shoff = struct.unpack_from("<Q", cubin, 0x28)[0]
     shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
     sections = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize) for i in range(shnum)]
@@ -291,19 +301,18 @@ def frame_bytes(cubin: bytes, function: str) -> int:
     info = next(s for s in sections if name(shstrndx, s[0]) == ".nv.info")
     at, end = info[4], info[4] + info[5]
     while at < end:  # entries: format, attribute, size, value
-        form, attribute, size = cubin[at], cubin[at + 1], struct.unpack_from("<H", cubin, at + 2)[0]
-        if form == 0x04 and attribute == EIATTR_FRAME_SIZE:
-            owner, frame = struct.unpack_from("<II", cubin, at + 4)
+        form, found, size = cubin[at], cubin[at + 1], struct.unpack_from("<H", cubin, at + 2)[0]
+        if form == 0x04 and found == attribute:
+            owner, value = struct.unpack_from("<II", cubin, at + 4)
             if owner == index:
-                return frame
+                return value
         at += 4 + (size if form == 0x04 else 0)
     return 0
 
 
-def link(ltoirs: list[tuple[str, bytes]], arch: str, output: str = "cubin", max_registers: int | None = None) -> bytes:
-    """Link LTO-IR modules with nvJitLink into a cubin (or, with output="ptx", the linked PTX), with
-    at most `max_registers` registers per thread when given. Variables no device code uses (NVRTC's
-    size probes) are dropped."""
+def link(ltoirs: list[tuple[str, bytes]], arch: str, output: str = "cubin") -> bytes:
+    """Link LTO-IR modules with nvJitLink into a cubin (or, with output="ptx", the linked PTX).
+    Variables no device code uses (NVRTC's size probes) are dropped."""
     from cuda.core import Linker, LinkerOptions, ObjectCode
 
     options = LinkerOptions(
@@ -312,7 +321,6 @@ def link(ltoirs: list[tuple[str, bytes]], arch: str, output: str = "cubin", max_
         optimization_level=3,
         optimize_unused_variables=True,
         ptx=output == "ptx",
-        max_register_count=max_registers,
     )
     linker = Linker(*(ObjectCode.from_ltoir(blob, name=name) for name, blob in ltoirs), options=options)
     try:
