@@ -131,15 +131,15 @@ def state_loop_lines() -> range:
 
 
 @pytest.mark.parametrize(
-    "dtype, seqlen, chunk, registers",
-    [(np.float32, 8192, 2048, 128), (BF16, 2048, 2048, 168), (BF16, 8192, 4096, 128)],
+    "dtype, seqlen, chunk, registers, spill",
+    [(np.float32, 8192, 2048, 128, 0), (BF16, 2048, 2048, 80, 96), (BF16, 8192, 4096, 80, 96)],
     ids=["float32", "bfloat16", "bfloat16-long"],
 )
-def test_compiled_kernel_keeps_the_state_loop_to_the_scans_own_barriers(dtype, seqlen, chunk, registers):
+def test_compiled_kernel_keeps_the_state_loop_to_the_scans_own_barriers(dtype, seqlen, chunk, registers, spill):
     """The full variant compiles to a cubin without a GPU, at the chunk and register cap `launch_choice` picks,
-    with no local memory. In its state loop, B and C rows move in 16-byte words (16-bit rows converted to float32
-    as they arrive) and there is no barrier but the scan's own: the carry is read and written by thread 0 alone,
-    whose total it is."""
+    with no local memory but, under the 16-bit cap, a few spilled registers. In its state loop, B and C rows move
+    in 16-byte words (16-bit rows converted to float32 as they arrive) and there is no barrier but the scan's own:
+    the carry is read and written by thread 0 alone, whose total it is."""
     assert launch_choice(seqlen, np.dtype(dtype).itemsize) == (chunk, registers)
     inputs = make_inputs(1, 1, 16, 2, dtype)
     B, C = inputs["B"][:, None], inputs["C"][:, None]
@@ -147,7 +147,7 @@ def test_compiled_kernel_keeps_the_state_loop_to_the_scans_own_barriers(dtype, s
     flags = dict(HAS_D=True, HAS_DELTA_BIAS=True, HAS_Z=True, SOFTPLUS=True, CHUNK=chunk)
     kernel = kernel_for(chunk, False, registers)
     k = kernel.compile(*args, np.zeros((1, 1, 2), np.float32), arch="sm_90", **flags)
-    assert k.block_threads == chunk // 16 and k.local_memory_bytes() == 0
+    assert k.block_threads == chunk // 16 and k.registers() <= registers and k.local_memory_bytes() <= spill
     plan = str(k.plan)
     assert "scan[combine0_affine], total in thread 0" in plan
     in_loop = [c for c in k.plan.collectives.values() if c.line in state_loop_lines()]

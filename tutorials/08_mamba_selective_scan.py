@@ -37,8 +37,8 @@ alone, which writes it to `last_state` and reads it back). The entry point
 `coop_tiles.examples.selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus)` takes
 Mamba's arguments (PyTorch or CuPy on the GPU, NumPy in the interpreter) and launches the program as
 Mamba launches its kernel: 16 items per thread, fast math, 128 registers (4 blocks per multiprocessor);
-for 16-bit inputs, 168 registers at one 2048-element chunk and 4096-element chunks past it, which
-measured faster on an H100 (`launch_choice`).
+for 16-bit inputs, 80 registers (6 blocks per multiprocessor) and 4096-element chunks past 2048,
+which measured faster on an H100 (`launch_choice`).
 
     python tutorials/08_mamba_selective_scan.py
 """

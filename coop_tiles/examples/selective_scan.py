@@ -12,10 +12,11 @@ that carry: the scan's total is written there and read back by the next chunk.
 
 Compiled with fast math, as Mamba builds its kernel (`--use_fast_math`); launched as Mamba
 launches its own: CHUNK elements (at most 2048) over CHUNK / 16 threads, 16 items each, 128
-registers per thread. For 16-bit inputs, whose state loop is shorter of memory and longer of
-arithmetic, `launch_choice` measured better on an H100: 168 registers for one 2048-element chunk
-(3 blocks per multiprocessor, fewer values recomputed in the loop), and chunks of 4096 past it
-(half as many carries through `last_state`).
+registers per thread. For 16-bit inputs, whose state loop moves half the bytes and is bound by
+its arithmetic instead, `launch_choice` takes what measured faster on an H100: 80 registers (6
+blocks per multiprocessor at one 2048-element chunk, 3 at the 4096-element chunks it takes past
+2048 elements, half as many carries through `last_state`), for 80 bytes of spilled values per
+thread that the state loop reloads from L1.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ MAX_CHUNK = 2048
 LONG_CHUNK = 4096  # 16-bit inputs longer than MAX_CHUNK
 ITEMS_PER_THREAD = 16
 MAX_REGISTERS = 128  # 4 blocks of 128 threads per multiprocessor, as Mamba's kernel fits
-HALF_REGISTERS = 168  # 16-bit inputs in one MAX_CHUNK chunk: 3 blocks per multiprocessor
+HALF_REGISTERS = 80  # 16-bit inputs
 
 
 @ct.combine
@@ -86,11 +87,11 @@ _by_threads: dict[tuple[int, int], ct.JITFunction] = {}
 
 def launch_choice(seqlen: int, itemsize: int) -> tuple[int, int]:
     """(chunk, registers per thread) for a sequence length and the inputs' item size: the whole
-    sequence up to MAX_CHUNK (a power of two, at least 32) at MAX_REGISTERS; for 16-bit inputs,
-    HALF_REGISTERS at a MAX_CHUNK chunk and LONG_CHUNK chunks past it (see the module docstring)."""
+    sequence (a power of two, at least 32) up to MAX_CHUNK at MAX_REGISTERS, or for 16-bit inputs up
+    to LONG_CHUNK at HALF_REGISTERS (see the module docstring)."""
     half = itemsize == 2
-    chunk = min(LONG_CHUNK if half and seqlen > MAX_CHUNK else MAX_CHUNK, max(32, 1 << max(0, seqlen - 1).bit_length()))
-    return chunk, HALF_REGISTERS if half and chunk == MAX_CHUNK else MAX_REGISTERS
+    chunk = min(LONG_CHUNK if half else MAX_CHUNK, max(32, 1 << max(0, seqlen - 1).bit_length()))
+    return chunk, HALF_REGISTERS if half else MAX_REGISTERS
 
 
 def kernel_for(chunk: int, interpret: bool, max_registers: int = MAX_REGISTERS) -> ct.JITFunction:
