@@ -91,10 +91,3 @@ def test_cold_compile_times_its_stages_and_a_warm_one_skips_the_compilers(tmp_pa
     warm = ct.jit(scaled_cumsum.fn).compile(I32, np.zeros(1, np.float64), 1, 2.0, TILE=1536, arch="sm_90")
     assert set(warm.timings) == {"front end", "plan", "total"}
     assert warm.cubin == cold.cubin
-
-
-def test_only_a_program_with_16_bit_floats_has_cccls_support_for_them():
-    plain = shims_of(vector_add, F32, F32, F32, 1, TILE=1000).source
-    half = shims_of(vector_add, np.zeros(1, np.float16), F32, F32, 1, TILE=1000).source
-    assert "#define CCCL_DISABLE_FP16_SUPPORT" in plain and "cuda_fp16.h" not in plain
-    assert "#define CCCL_DISABLE_FP16_SUPPORT" not in half and "cuda_fp16.h" in half

@@ -28,10 +28,6 @@ from .params import kernel_params
 #: (NVRTC's cost is mostly parsing CUB, so a kernel includes only what its ops use).
 HEADERS = ("cuda/std/cstdint", "cuda/std/limits", "cuda/std/type_traits")
 HALF_HEADERS = ("cuda_fp16.h", "cuda_bf16.h")
-#: what a translation unit without 16-bit floats defines before its includes: CCCL then neither
-#: includes cuda_fp16.h and cuda_bf16.h nor declares its traits for those types, about 0.03 s less
-#: parsing for NVRTC (8-bit and smaller floats are off for every unit: `toolchain.DEFINES`).
-NO_HALF_SUPPORT = "#define CCCL_DISABLE_FP16_SUPPORT\n#define CCCL_DISABLE_BF16_SUPPORT\n"
 
 
 def include_lines(headers: tuple[str, ...] | list[str]) -> str:
@@ -334,7 +330,7 @@ def generate_shims(program: ir.Program, layouts: LayoutPlan, max_registers: int 
     source = "\n".join(
         [
             f"// coop_tiles shims for {program.name}",
-            ("" if halves else NO_HALF_SUPPORT) + include_lines(writer.headers),
+            include_lines(writer.headers),
             FUNCTORS,
             HALF_CONVERSIONS if halves else "",
             SIZE_PROBE if writer.storage_cids else "",

@@ -18,10 +18,8 @@ from ..errors import CompileError
 
 #: Macros for every NVRTC run. CCCL unrolls its type-list metafunctions 16 deep under NVRTC and
 #: 10 deep under nvcc; at 16, expanding `cuda/std/__type_traits/type_list.h` alone takes NVRTC
-#: about 1.2 s, half of a cold compile, and at nvcc's 10 about 0.05 s. No program has 8-bit (or
-#: smaller) floats, so CCCL's support for them is off: it includes cuda_fp8.h, cuda_fp6.h and
-#: cuda_fp4.h, about 0.05 s of parsing (16-bit floats: `codegen.shims.NO_HALF_SUPPORT`).
-DEFINES = (("_CCCL_META_UNROLL_LIMIT", "10"), ("CCCL_DISABLE_NVFP8_SUPPORT", "1"))
+#: about 1.2 s, half of a cold compile, and at nvcc's 10 about 0.05 s.
+DEFINES = (("_CCCL_META_UNROLL_LIMIT", "10"),)
 #: The C++ dialect of the shims: CCCL parses about 0.15 s faster in C++20 (real concepts) than in
 #: C++17, where it emulates them.
 CXX_STD = "c++20"
