@@ -770,6 +770,29 @@ def ref_chained_argmax(x, best, where, n, TILE):
     return [best, where]
 
 
+def linrec_cases(rng: np.random.Generator, kernel, reference, params: list) -> list[Case]:
+    """Cases of a linear recurrence over tiles (`tile_linrec`, `chained_linrec`: arrays a, b, h, the
+    tiles' totals, n), one per (dtype, n, TILE, EXCLUSIVE) of `params`, a in [0.5, 1) and b in [-1, 1)."""
+    cases = []
+    for dt, n, tile_size, exclusive in params:
+        a, b = rng.uniform(0.5, 1.0, n).astype(dt), rng.uniform(-1, 1, n).astype(dt)
+        grid = ct.cdiv(n, tile_size)
+        cases.append(
+            Case(
+                f"{kernel.__name__}[{np.dtype(dt).name},tile={tile_size},{'ex' if exclusive else 'in'}]",
+                kernel,
+                [a, b, np.zeros(n, dt), np.zeros(grid, dt), n],
+                {"TILE": tile_size, "EXCLUSIVE": exclusive},
+                grid,
+                [2, 3],
+                reference,
+                rtol=1e-4 if dt == np.float32 else 1e-10,
+                atol=1e-5 if dt == np.float32 else 1e-12,
+            )
+        )
+    return cases
+
+
 def chained_cases(rng: np.random.Generator) -> list[Case]:
     """Chained scans: built-in ops, seeds and totals, tuple scans packed (8 bytes) and not (16 bytes),
     padded tiles (TILE not a multiple of the block) and not, 1 and 2 programs."""
@@ -808,27 +831,13 @@ def chained_cases(rng: np.random.Generator) -> list[Case]:
                 rtol=1e-12 if np.dtype(dt).kind == "f" else 0,
             )
         )
-    for dt, n, tile_size, exclusive in [
-        (np.float32, 3000, 256, False),
-        (np.float32, 1000, 300, True),
-        (np.float64, 2049, 512, True),
-        (np.float64, 999, 1000, False),
-    ]:
-        a, b = rng.uniform(0.5, 1.0, n).astype(dt), rng.uniform(-1, 1, n).astype(dt)
-        grid = ct.cdiv(n, tile_size)
-        cases.append(
-            Case(
-                f"chained_linrec[{np.dtype(dt).name},tile={tile_size},{'ex' if exclusive else 'in'}]",
-                chained_linrec,
-                [a, b, np.zeros(n, dt), np.zeros(grid, dt), n],
-                {"TILE": tile_size, "EXCLUSIVE": exclusive},
-                grid,
-                [2, 3],
-                ref_chained_linrec,
-                rtol=1e-4 if dt == np.float32 else 1e-10,
-                atol=1e-5 if dt == np.float32 else 1e-12,
-            )
-        )
+    cases += linrec_cases(
+        rng,
+        chained_linrec,
+        ref_chained_linrec,
+        [(np.float32, 3000, 256, False), (np.float32, 1000, 300, True), (np.float64, 2049, 512, True),
+         (np.float64, 999, 1000, False)],
+    )  # fmt: skip
     for n, tile_size in [(2000, 256), (1000, 300)]:
         x = rng.integers(0, 50, n).astype(np.float32)  # ties: the first index wins
         cases.append(
@@ -974,28 +983,13 @@ def _to_dtype(a: np.ndarray, dt: Any) -> np.ndarray:
 def new_feature_cases(rng: np.random.Generator) -> list[Case]:
     """Tuples and combine functions, 16-bit floats, N-D and strided arrays, bool arrays."""
     cases = []
-    for dt, n, tile_size, exclusive in [
-        (np.float32, 1000, 256, False),
-        (np.float32, 777, 100, True),
-        (np.float64, 513, 64, False),
-        (np.float64, 5, 1, True),
-        (np.float32, 300, 300, False),
-    ]:
-        a, b = rng.uniform(0.5, 1.0, n).astype(dt), rng.uniform(-1, 1, n).astype(dt)
-        grid = ct.cdiv(n, tile_size)
-        cases.append(
-            Case(
-                f"tile_linrec[{np.dtype(dt).name},tile={tile_size},{'ex' if exclusive else 'in'}]",
-                tile_linrec,
-                [a, b, np.zeros(n, dt), np.zeros(grid, dt), n],
-                {"TILE": tile_size, "EXCLUSIVE": exclusive},
-                grid,
-                [2, 3],
-                ref_tile_linrec,
-                rtol=1e-4 if dt == np.float32 else 1e-10,
-                atol=1e-5 if dt == np.float32 else 1e-12,
-            )
-        )
+    cases += linrec_cases(
+        rng,
+        tile_linrec,
+        ref_tile_linrec,
+        [(np.float32, 1000, 256, False), (np.float32, 777, 100, True), (np.float64, 513, 64, False),
+         (np.float64, 5, 1, True), (np.float32, 300, 300, False)],
+    )  # fmt: skip
     for dt, n, chunk in [(np.float32, 3000, 512), (np.float64, 1001, 96)]:
         a, b = rng.uniform(0.9, 1.0, n).astype(dt), rng.uniform(-1, 1, n).astype(dt)
         cases.append(

@@ -118,15 +118,18 @@ def clamp_valid(size: int) -> str:
 
 
 def _clamp(size: int) -> str:
-    """`clamp_valid`, and never past the end of the array (a tile starting outside it has none); and
-    `whole`, whether all `size` elements are valid (`v == size`), tested without `v` so that only the
-    partial path computes it and the test's loop-invariant parts can leave an inner loop."""
+    """`clamp_valid`, and never past the end of the array (a tile starting outside it has none)."""
     return (
         clamp_valid(size)
         + "  const long long room = (offset < 0 || offset >= a_len) ? 0 : a_len - offset;\n"
         + "  if (v > room) v = room;\n"
-        + f"  const bool whole = valid >= {size} && offset >= 0 && a_len - offset >= {size};\n"
     )
+
+
+def _whole(size: int) -> str:
+    """`whole`: whether all `size` elements of a transfer are valid (`v == size`), tested without `v`
+    so that only the partial path computes it and the test's loop-invariant parts can leave a loop."""
+    return f"  const bool whole = valid >= {size} && offset >= 0 && a_len - offset >= {size};\n"
 
 
 def element_index(lay: TileLayout, threads: int, tid: str = "int(threadIdx.x)") -> str:
@@ -217,10 +220,12 @@ class ShimWriter:
         converts each item after the transfer."""
         lay = self.layout(tile)
         items = lay.items_per_thread
-        whole = "whole" if self.threads * items == lay.size else "false"  # (a padded tile is never whole)
+        padded = self.threads * items != lay.size  # (a padded tile is never whole)
+        whole = "false" if padded else "whole"
         verb = kind.capitalize()  # Load / Store
         choice = self.choice(cid)
         code, body = "", self.items_ref("x", "items", tile, items) + _clamp(lay.size)
+        body += _whole(lay.size) if array.unit_stride and not padded else ""  # (strided: item by item)
         convert = ""
         if tile.type.dtype != array.dtype:  # the transfer fills `x` in the array's dtype, converted after it
             body = body.replace("(&x)", "(&loaded)") + f"  {cxx_name(array.dtype)} x[{items}];\n"
