@@ -312,7 +312,7 @@ def plan_of(fn, **constexprs):
 
 def test_scans_order_the_block_and_carried_scans_rerun_without_a_barrier():
     """A scan's own __syncthreads completes every earlier access: the store after it needs no barrier, and a
-    scan carrying its total in CUB's prefix callback runs again in its region without one; the next
+    carried scan (two TempStorage, used in turn) runs again in its region without one; the next
     iteration's load still waits for the store's shared memory."""
     p, layouts, plan = plan_of(total_feeds_the_next_chunk, TILE=1024)
     load, scan, store = collectives(p)
@@ -320,25 +320,28 @@ def test_scans_order_the_block_and_carried_scans_rerun_without_a_barrier():
     assert barrier_cids(p, plan.carve) == [load.cid]
 
 
-def test_a_total_only_written_to_an_element_stays_in_thread_0():
-    """Thread 0 writes array elements; a total only written there, and a seed only CUB's prefix callback reads
-    (from thread 0), need no broadcast: no __syncthreads after the scan, and the carry written to `last` and
-    read back in the next chunk (by thread 0 alone) needs no barrier either."""
+def test_a_carried_scan_has_one_barrier_and_its_seed_stays_in_thread_0():
+    """A seeded scan that returns its total over a tile filling the block synchronises once: thread 0 shares the
+    seed through the scan's own barrier, which also gives every thread the block's fold, so the total needs no
+    broadcast; consecutive runs alternate between two TempStorage. The seed, read back from `last` by thread 0
+    alone after thread 0 wrote it, needs no barrier either."""
     p, layouts, plan = plan_of(carried_through_an_array, TILE=1024)
     scan = next(s for s in collectives(p) if isinstance(s, TileScan))
-    assert layouts.collectives[scan.cid].op.endswith(", total in thread 0")
+    assert layouts.collectives[scan.cid].op == "scan[combine0__affine], carried"
     assert not [b for b in plan.carve.barriers.values() if "a_last" in b.reason]
     shim = generate_shims(p, layouts).source
     scan_shim = shim[shim.index(f"coop_scan_{scan.cid}(") :]
-    assert "if (threadIdx.x == 0) { *total0 = c.running.f0; *total1 = c.running.f1; }" in scan_shim
-    assert "__syncthreads" not in scan_shim[: scan_shim.index("\n}\n")]
+    scan_shim = scan_shim[: scan_shim.index("\n}\n")]
+    assert "const int run = (*runs)++ & 1;" in scan_shim and "(s.temp[run]).ExclusiveScan(" in scan_shim
+    assert "if (threadIdx.x == 0) s.seed[run] = init;" in scan_shim
+    assert "__syncthreads" not in scan_shim
     read = next(s for s in p.walk() if isinstance(s, ir.ArrayRead))
     assert read.out.name not in layouts.block_values
-    # the plain chunked loop: the total only seeds the next chunk's scan, so it stays in thread 0 too
-    _, chunked_layouts, _ = plan_of(total_feeds_the_next_chunk, TILE=1024)
-    assert any(c.op.endswith("total in thread 0") for c in chunked_layouts.collectives.values())
-    _, broadcast, _ = plan_of(total_used_by_every_thread, TILE=1024)
-    assert not any(c.op.endswith("thread 0") for c in broadcast.collectives.values())
+    # a total every thread uses: the same scan, and no barrier after it
+    p, broadcast, plan = plan_of(total_used_by_every_thread, TILE=1024)
+    load, scan, store = collectives(p)
+    assert broadcast.collectives[scan.cid].op == "scan[combine0__affine], carried"
+    assert barrier_cids(p, plan.carve) == [load.cid]
 
 
 def test_four_byte_tiles_move_in_words_inside_an_inner_loop():

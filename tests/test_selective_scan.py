@@ -149,7 +149,7 @@ def test_compiled_kernel_keeps_the_state_loop_to_the_scans_own_barriers(dtype, s
     k = kernel.compile(*args, np.zeros((1, 1, 2), np.float32), arch="sm_90", **flags)
     assert k.block_threads == chunk // 16 and k.registers() <= registers and k.local_memory_bytes() <= spill
     plan = str(k.plan)
-    assert "scan[combine0_affine], total in thread 0" in plan
+    assert "scan[combine0_affine], carried" in plan
     in_loop = [c for c in k.plan.collectives.values() if c.line in state_loop_lines()]
     assert [c.algorithm for c in in_loop] == ["DIRECT_VECTORIZED", "BLOCK_SCAN_WARP_SCANS", "DIRECT_VECTORIZED"], plan
     assert not {b.line for b in k.plan.carve.barriers.values()} & set(state_loop_lines()), plan

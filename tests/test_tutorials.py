@@ -27,7 +27,9 @@ def test_tutorial_kernels_compile_without_gpu():
     cumsum = runpy.run_path(str(TUTORIALS[1]))
     x = np.zeros(1, np.int64)
     k = cumsum["exclusive_scan_one_program"].compile(x, x, 1, CHUNK=1024, arch="sm_90")
-    assert "coop::carry" in k.shim_source and "ExclusiveScan(y, y, coop::add{}, c)" in k.shim_source
+    assert "scan[add], carried" in str(k.plan)
+    assert "(s.temp[run]).ExclusiveScan(fold, prefix, coop::add{}, block)" in k.shim_source
+    assert k.local_memory_bytes() == 0
     f = np.zeros(1, np.float32)
     k = cumsum["whole_array_recurrence"].compile(f, f, f, 1, TILE=4096, arch="sm_90")
     assert "coop_chain_begin(coop_grid_state)" in k.numba_source and k.local_memory_bytes() == 0

@@ -14,7 +14,7 @@ Whole array, the way it was done before: three small programs, the classic reduc
 (it reads the input twice):
   1. every program sums its tile (`tile.sum`);
   2. one program scans those tile sums in chunks, carrying the running total across its
-     loop with `initial=` and `return_total=True` (CUB's block prefix callback);
+     loop with `initial=` and `return_total=True` (one barrier per chunk);
   3. every program scans its tile again, seeded with the sum of all tiles before it.
 
     python tutorials/02_cumsum.py

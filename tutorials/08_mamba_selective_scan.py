@@ -28,12 +28,12 @@ selective_scan_common.h, and complex weights, which the tile program leaves out)
     out_vals += h * C                                  y = y + h * Cn
     out * silu(z), BlockStore                          y * zt * ct.sigmoid(zt), tile.store(out[b, d], ...)
 
-The planner makes the same choices Mamba's author made by hand, and prints them in
+The planner makes the choices Mamba's author made by hand, and prints them in
 `kernel.compile(...).plan`: rows of 16-bit floats move in 16-byte words per thread and are converted
 to float32 as they arrive; B and C rows, loaded in the innermost loop, move in words too, with no
-shared memory; the scan is `cub::BlockScan` over a struct of two floats with the carry in CUB's block
-prefix callback; the state loop has no barrier but the scan's own (its total is needed by thread 0
-alone, which writes it to `last_state` and reads it back). The entry point
+shared memory; the scan is `cub::BlockScan` over a struct of two floats. It is a carried scan: one
+barrier per state, which also shares thread 0's seed (where Mamba's prefix callback takes two), and
+the carry is written to `last_state` and read back by thread 0 alone, so the state loop has no other. The entry point
 `coop_tiles.examples.selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus)` takes
 Mamba's arguments (PyTorch or CuPy on the GPU, NumPy in the interpreter) and launches the program as
 Mamba launches its kernel: 16 items per thread, fast math, 128 registers (4 blocks per multiprocessor);

@@ -22,7 +22,7 @@ from ..dtypes import bfloat16, compute_dtype, float32, is_half, storage_dtype
 from ..lang import ir
 from ..lang.types import ArrayType, ScalarType, TileType
 from ..ops import chained as chain
-from ..ops.base import ArrayArg, OutArg, ShimCall, TileArg, ValueArg
+from ..ops.base import ArrayArg, OutArg, ShimCall, StateArg, TileArg, ValueArg
 from ..ops.elementwise import ELEMENTWISE
 from ..planner.carve import tile_stride
 from ..planner.plan import Plan
@@ -173,6 +173,10 @@ class _BodyWriter:
                     if isinstance(a, OutArg) and a.var.name + "_out" not in declared:
                         declared.add(a.var.name + "_out")
                         self.line(depth, f"{a.var.name}_out = cuda.local.array(1, {numba_name(a.var.type.dtype)})")
+                    elif isinstance(a, StateArg):
+                        state = f"state{s.cid}_{a.name}"
+                        self.line(depth, f"{state} = cuda.local.array(1, np.int32)")
+                        self.line(depth, f"{state}[0] = 0")
 
     def stmts(self, body: list[ir.Stmt], depth: int) -> None:
         if not body:
@@ -201,6 +205,9 @@ class _BodyWriter:
                 parts += [p.ptr, p.off, p.shapes[0]] + ([] if p.unit else [p.strides[0]])
                 types += [f"CPointer({numba_storage(a.var.type.dtype)})", "int64", "int64"]
                 types += [] if p.unit else ["int64"]
+            elif isinstance(a, StateArg):
+                parts.append(f"ptr(state{cid}_{a.name})")
+                types.append("CPointer(int32)")
             else:
                 assert isinstance(a, OutArg)
                 parts.append(f"ptr({a.var.name}_out)")

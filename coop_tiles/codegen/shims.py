@@ -18,7 +18,7 @@ import numpy as np
 from ..dtypes import bfloat16, cxx_identity, cxx_name, is_half
 from ..lang import ir
 from ..lang.types import ArrayType
-from ..ops.base import ArrayArg, OutArg, ShimCall, TileArg, ValueArg, op_of
+from ..ops.base import ArrayArg, OutArg, ShimCall, StateArg, TileArg, ValueArg, op_of
 from ..ops.chained import define_prefetch, prefetched_loads
 from ..planner.carve import StorageNeed
 from ..planner.layout import BLOCKED, VECTORIZED, CollectiveChoice, LayoutPlan, TileLayout
@@ -48,11 +48,6 @@ template <class T> __device__ __forceinline__ bool in_bins(T x, long long bins) 
   if constexpr (cuda::std::is_signed<T>::value) return x >= 0 && static_cast<long long>(x) < bins;
   else return static_cast<unsigned long long>(x) < static_cast<unsigned long long>(bins);
 }
-// Block prefix callback: seeds a scan with `running` and keeps the running fold (the carry).
-template <class T, class Op> struct carry {
-  T running;
-  __device__ __forceinline__ T operator()(T block_aggregate) { T old = running; running = Op{}(running, block_aggregate); return old; }
-};
 }  // namespace coop
 """
 
@@ -179,11 +174,13 @@ class ShimWriter:
     def combine_symbol(self, name: str) -> str:
         return combine_symbol(name)
 
-    def storage(self, cid: int, temp_type: str, extra: str = "", prelude: str = "") -> str:
+    def storage(self, cid: int, temp_type: str, extra: str = "", prelude: str = "", copies: int = 1) -> str:
         """Declare collective `cid`'s TempStorage struct (NVRTC reports its size), after `prelude`
-        (the declarations it needs, such as a combine function's item struct)."""
+        (the declarations it needs, such as a combine function's item struct); with `copies` > 1,
+        `temp` is an array of that many TempStorage."""
         self.storage_cids.append(cid)
-        return prelude + f"struct coop_storage_{cid} {{ typename {temp_type}::TempStorage temp; {extra}}};\n"
+        temp = "temp" if copies == 1 else f"temp[{copies}]"
+        return prelude + f"struct coop_storage_{cid} {{ typename {temp_type}::TempStorage {temp}; {extra}}};\n"
 
     @staticmethod
     def storage_ref(cid: int) -> str:
@@ -207,6 +204,8 @@ class ShimWriter:
                     params.append(f"long long {a.name}_stride")
             elif isinstance(a, ValueArg):
                 params.append(f"{cxx_name(a.value.type.dtype)} {a.name}")
+            elif isinstance(a, StateArg):
+                params.append(f"int* {a.name}")
             else:
                 assert isinstance(a, (TileArg, OutArg))
                 params.append(f"{cxx_name(a.var.type.dtype)}* {a.name}")

@@ -64,12 +64,20 @@ class OutArg:
 
 
 @dataclass(frozen=True)
+class StateArg:
+    """A per-thread counter the shim keeps from one run to the next (`int* name`, 0 before the
+    first run): how many times this thread has run it."""
+
+    name: str
+
+
+@dataclass(frozen=True)
 class ShimCall:
     """One call from the body to shim `name`; its result, if any, goes to `ret`. Every shim also
     receives the TempStorage buffer and its byte offset (`smem`, `soff`)."""
 
     name: str
-    args: tuple[TileArg | ValueArg | ArrayArg | OutArg, ...]
+    args: tuple[TileArg | ValueArg | ArrayArg | OutArg | StateArg, ...]
     ret: ir.Var | None = None
 
 

@@ -20,7 +20,7 @@ from ..lang import ir
 from ..lang.types import ScalarType, TileType
 from ..planner.layout import REENTRANT, SYNCS
 from . import chained as chain
-from .base import OutArg, ShimCall, TileArg, TileOp, ValueArg, errstate, register
+from .base import OutArg, ShimCall, StateArg, TileArg, TileOp, ValueArg, errstate, register
 from .combining import UFUNCS, combine_operands, combine_scan, item_code, typed_op
 
 
@@ -101,7 +101,7 @@ class Scan(TileOp):
         return chain.check_grid if s.chained else None
 
     def thread0_reads(self, s: TileScan, threads: int) -> set[str]:
-        # a carried scan's seed starts the running fold in its prefix callback, whose result CUB takes from thread 0
+        # a carried scan's seed is thread 0's: it shares it with the block through the scan's own barrier
         carried = _carried(s, s.srcs[0].type.size, threads)
         return {v.name for v in s.initial if isinstance(v, ir.Var)} if carried else set()
 
@@ -110,10 +110,9 @@ class Scan(TileOp):
 
     def choose(self, s: TileScan, ctx):
         carried = _carried(s, s.srcs[0].type.size, ctx.threads)
-        thread0 = ", total in thread 0" if carried and _thread0_total(s, ctx.block_values) else ""
-        label = f"scan[{s.op}{', chained' if s.chained else ''}]{thread0}"
-        # BLOCK_SCAN_WARP_SCANS always has a __syncthreads; with the prefix callback, what its threads read
-        # after the last one (the block prefix) is apart from what the next run writes first (warp aggregates).
+        label = f"scan[{s.op}{', chained' if s.chained else ''}]{', carried' if carried else ''}"
+        # BLOCK_SCAN_WARP_SCANS always has a __syncthreads; a carried scan alternates between two
+        # TempStorage, so what one run reads after its barrier is apart from what the next run writes.
         # A chained scan's shim waits on other blocks: the carve does not count on its barriers.
         sync = "" if s.chained else REENTRANT if carried else SYNCS
         return ctx.choice(s, label, "BlockScan", "BLOCK_SCAN_WARP_SCANS", sync=sync)
@@ -125,16 +124,20 @@ class Scan(TileOp):
         ]
         args += [ValueArg(v, f"initial{i}") for i, v in enumerate(s.initial or ())]
         args += [OutArg(v, f"total{i}") for i, v in enumerate(s.totals or ())]
-        call = ShimCall(f"coop_scan_{s.cid}", tuple(args))
-        w.include("cub/block/block_scan.cuh")
         lay = w.layout(s.srcs[0])
         items, threads, size = lay.items_per_thread, w.threads, lay.size
+        carried = _carried(s, size, threads)
+        args += [StateArg("runs")] if carried else []
+        call = ShimCall(f"coop_scan_{s.cid}", tuple(args))
+        w.include("cub/block/block_scan.cuh")
         dtypes = [v.type.dtype for v in s.srcs]
         item, op, code, pack, unpack = item_code(w, s.cid, s.op, s.combine, dtypes)
         alias = f"coop_scan_{s.cid}_t"
         cub_type = f"cub::BlockScan<{item}, {threads}, cub::BLOCK_SCAN_WARP_SCANS>"
-        extra = f"{item} total; " + (f"{item} agg; {item} prefix; " if s.chained else "")
-        code = w.storage(s.cid, cub_type, extra, prelude=code) + f"using {alias} = {cub_type};\n"
+        extra = f"{item} seed[2]; " if carried else f"{item} total; "
+        extra += f"{item} agg; {item} prefix; " if s.chained else ""
+        code = w.storage(s.cid, cub_type, extra, prelude=code, copies=2 if carried else 1)
+        code += f"using {alias} = {cub_type};\n"
         body = w.storage_ref(s.cid)
         body += "".join(w.items_ref(f"x{i}", f"in{i}", v, items) for i, v in enumerate(s.srcs))
         body += "".join(w.items_ref(f"o{i}", f"out{i}", v, items) for i, v in enumerate(s.outs))
@@ -146,21 +149,33 @@ class Scan(TileOp):
             body += f"  {item} init;\n  {pack('init', 'initial{}')}\n"
         elif not s.combine and (s.exclusive or (s.totals and not s.chained)):
             init = w.identity(s.op, s.srcs[0].type.dtype)
-        thread0 = False
         if s.chained:
             w.chain_bytes = chain.descriptor_bytes(dtypes)
             code = chain.LIBRARY + code
             body += f'  static_assert(sizeof({item}) == {chain.item_bytes(dtypes)}, "item size");\n'
             body += chain.lower(s, w, item, op, pack, init, s.exclusive)
-        elif _carried(s, size, threads):
-            # the block prefix callback keeps the running fold: the carry (CUB's own idiom); warp 0 runs it
-            body += f"  coop::carry<{item}, {op}> c{{{init}}};\n  {alias}(s.temp).{kind}Scan(y, y, {op}{{}}, c);\n"
-            thread0 = _thread0_total(s, w.layouts.block_values)
-            if thread0:  # only element writes (by thread 0) use the total: no broadcast
-                totals = " ".join(f"*total{i} = {unpack('c.running', i)};" for i in range(k))
-                body += f"  if (threadIdx.x == 0) {{ {totals} }}\n"
-            else:
-                body += "  if (threadIdx.x == 0) s.total = c.running;\n"
+        elif carried:
+            # each thread folds its items and the block scans the folds, with one barrier, which also shares
+            # thread 0's seed (`init`) and gives every thread the block's fold (so the total needs no
+            # broadcast); each thread then applies its prefix to its items. Consecutive runs alternate
+            # between two TempStorage and seeds (`runs`), so that none waits for the last one's readers.
+            body += (
+                f"  const int run = (*runs)++ & 1;\n"
+                f"  if (threadIdx.x == 0) s.seed[run] = {init};\n"
+                f"  {item} fold = y[0];\n  for (int i = 1; i < {items}; ++i) fold = {op}{{}}(fold, y[i]);\n"
+                f"  {item} prefix, block;\n"
+                f"  {alias}(s.temp[run]).ExclusiveScan(fold, prefix, {op}{{}}, block);\n"
+                f"  const {item} seed = s.seed[run];\n"
+                f"  prefix = threadIdx.x == 0 ? seed : {op}{{}}(seed, prefix);\n"
+            )
+            step = (
+                f"const {item} e = y[i]; y[i] = prefix; prefix = {op}{{}}(prefix, e);"
+                if s.exclusive
+                else f"y[i] = prefix = {op}{{}}(prefix, y[i]);"
+            )
+            body += f"  for (int i = 0; i < {items}; ++i) {{ {step} }}\n"
+            body += f"  const {item} total = {op}{{}}(seed, block);\n"
+            body += "".join(f"  *total{i} = {unpack('total', i)};\n" for i in range(k))
         else:
             if init is not None:
                 body += f"  {alias}(s.temp).{kind}Scan(y, y, {init}, {op}{{}});\n"
@@ -176,7 +191,7 @@ class Scan(TileOp):
                     f"  if (int(threadIdx.x) == {thread}) {{ {item} x_item; "
                     f"{pack('x_item', f'x{{}}[{slot}]')} s.total = {value}; }}\n"
                 )
-        if s.totals is not None and not thread0:
+        if s.totals is not None and not carried:
             body += "" if s.chained else "  __syncthreads();\n"  # (a chained scan's ends with one)
             body += "".join(f"  *total{i} = {unpack('s.total', i)};\n" for i in range(k))
         body += (
@@ -189,11 +204,7 @@ class Scan(TileOp):
 
 
 def _carried(s: TileScan, size: int, threads: int) -> bool:
-    """Whether the scan keeps its carry in CUB's block prefix callback: it returns a total, has a
-    seed (`initial`, or a built-in op's identity), and its tile of `size` fills the block."""
+    """Whether the scan is a carried one (one barrier, the total in every thread, two TempStorage
+    used in turn): it returns a total, has a seed (`initial`, or a built-in op's identity), and its
+    tile of `size` fills the block."""
     return not s.chained and s.totals is not None and (s.initial is not None or not s.combine) and size % threads == 0
-
-
-def _thread0_total(s: TileScan, block_values: frozenset[str]) -> bool:
-    """Whether only thread 0 needs the total (see `planner.layout.block_values`)."""
-    return not any(t.name in block_values for t in s.totals or ())

@@ -23,7 +23,7 @@ written earlier in the block (or a write after a read) by another thread.
 
 A collective whose shim has a `__syncthreads()` of its own (`CollectiveChoice.sync`) orders
 everything before it: after it, only what it touches itself (its TempStorage, its tiles, its
-array) is dirty. A REENTRANT one (a scan carrying its total in CUB's prefix callback) may also
+array) is dirty. A REENTRANT one (a carried scan, whose runs use two TempStorage in turn) may also
 run again in its own dirty region without a barrier.
 """
 

@@ -211,7 +211,7 @@ def vectorizable(tile: ir.Var, array: ir.Var, threads: int, widest: int = 2) -> 
 def block_values(program: ir.Program, threads: int) -> frozenset[str]:
     """The variables whose value threads other than thread 0 need. The others are read only
     where thread 0 alone uses them (the value of an element write, which thread 0 performs; a
-    seed only CUB's prefix callback reads, `TileOp.thread0_reads`), directly or through copies."""
+    carried scan's seed, which thread 0 shares with the block, `TileOp.thread0_reads`), directly or through copies."""
     needed: set[str] = set()
     copies: list[ir.Copy] = []
     for s in program.walk():
