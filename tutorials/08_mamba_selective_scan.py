@@ -36,9 +36,9 @@ barrier per state, which also shares thread 0's seed (where Mamba's prefix callb
 the carry is written to `last_state` and read back by thread 0 alone, so the state loop has no other. The entry point
 `coop_tiles.examples.selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus)` takes
 Mamba's arguments (PyTorch or CuPy on the GPU, NumPy in the interpreter) and launches the program as
-Mamba launches its kernel: 16 items per thread, fast math, 128 registers (4 blocks per multiprocessor);
-for 16-bit inputs, 80 registers (6 blocks per multiprocessor) and 4096-element chunks past 2048,
-which measured faster on an H100 (`launch_choice`).
+Mamba launches its kernel, 16 items per thread and fast math, but with fewer registers per thread than
+Mamba's 128, which measured faster on an H100 (`launch_choice`): 80 (6 blocks per multiprocessor), or
+64 for 16-bit inputs longer than one chunk (8 blocks).
 
     python tutorials/08_mamba_selective_scan.py
 """

@@ -11,12 +11,11 @@ two affine steps, seeded with the state the previous chunk ended in. `last_state
 that carry: the scan's total is written there and read back by the next chunk.
 
 Compiled with fast math, as Mamba builds its kernel (`--use_fast_math`); launched as Mamba
-launches its own: CHUNK elements (at most 2048) over CHUNK / 16 threads, 16 items each, 128
-registers per thread. For 16-bit inputs, whose state loop moves half the bytes and is bound by
-its arithmetic instead, `launch_choice` takes what measured faster on an H100: 80 registers (6
-blocks per multiprocessor at one 2048-element chunk, 3 at the 4096-element chunks it takes past
-2048 elements, half as many carries through `last_state`), for 80 bytes of spilled values per
-thread that the state loop reloads from L1.
+launches its own, CHUNK elements (at most 2048) over CHUNK / 16 threads, 16 items each, but with
+fewer registers per thread than Mamba's 128, which measured faster on an H100 (`launch_choice`):
+80 (6 blocks per multiprocessor; under that cap 16-bit inputs spill a few values, which the
+state loop reloads from L1), and 64 for 16-bit inputs longer than one chunk (8 blocks: more
+rows in flight when each row takes several chunks).
 """
 
 from __future__ import annotations
@@ -30,10 +29,9 @@ from coop_tiles import tile
 
 LOG2E = 1.4426950408889634
 MAX_CHUNK = 2048
-LONG_CHUNK = 4096  # 16-bit inputs longer than MAX_CHUNK
 ITEMS_PER_THREAD = 16
-MAX_REGISTERS = 128  # 4 blocks of 128 threads per multiprocessor, as Mamba's kernel fits
-HALF_REGISTERS = 80  # 16-bit inputs
+REGISTERS = 80  # per thread: 6 blocks of 128 threads per multiprocessor
+HALF_CHUNKS_REGISTERS = 64  # 16-bit inputs longer than a chunk: 8 blocks
 
 
 @ct.combine
@@ -87,14 +85,13 @@ _by_threads: dict[tuple[int, int], ct.JITFunction] = {}
 
 def launch_choice(seqlen: int, itemsize: int) -> tuple[int, int]:
     """(chunk, registers per thread) for a sequence length and the inputs' item size: the whole
-    sequence (a power of two, at least 32) up to MAX_CHUNK at MAX_REGISTERS, or for 16-bit inputs up
-    to LONG_CHUNK at HALF_REGISTERS (see the module docstring)."""
-    half = itemsize == 2
-    chunk = min(LONG_CHUNK if half else MAX_CHUNK, max(32, 1 << max(0, seqlen - 1).bit_length()))
-    return chunk, HALF_REGISTERS if half else MAX_REGISTERS
+    sequence (a power of two, at least 32) up to MAX_CHUNK, at REGISTERS, or HALF_CHUNKS_REGISTERS
+    for 16-bit inputs longer than the chunk (see the module docstring)."""
+    chunk = min(MAX_CHUNK, max(32, 1 << max(0, seqlen - 1).bit_length()))
+    return chunk, HALF_CHUNKS_REGISTERS if itemsize == 2 and seqlen > chunk else REGISTERS
 
 
-def kernel_for(chunk: int, interpret: bool, max_registers: int = MAX_REGISTERS) -> ct.JITFunction:
+def kernel_for(chunk: int, interpret: bool, max_registers: int = REGISTERS) -> ct.JITFunction:
     """The program at ITEMS_PER_THREAD items per thread (at least a warp), or its interpreting copy."""
     if interpret:
         return _interpreting
