@@ -65,17 +65,20 @@ def test_pinned_block_threads_sets_items_per_thread():
     assert "__launch_bounds__(128)" in k.shim_source
 
 
-#: programs allowed a stack frame: large_tile's 40000-item tile (157 items per thread, kept in shared
-#: memory) spills registers now that `local_memory_bytes` counts spills (176 bytes at sm_90)
-SPILLS_ALLOWED = {"large_tile"}
+#: programs allowed local memory, and how many bytes (None: any): large_tile's 40000-item tile (157 items
+#: per thread, kept in shared memory) spills registers (176 bytes at sm_90); elementwise_math's sin and cos
+#: take libdevice's slow path for arguments past about 1e5 (Payne-Hanek reduction), which keeps 7 words in
+#: a local array (28 bytes, a 32-byte frame where ptxas keeps it)
+LOCAL_ALLOWED = {"large_tile": None, "elementwise_math": 32}
 
 
 @pytest.mark.parametrize("case", list(_programs.values()), ids=lambda c: c.kernel.__name__)
 def test_no_local_memory(case):
     """Tiles, tuple items and combine functions stay in registers: no .local (stack) memory or spills."""
     k = case.kernel.compile(*case.args, arch="sm_90", **case.constexprs)
-    if case.kernel.__name__ not in SPILLS_ALLOWED:
-        assert k.local_memory_bytes() == 0
+    allowed = LOCAL_ALLOWED.get(case.kernel.__name__, 0)
+    if allowed is not None:
+        assert k.local_memory_bytes() <= allowed
 
 
 def test_fastmath_and_max_registers_are_part_of_the_key_and_reach_the_compilers(monkeypatch, tmp_path):

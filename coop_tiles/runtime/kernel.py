@@ -85,5 +85,5 @@ class CompiledKernel:
     def local_memory_bytes(self) -> int:
         """Bytes of local (stack) memory per thread: `.local` arrays in the PTX, or the cubin's stack
         frame (which also holds register spills, as under `max_registers`); 0 for a well-formed kernel."""
-        ptx = sum(int(m) for m in re.findall(r"\.local \.align \d+ \.b8 \S+\[(\d+)\]", self.ptx))
+        ptx = sum(int(m) for m in re.findall(r"\.local\s+\.align\s+\d+\s+\.b8\s+\S+\[(\d+)\]", self.ptx))
         return max(ptx, toolchain.frame_bytes(self.cubin, self.kernel_name))
