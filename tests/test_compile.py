@@ -97,3 +97,12 @@ def test_fastmath_and_max_registers_are_part_of_the_key_and_reach_the_compilers(
     assert free.registers() > 40 >= capped.registers()  # ptxas keeps to the cap (spilling what it must)
     with pytest.raises(ct.LaunchError, match="max_registers must be an int from 16 to 255, got 8"):
         ct.jit(scaled_cumsum.fn, max_registers=8)
+
+
+def test_local_memory_counts_the_local_arrays_of_the_ptx():
+    """libdevice's sin keeps a 7-word local array in its slow path: `local_memory_bytes` finds its declaration in
+    the linked PTX (written with a tab before the name), whether or not ptxas keeps a stack frame for it."""
+    case = _programs[elementwise_math]
+    k = case.kernel.compile(*case.args, arch="sm_90", **case.constexprs)
+    assert re.search(r"\.local \.align 4 \.b8\s+__local_depot\d+\[28\]", k.ptx)
+    assert k.local_memory_bytes() in (28, 32)
