@@ -8,7 +8,7 @@ import threading
 
 import numpy as np
 import pytest
-from programs import chained_linrec, chained_scan
+from programs import chained_linrec, chained_scan, vector_add
 
 import coop_tiles as ct
 from coop_tiles import tile
@@ -223,6 +223,20 @@ def test_gpu_repeated_launches_of_changing_grids():
         cumsum[(1 << 20) // 2048](xd, y, 1 << 20, TILE=2048)
     for y in ys:
         np.testing.assert_array_equal(cp.asnumpy(y), np.cumsum(cp.asnumpy(xd)))
+
+
+@pytest.mark.gpu
+def test_gpu_the_block_context_is_static_shared_memory_the_opt_in_counts():
+    """The driver counts a chained kernel's block context as static shared memory (the dynamic shared memory
+    opt-in adds it to the carve); a kernel without one has none."""
+    from coop_tiles.runtime import launcher
+
+    _cupy()
+    x = np.zeros(1, np.int32)
+    chained = cumsum.compile(x, x, 1, TILE=256)
+    assert launcher.static_shared_bytes(launcher.load(chained, 0), 0) >= 24
+    f = np.zeros(1, np.float32)
+    assert launcher.static_shared_bytes(launcher.load(vector_add.compile(f, f, f, 1, TILE=256), 0), 0) == 0
 
 
 @pytest.mark.gpu

@@ -129,3 +129,22 @@ def test_a_kernel_with_the_c_base_is_garbage_collected():
     del kernel
     gc.collect()
     assert ref() is None
+
+
+def test_static_shared_memory_counts_toward_the_48_kib_a_block_gets_without_asking(monkeypatch):
+    """A chained scan's static block context and the dynamic carve together decide the opt-in: 48 KiB of carve
+    alone needs none, with 64 static bytes it does, and past the device's maximum it is a SharedMemoryError
+    counting both."""
+    from types import SimpleNamespace
+
+    import coop_tiles as ct
+    from coop_tiles.runtime import launcher
+
+    plan = SimpleNamespace(largest_users=lambda: "tile t (49152 bytes)")
+    kernel = SimpleNamespace(shared_bytes=48 * 1024, program=SimpleNamespace(name="k"), plan=plan)
+    monkeypatch.setattr(launcher, "max_shared_optin", lambda device_id: 48 * 1024 + 32)
+    monkeypatch.setattr(launcher, "static_shared_bytes", lambda compiled, device_id: 0)
+    launcher.opt_in_dynamic_shared_memory(kernel, None, 0)  # within 48 KiB: returns before any driver call
+    monkeypatch.setattr(launcher, "static_shared_bytes", lambda compiled, device_id: 64)
+    with pytest.raises(ct.SharedMemoryError, match=r"^k needs 49216 bytes of shared memory per block, more than this "):
+        launcher.opt_in_dynamic_shared_memory(kernel, None, 0)

@@ -176,17 +176,29 @@ def load(kernel: CompiledKernel, device_id: int) -> Any:
     return loaded
 
 
+def static_shared_bytes(compiled: Any, device_id: int) -> int:
+    """Bytes of static shared memory of a loaded kernel, as the driver counts them."""
+    from cuda.bindings import driver
+
+    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES
+    err, value = driver.cuKernelGetAttribute(attr, compiled.handle, device_id)
+    return int(value) if err == driver.CUresult.CUDA_SUCCESS else 0
+
+
 def opt_in_dynamic_shared_memory(kernel: CompiledKernel, compiled: Any, device_id: int) -> None:
-    """Pre-launch hook every kernel gets: above the 48 KiB static limit, opt the function into
-    its dynamic shared memory (and the largest shared-memory carveout), up to the device's
-    opt-in maximum; past it, a SharedMemoryError naming the tiles and collectives that need it."""
+    """Pre-launch hook every kernel gets: when its dynamic shared memory and its static shared
+    variables (a chained scan's block context) pass the 48 KiB a block gets without asking, opt
+    the function into its dynamic shared memory (and the largest shared-memory carveout), up to
+    the device's opt-in maximum; past it, a SharedMemoryError naming the tiles and collectives
+    that need it."""
     shared = kernel.shared_bytes
-    if shared <= STATIC_SHARED_LIMIT:
+    total = shared + static_shared_bytes(compiled, device_id)
+    if total <= STATIC_SHARED_LIMIT:
         return
     limit = max_shared_optin(device_id)
-    if shared > limit:
+    if total > limit:
         raise SharedMemoryError(
-            f"{kernel.program.name} needs {shared} bytes of shared memory per block, more than this device's "
+            f"{kernel.program.name} needs {total} bytes of shared memory per block, more than this device's "
             f"limit of {limit}; largest users: {kernel.plan.largest_users()}. Use smaller tiles or fewer threads "
             "per block"
         )
