@@ -332,7 +332,7 @@ def test_a_carried_scan_has_one_barrier_and_its_seed_stays_in_thread_0():
     shim = generate_shims(p, layouts).source
     scan_shim = shim[shim.index(f"coop_scan_{scan.cid}(") :]
     scan_shim = scan_shim[: scan_shim.index("\n}\n")]
-    assert "const int run = (*runs)++ & 1;" in scan_shim and "(s.temp[run]).ExclusiveScan(" in scan_shim
+    assert "const int run = *parity;\n  *parity = run ^ 1;" in scan_shim and "(s.temp[run]).ExclusiveScan(" in scan_shim
     assert "if (threadIdx.x == 0) s.seed[run] = init;" in scan_shim
     assert "__syncthreads" not in scan_shim
     read = next(s for s in p.walk() if isinstance(s, ir.ArrayRead))

@@ -65,8 +65,8 @@ class OutArg:
 
 @dataclass(frozen=True)
 class StateArg:
-    """A per-thread counter the shim keeps from one run to the next (`int* name`, 0 before the
-    first run): how many times this thread has run it."""
+    """A per-thread int the shim keeps from one run to the next (`int* name`, 0 before the first
+    run), such as which of two TempStorage the next run uses."""
 
     name: str
 
