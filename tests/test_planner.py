@@ -344,6 +344,35 @@ def test_a_carried_scan_has_one_barrier_and_its_seed_stays_in_thread_0():
     assert barrier_cids(p, plan.carve) == [load.cid]
 
 
+def sum_per_program(x, partial, n, TILE: ct.constexpr):
+    base = ct.program_id(0) * TILE
+    partial[ct.program_id(0)] = tile.sum(tile.load(x, base, TILE, valid=n - base, other=0))
+
+
+def sum_used_by_every_thread(x, y, n, TILE: ct.constexpr):
+    base = ct.program_id(0) * TILE
+    t = tile.load(x, base, TILE, valid=n - base, other=0)
+    tile.store(y, base, t - tile.sum(t), valid=n - base)
+
+
+def test_a_reduction_only_written_to_an_element_stays_in_thread_0():
+    """CUB's block reduction leaves its result in thread 0: when only an element write (thread 0's) uses it, the
+    shim has no broadcast and no __syncthreads of its own; when every thread uses it, thread 0 shares it."""
+    p, layouts, _ = plan_of(sum_per_program, TILE=1024)
+    (reduce,) = [s for s in collectives(p) if isinstance(s, TileReduce)]
+    assert layouts.collectives[reduce.cid].op == "reduce[add], result in thread 0"
+    shim = generate_shims(p, layouts).source
+    reduce_shim = shim[shim.index(f"coop_reduce_{reduce.cid}(") :]
+    reduce_shim = reduce_shim[: reduce_shim.index("\n}\n")]
+    assert "*result0 = r;" in reduce_shim and "__syncthreads" not in reduce_shim
+    p, layouts, _ = plan_of(sum_used_by_every_thread, TILE=1024)
+    (reduce,) = [s for s in collectives(p) if isinstance(s, TileReduce)]
+    assert layouts.collectives[reduce.cid].op == "reduce[add]"
+    shim = generate_shims(p, layouts).source
+    reduce_shim = shim[shim.index(f"coop_reduce_{reduce.cid}(") :]
+    assert "if (threadIdx.x == 0) s.result = r;\n  __syncthreads();\n  *result0 = s.result;" in reduce_shim
+
+
 def test_four_byte_tiles_move_in_words_inside_an_inner_loop():
     """A blocked int32 tile loaded once per tile goes through a warp transpose; one loaded in a loop within a
     loop moves in 16-byte words (no shared memory, no barrier)."""

@@ -57,7 +57,8 @@ class Reduce(TileOp):
 
     def choose(self, s: TileReduce, ctx):
         algorithm = "BLOCK_REDUCE_RAKING" if s.combine else "BLOCK_REDUCE_WARP_REDUCTIONS"
-        return ctx.choice(s, f"reduce[{s.op}]", "BlockReduce", algorithm)
+        thread0 = ", result in thread 0" if _thread0_result(s, ctx.block_values) else ""
+        return ctx.choice(s, f"reduce[{s.op}]{thread0}", "BlockReduce", algorithm)
 
     def lower(self, s: TileReduce, w) -> ShimCall:
         k = len(s.srcs)
@@ -72,7 +73,9 @@ class Reduce(TileOp):
         algorithm = w.choice(s.cid).algorithm
         alias = f"coop_reduce_{s.cid}_t"
         cub_type = f"cub::BlockReduce<{item}, {threads}, cub::{algorithm}>"
-        code = w.storage(s.cid, cub_type, f"{item} result; ", prelude=code) + f"using {alias} = {cub_type};\n"
+        thread0 = _thread0_result(s, w.layouts.block_values)
+        extra = "" if thread0 else f"{item} result; "
+        code = w.storage(s.cid, cub_type, extra, prelude=code) + f"using {alias} = {cub_type};\n"
         body = w.storage_ref(s.cid) + "".join(w.items_ref(f"x{i}", f"in{i}", v, items) for i, v in enumerate(s.srcs))
         full = threads * items == size
         index = w.element_index(s.srcs[0])
@@ -88,9 +91,17 @@ class Reduce(TileOp):
             guard = "" if full else f"if ({index} < {size}) "
             body += f"  for (int i = 0; i < {items}; ++i) {guard}acc = {op}{{}}(acc, x0[i]);\n"
             reduce_call = "Sum(acc)" if s.op == "add" else f"Reduce(acc, {op}{{}})"
-        body += (
-            f"  {item} r = {alias}(s.temp).{reduce_call};\n  if (threadIdx.x == 0) s.result = r;\n  __syncthreads();\n"
-        )
-        body += "".join(f"  *result{i} = {unpack('s.result', i)};\n" for i in range(k))
+        body += f"  {item} r = {alias}(s.temp).{reduce_call};\n"
+        if thread0:  # CUB's result is thread 0's, and only thread 0 uses it
+            body += "".join(f"  *result{i} = {unpack('r', i)};\n" for i in range(k))
+        else:
+            body += "  if (threadIdx.x == 0) s.result = r;\n  __syncthreads();\n"
+            body += "".join(f"  *result{i} = {unpack('s.result', i)};\n" for i in range(k))
         w.define(call, code, body)
         return call
+
+
+def _thread0_result(s: TileReduce, block_values: frozenset[str]) -> bool:
+    """Whether only thread 0 uses the result (an element write's value: see `planner.layout.block_values`),
+    so that it needs no broadcast."""
+    return not any(v.name in block_values for v in s.outs)
