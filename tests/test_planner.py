@@ -357,7 +357,8 @@ def sum_used_by_every_thread(x, y, n, TILE: ct.constexpr):
 
 def test_a_reduction_only_written_to_an_element_stays_in_thread_0():
     """CUB's block reduction leaves its result in thread 0: when only an element write (thread 0's) uses it, the
-    shim has no broadcast and no __syncthreads of its own; when every thread uses it, thread 0 shares it."""
+    shim has no broadcast and no __syncthreads of its own. When every thread uses it, every thread folds the
+    warps' totals after one barrier, alternating between two sets of them, and may run again without a barrier."""
     p, layouts, _ = plan_of(sum_per_program, TILE=1024)
     (reduce,) = [s for s in collectives(p) if isinstance(s, TileReduce)]
     assert layouts.collectives[reduce.cid].op == "reduce[add], result in thread 0"
@@ -367,10 +368,14 @@ def test_a_reduction_only_written_to_an_element_stays_in_thread_0():
     assert "*result0 = r;" in reduce_shim and "__syncthreads" not in reduce_shim
     p, layouts, _ = plan_of(sum_used_by_every_thread, TILE=1024)
     (reduce,) = [s for s in collectives(p) if isinstance(s, TileReduce)]
-    assert layouts.collectives[reduce.cid].op == "reduce[add]"
+    assert layouts.collectives[reduce.cid].op == "reduce[add], all-reduce"
+    assert layouts.collectives[reduce.cid].sync == "reentrant"
     shim = generate_shims(p, layouts).source
     reduce_shim = shim[shim.index(f"coop_reduce_{reduce.cid}(") :]
-    assert "if (threadIdx.x == 0) s.result = r;\n  __syncthreads();\n  *result0 = s.result;" in reduce_shim
+    reduce_shim = reduce_shim[: reduce_shim.index("\n}\n")]
+    assert "if (threadIdx.x % 32 == 0) s.totals[run][threadIdx.x / 32] = warp_total;" in reduce_shim
+    assert reduce_shim.count("__syncthreads();") == 1
+    assert "for (int i = 1; i < 8; ++i) r = coop::add{}(r, s.totals[run][i]);\n  *result0 = r;" in reduce_shim
 
 
 def test_four_byte_tiles_move_in_words_inside_an_inner_loop():

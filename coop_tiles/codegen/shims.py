@@ -174,12 +174,12 @@ class ShimWriter:
     def combine_symbol(self, name: str) -> str:
         return combine_symbol(name)
 
-    def storage(self, cid: int, temp_type: str, extra: str = "", prelude: str = "", copies: int = 1) -> str:
+    def storage(self, cid: int, temp_type: str, extra: str = "", prelude: str = "", copies: int | None = None) -> str:
         """Declare collective `cid`'s TempStorage struct (NVRTC reports its size), after `prelude`
-        (the declarations it needs, such as a combine function's item struct); with `copies` > 1,
+        (the declarations it needs, such as a combine function's item struct); with `copies`,
         `temp` is an array of that many TempStorage."""
         self.storage_cids.append(cid)
-        temp = "temp" if copies == 1 else f"temp[{copies}]"
+        temp = "temp" if copies is None else f"temp[{copies}]"
         return prelude + f"struct coop_storage_{cid} {{ typename {temp_type}::TempStorage {temp}; {extra}}};\n"
 
     @staticmethod

@@ -1,10 +1,12 @@
 """`tile.reduce` (and `tile.sum`/`max`/`min`): a tile, or a tuple of tiles with a `@ct.combine`
 function, folded to block-uniform scalars.
 
-Built-in ops lower to `cub::BlockReduce` with warp reductions over any arrangement (they
-commute; padding takes the identity). A combine function need not commute: its tiles are kept
-blocked, each thread folds its own items in order, and BLOCK_REDUCE_RAKING (which keeps the
-threads' order) folds the threads that hold valid items.
+Built-in ops fold by warp reductions over any arrangement (they commute; padding takes the
+identity): each warp's total (`cub::WarpReduce`) goes to shared memory, and after one barrier
+every thread folds the totals itself (an all-reduce, no broadcast), or, when only thread 0 uses
+the result, `cub::BlockReduce` leaves it there. A combine function need not commute: its tiles
+are kept blocked, each thread folds its own items in order, and BLOCK_REDUCE_RAKING (which keeps
+the threads' order) folds the threads that hold valid items; thread 0 shares the result.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from .. import tile
 from ..lang import ir
 from ..lang.types import ScalarType
 from ..lang.values import Const
-from .base import OutArg, ShimCall, TileArg, TileOp, errstate, register
+from ..planner.layout import REENTRANT
+from .base import OutArg, ShimCall, StateArg, TileArg, TileOp, errstate, register
 from .combining import UFUNCS, combine_fold, item_code, typed_op
 
 _NAMED = {tile.sum: "add", tile.max: "max", tile.min: "min"}
@@ -56,42 +59,70 @@ class Reduce(TileOp):
             ctx.join_blocked(list(s.srcs))
 
     def choose(self, s: TileReduce, ctx):
+        if _all_reduce(s, ctx.block_values, ctx.threads):
+            # its own barrier, and two sets of warp totals used in turn: it may run again without one before it
+            label = f"reduce[{s.op}], all-reduce"
+            return ctx.choice(s, label, "WarpReduce", "BLOCK_REDUCE_WARP_REDUCTIONS", sync=REENTRANT)
         algorithm = "BLOCK_REDUCE_RAKING" if s.combine else "BLOCK_REDUCE_WARP_REDUCTIONS"
         thread0 = ", result in thread 0" if _thread0_result(s, ctx.block_values) else ""
         return ctx.choice(s, f"reduce[{s.op}]{thread0}", "BlockReduce", algorithm)
 
     def lower(self, s: TileReduce, w) -> ShimCall:
         k = len(s.srcs)
-        args = [TileArg(v, f"in{i}") for i, v in enumerate(s.srcs)] + [
-            OutArg(v, f"result{i}") for i, v in enumerate(s.outs)
-        ]
-        call = ShimCall(f"coop_reduce_{s.cid}", tuple(args))
-        w.include("cub/block/block_reduce.cuh")
         lay = w.layout(s.srcs[0])
         items, threads, size = lay.items_per_thread, w.threads, lay.size
+        every = _all_reduce(s, w.layouts.block_values, threads)
+        args = [TileArg(v, f"in{i}") for i, v in enumerate(s.srcs)]
+        args += [OutArg(v, f"result{i}") for i, v in enumerate(s.outs)] + ([StateArg("parity")] if every else [])
+        call = ShimCall(f"coop_reduce_{s.cid}", tuple(args))
         item, op, code, pack, unpack = item_code(w, s.cid, s.op, s.combine, [v.type.dtype for v in s.srcs])
+        full = threads * items == size
+        index = w.element_index(s.srcs[0])
+        if s.combine:
+            valid_threads = -(-size // items)
+            fold = f"  {item} acc;\n  {pack('acc', 'x{}[0]')}\n"
+            fold += f"  for (int i = 1; i < {items}; ++i) {{\n"
+            fold += f"    {item} v; {pack('v', 'x{}[i]')}\n"
+            fold += "    " + ("" if full else f"if ({index} < {size}) ") + f"acc = {op}{{}}(acc, v);\n  }}\n"
+            reduce_call = f"Reduce(acc, {op}{{}}, {valid_threads})" if not full else f"Reduce(acc, {op}{{}})"
+        else:
+            fold = f"  {item} acc = {w.identity(s.op, s.srcs[0].type.dtype)};\n"
+            guard = "" if full else f"if ({index} < {size}) "
+            fold += f"  for (int i = 0; i < {items}; ++i) {guard}acc = {op}{{}}(acc, x0[i]);\n"
+            reduce_call = "Sum(acc)" if s.op == "add" else f"Reduce(acc, {op}{{}})"
+        items_refs = "".join(w.items_ref(f"x{i}", f"in{i}", v, items) for i, v in enumerate(s.srcs))
+        if every:
+            # each warp folds its threads' values, and after one barrier every thread folds the warps' totals
+            # (in warp order, as BLOCK_REDUCE_WARP_REDUCTIONS does in thread 0); consecutive runs alternate
+            # between two sets of totals (`parity`), so that none waits for the last one's readers
+            warps = threads // 32
+            w.include("cub/warp/warp_reduce.cuh")
+            warp_type = f"cub::WarpReduce<{item}>"
+            code = w.storage(s.cid, warp_type, f"{item} totals[2][{warps}]; ", prelude=code, copies=warps)
+            body = (
+                w.storage_ref(s.cid)
+                + items_refs
+                + fold
+                + (
+                    "  const int run = *parity;\n  *parity = run ^ 1;\n"
+                    f"  const {item} warp_total = {warp_type}(s.temp[threadIdx.x / 32]).{reduce_call};\n"
+                    "  if (threadIdx.x % 32 == 0) s.totals[run][threadIdx.x / 32] = warp_total;\n"
+                    "  __syncthreads();\n"
+                    f"  {item} r = s.totals[run][0];\n"
+                    f"  for (int i = 1; i < {warps}; ++i) r = {op}{{}}(r, s.totals[run][i]);\n"
+                )
+            )
+            body += "".join(f"  *result{i} = {unpack('r', i)};\n" for i in range(k))
+            w.define(call, code, body)
+            return call
+        w.include("cub/block/block_reduce.cuh")
         algorithm = w.choice(s.cid).algorithm
         alias = f"coop_reduce_{s.cid}_t"
         cub_type = f"cub::BlockReduce<{item}, {threads}, cub::{algorithm}>"
         thread0 = _thread0_result(s, w.layouts.block_values)
         extra = "" if thread0 else f"{item} result; "
         code = w.storage(s.cid, cub_type, extra, prelude=code) + f"using {alias} = {cub_type};\n"
-        body = w.storage_ref(s.cid) + "".join(w.items_ref(f"x{i}", f"in{i}", v, items) for i, v in enumerate(s.srcs))
-        full = threads * items == size
-        index = w.element_index(s.srcs[0])
-        if s.combine:
-            valid_threads = -(-size // items)
-            body += f"  {item} acc;\n  {pack('acc', 'x{}[0]')}\n"
-            body += f"  for (int i = 1; i < {items}; ++i) {{\n"
-            body += f"    {item} v; {pack('v', 'x{}[i]')}\n"
-            body += "    " + ("" if full else f"if ({index} < {size}) ") + f"acc = {op}{{}}(acc, v);\n  }}\n"
-            reduce_call = f"Reduce(acc, {op}{{}}, {valid_threads})" if not full else f"Reduce(acc, {op}{{}})"
-        else:
-            body += f"  {item} acc = {w.identity(s.op, s.srcs[0].type.dtype)};\n"
-            guard = "" if full else f"if ({index} < {size}) "
-            body += f"  for (int i = 0; i < {items}; ++i) {guard}acc = {op}{{}}(acc, x0[i]);\n"
-            reduce_call = "Sum(acc)" if s.op == "add" else f"Reduce(acc, {op}{{}})"
-        body += f"  {item} r = {alias}(s.temp).{reduce_call};\n"
+        body = w.storage_ref(s.cid) + items_refs + fold + f"  {item} r = {alias}(s.temp).{reduce_call};\n"
         if thread0:  # CUB's result is thread 0's, and only thread 0 uses it
             body += "".join(f"  *result{i} = {unpack('r', i)};\n" for i in range(k))
         else:
@@ -105,3 +136,9 @@ def _thread0_result(s: TileReduce, block_values: frozenset[str]) -> bool:
     """Whether only thread 0 uses the result (an element write's value: see `planner.layout.block_values`),
     so that it needs no broadcast."""
     return not any(v.name in block_values for v in s.outs)
+
+
+def _all_reduce(s: TileReduce, block_values: frozenset[str], threads: int) -> bool:
+    """Whether every thread folds the warps' totals itself (one barrier, no broadcast): a built-in op, whose
+    result threads other than thread 0 use, in a block of whole warps."""
+    return not s.combine and not _thread0_result(s, block_values) and threads % 32 == 0

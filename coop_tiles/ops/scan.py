@@ -136,7 +136,7 @@ class Scan(TileOp):
         cub_type = f"cub::BlockScan<{item}, {threads}, cub::BLOCK_SCAN_WARP_SCANS>"
         extra = f"{item} seed[2]; " if carried else f"{item} total; "
         extra += f"{item} agg; {item} prefix; " if s.chained else ""
-        code = w.storage(s.cid, cub_type, extra, prelude=code, copies=2 if carried else 1)
+        code = w.storage(s.cid, cub_type, extra, prelude=code, copies=2 if carried else None)
         code += f"using {alias} = {cub_type};\n"
         body = w.storage_ref(s.cid)
         body += "".join(w.items_ref(f"x{i}", f"in{i}", v, items) for i, v in enumerate(s.srcs))
