@@ -375,7 +375,7 @@ def test_a_reduction_only_written_to_an_element_stays_in_thread_0():
     reduce_shim = reduce_shim[: reduce_shim.index("\n}\n")]
     assert "if (threadIdx.x % 32 == 0) s.totals[run][threadIdx.x / 32] = warp_total;" in reduce_shim
     assert reduce_shim.count("__syncthreads();") == 1
-    assert "for (int i = 1; i < 8; ++i) r = coop::add{}(r, s.totals[run][i]);\n  *result0 = r;" in reduce_shim
+    assert "for (int i = 1; i < 8; ++i) r = coop::add{}(r, t[i]);\n  *result0 = r;" in reduce_shim
 
 
 def test_four_byte_tiles_move_in_words_inside_an_inner_loop():

@@ -98,19 +98,20 @@ class Reduce(TileOp):
             warps = threads // 32
             w.include("cub/warp/warp_reduce.cuh")
             warp_type = f"cub::WarpReduce<{item}>"
-            code = w.storage(s.cid, warp_type, f"{item} totals[2][{warps}]; ", prelude=code, copies=warps)
-            body = (
-                w.storage_ref(s.cid)
-                + items_refs
-                + fold
-                + (
-                    "  const int run = *parity;\n  *parity = run ^ 1;\n"
-                    f"  const {item} warp_total = {warp_type}(s.temp[threadIdx.x / 32]).{reduce_call};\n"
-                    "  if (threadIdx.x % 32 == 0) s.totals[run][threadIdx.x / 32] = warp_total;\n"
-                    "  __syncthreads();\n"
-                    f"  {item} r = s.totals[run][0];\n"
-                    f"  for (int i = 1; i < {warps}; ++i) r = {op}{{}}(r, s.totals[run][i]);\n"
-                )
+            extra = f"alignas(16) {item} totals[2][{warps}]; "
+            code = w.storage(s.cid, warp_type, extra, prelude=code, copies=warps)
+            body = w.storage_ref(s.cid) + items_refs + fold
+            body += (
+                "  const int run = *parity;\n  *parity = run ^ 1;\n"
+                f"  const {item} warp_total = {warp_type}(s.temp[threadIdx.x / 32]).{reduce_call};\n"
+                "  if (threadIdx.x % 32 == 0) s.totals[run][threadIdx.x / 32] = warp_total;\n"
+                "  __syncthreads();\n"
+                f"  {item} t[{warps}];  // the totals, in 16-byte words where they fill whole ones\n"
+                "  if constexpr (sizeof(t) % 16 == 0) {\n"
+                "    for (int j = 0; j < int(sizeof(t) / 16); ++j) "
+                "reinterpret_cast<uint4*>(t)[j] = reinterpret_cast<const uint4*>(s.totals[run])[j];\n"
+                f"  }} else {{\n    for (int i = 0; i < {warps}; ++i) t[i] = s.totals[run][i];\n  }}\n"
+                f"  {item} r = t[0];\n  for (int i = 1; i < {warps}; ++i) r = {op}{{}}(r, t[i]);\n"
             )
             body += "".join(f"  *result{i} = {unpack('r', i)};\n" for i in range(k))
             w.define(call, code, body)
