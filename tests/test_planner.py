@@ -355,10 +355,20 @@ def sum_used_by_every_thread(x, y, n, TILE: ct.constexpr):
     tile.store(y, base, t - tile.sum(t), valid=n - base)
 
 
-def test_a_reduction_only_written_to_an_element_stays_in_thread_0():
+def sums_of_squares_in_a_loop(x, y, n_cols, CHUNK: ct.constexpr):
+    start = ct.program_id(0) * n_cols
+    acc = 0.0
+    for base in range(0, n_cols, CHUNK):
+        t = tile.load(x, start + base, CHUNK, valid=n_cols - base, other=0)
+        acc = acc + tile.sum(t * t)
+    tile.store(y, start, tile.load(x, start, CHUNK, valid=n_cols) / acc, valid=n_cols)
+
+
+def test_a_reduction_only_written_to_an_element_stays_in_thread_0_and_one_in_a_loop_is_an_all_reduce():
     """CUB's block reduction leaves its result in thread 0: when only an element write (thread 0's) uses it, the
-    shim has no broadcast and no __syncthreads of its own. When every thread uses it, every thread folds the
-    warps' totals after one barrier, alternating between two sets of them, and may run again without a barrier."""
+    shim has no broadcast and no __syncthreads of its own; when every thread uses it, thread 0 shares it. In a
+    loop, every thread folds the warps' totals after one barrier instead, alternating between two sets of them,
+    so the next iteration's reduction needs no barrier before it."""
     p, layouts, _ = plan_of(sum_per_program, TILE=1024)
     (reduce,) = [s for s in collectives(p) if isinstance(s, TileReduce)]
     assert layouts.collectives[reduce.cid].op == "reduce[add], result in thread 0"
@@ -368,8 +378,14 @@ def test_a_reduction_only_written_to_an_element_stays_in_thread_0():
     assert "*result0 = r;" in reduce_shim and "__syncthreads" not in reduce_shim
     p, layouts, _ = plan_of(sum_used_by_every_thread, TILE=1024)
     (reduce,) = [s for s in collectives(p) if isinstance(s, TileReduce)]
+    assert layouts.collectives[reduce.cid].op == "reduce[add]"
+    shim = generate_shims(p, layouts).source
+    reduce_shim = shim[shim.index(f"coop_reduce_{reduce.cid}(") :]
+    assert "if (threadIdx.x == 0) s.result = r;\n  __syncthreads();\n  *result0 = s.result;" in reduce_shim
+    p, layouts, plan = plan_of(sums_of_squares_in_a_loop, CHUNK=1024)
+    load, reduce, *_ = collectives(p)
     assert layouts.collectives[reduce.cid].op == "reduce[add], all-reduce"
-    assert layouts.collectives[reduce.cid].sync == "reentrant"
+    assert layouts.collectives[reduce.cid].sync == "reentrant" and reduce.cid not in barrier_cids(p, plan.carve)
     shim = generate_shims(p, layouts).source
     reduce_shim = shim[shim.index(f"coop_reduce_{reduce.cid}(") :]
     reduce_shim = reduce_shim[: reduce_shim.index("\n}\n")]

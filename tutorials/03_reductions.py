@@ -1,7 +1,7 @@
 """Tutorial 03: reductions to block-uniform scalars.
 
 `tile.sum`, `tile.max`, `tile.min` and `tile.reduce(t, op)` fold a tile to a scalar that
-every thread of the block holds (warp reductions, then every thread folds the warps' totals). Scalars can be used in
+every thread of the block holds (CUB BlockReduce plus a broadcast; in a loop, an all-reduce). Scalars can be used in
 arithmetic, in conditions, and written to an array element. Here: per-row softmax
 statistics (row max and sum of exponentials) and a row normalisation in one program.
 
