@@ -115,6 +115,24 @@ def reductions(x, out, n, TILE: ct.constexpr):
     out[pid * 4 + 3] = tile.reduce(t, op=OPS[2]) if t.dtype.kind == "f" else tile.reduce(t, op="xor")
 
 
+@ct.jit
+def row_norms(x, y, n_cols, CHUNK: ct.constexpr):
+    """Per row, reductions every thread uses, in a loop (all-reduces): the sum of squares and the largest
+    magnitude over the row's chunks; then the row over their sum."""
+    start = ct.program_id(0) * n_cols
+    sumsq = 0.0
+    big = 0.0
+    for base in range(0, n_cols, CHUNK):
+        t = tile.load(x, start + base, CHUNK, valid=n_cols - base, other=0)
+        sumsq = sumsq + tile.sum(t * t)
+        m = tile.max(ct.abs(t))
+        if m > big:
+            big = m
+    for base in range(0, n_cols, CHUNK):
+        t = tile.load(x, start + base, CHUNK, valid=n_cols - base, other=0)
+        tile.store(y, start + base, t / (sumsq + big), valid=n_cols - base)
+
+
 OPS = ("add", "mul", "max", "min")
 
 
@@ -518,6 +536,13 @@ def ref_carried_cumsum(x, y, n, TILE, EXCLUSIVE):
 def ref_row_max_scan(x, y, n_cols, TILE):
     rows = x.reshape(-1, n_cols)
     y[:] = np.maximum.accumulate(rows, axis=1).reshape(-1)
+    return [y]
+
+
+def ref_row_norms(x, y, n_cols, CHUNK):
+    rows = x.reshape(-1, n_cols).astype(np.float64)
+    scale = (rows * rows).sum(axis=1) + np.abs(rows).max(axis=1)
+    y[:] = (rows / scale[:, None]).reshape(-1)
     return [y]
 
 
@@ -1270,6 +1295,23 @@ def make_cases(seed: int = 0) -> list[Case]:
             ref_row_max_scan,
         )
     )
+
+    for dt in FLOAT_DTYPES:
+        rows, cols = 5, 1000
+        x = _rand(rng, rows * cols, dt, -3, 3)
+        cases.append(
+            Case(
+                f"row_norms[{np.dtype(dt).name}]",
+                row_norms,
+                [x, np.zeros(rows * cols, dt), cols],
+                {"CHUNK": 256},
+                rows,
+                [1],
+                ref_row_norms,
+                rtol=1e-5,
+                atol=1e-7,
+            )
+        )
 
     for dt in ALL_DTYPES:
         n, tile_size = 1000, 384
