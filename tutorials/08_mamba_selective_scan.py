@@ -31,9 +31,10 @@ selective_scan_common.h, and complex weights, which the tile program leaves out)
 The planner makes the choices Mamba's author made by hand, and prints them in
 `kernel.compile(...).plan`: rows of 16-bit floats move in 16-byte words per thread and are converted
 to float32 as they arrive; B and C rows, loaded in the innermost loop, move in words too, with no
-shared memory; the scan is `cub::BlockScan` over a struct of two floats. It is a carried scan: one
-barrier per state, which also shares thread 0's seed (where Mamba's prefix callback takes two), and
-the carry is written to `last_state` and read back by thread 0 alone, so the state loop has no other. The entry point
+shared memory; the scan is `cub::BlockScan` over a struct of two floats. It is a carried scan, with
+one barrier per state, which also shares thread 0's seed (Mamba's prefix callback takes two); the
+carry is written to `last_state` and read back by thread 0 alone, so the state loop has no other
+barrier. The entry point
 `coop_tiles.examples.selective_scan_fwd(u, delta, A, B, C, D, z, delta_bias, delta_softplus)` takes
 Mamba's arguments (PyTorch or CuPy on the GPU, NumPy in the interpreter) and launches the program as
 Mamba launches its kernel, 16 items per thread and fast math, but with fewer registers per thread than
