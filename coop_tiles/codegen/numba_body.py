@@ -174,7 +174,7 @@ class _BodyWriter:
                         declared.add(a.var.name + "_out")
                         self.line(depth, f"{a.var.name}_out = cuda.local.array(1, {numba_name(a.var.type.dtype)})")
                     elif isinstance(a, StateArg):
-                        state = f"state{s.cid}_{a.name}"
+                        state = _state_name(s.cid, a)
                         self.line(depth, f"{state} = cuda.local.array(1, np.int32)")
                         self.line(depth, f"{state}[0] = 0")
 
@@ -206,7 +206,7 @@ class _BodyWriter:
                 types += [f"CPointer({numba_storage(a.var.type.dtype)})", "int64", "int64"]
                 types += [] if p.unit else ["int64"]
             elif isinstance(a, StateArg):
-                parts.append(f"ptr(state{cid}_{a.name})")
+                parts.append(f"ptr({_state_name(cid, a)})")
                 types.append("CPointer(int32)")
             else:
                 assert isinstance(a, OutArg)
@@ -229,6 +229,11 @@ class _BodyWriter:
         ok = " & ".join(f"(np.uint64({i}) < np.uint64({n}))" for i, n in zip(idx, p.shapes))
         offset = " + ".join([p.off, *(i if s == "1" else f"{i} * {s}" for i, s in zip(idx, p.strides))])
         return ok, f"{p.ptr}[{offset}]"
+
+
+def _state_name(cid: int, a: StateArg) -> str:
+    """The body's variable holding collective `cid`'s state argument `a` (one per collective)."""
+    return f"state{cid}_{a.name}"
 
 
 # ----- generic statements -------------------------------------------------------------------------

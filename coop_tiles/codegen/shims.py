@@ -183,6 +183,13 @@ class ShimWriter:
         return prelude + f"struct coop_storage_{cid} {{ typename {temp_type}::TempStorage {temp}; {extra}}};\n"
 
     @staticmethod
+    def alternate() -> str:
+        """`run`: which of two TempStorage this run uses (0, 1, 0, ...), kept in the shim's `PARITY`
+        argument. A collective whose runs alternate may run again without a barrier before it: what
+        a run reads after its barrier is apart from what the next one writes before its own."""
+        return "  const int run = *parity;\n  *parity = run ^ 1;\n"
+
+    @staticmethod
     def storage_ref(cid: int) -> str:
         return f"  coop_storage_{cid}& s = *reinterpret_cast<coop_storage_{cid}*>(smem + soff);\n"
 

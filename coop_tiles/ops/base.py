@@ -71,6 +71,10 @@ class StateArg:
     name: str
 
 
+#: the state of a collective whose runs alternate between two TempStorage (`ShimWriter.alternate`)
+PARITY = StateArg("parity")
+
+
 @dataclass(frozen=True)
 class ShimCall:
     """One call from the body to shim `name`; its result, if any, goes to `ret`. Every shim also

@@ -19,7 +19,7 @@ from ..lang import ir
 from ..lang.types import ScalarType
 from ..lang.values import Const
 from ..planner.layout import REENTRANT
-from .base import OutArg, ShimCall, StateArg, TileArg, TileOp, errstate, register
+from .base import PARITY, OutArg, ShimCall, TileArg, TileOp, errstate, register
 from .combining import UFUNCS, combine_fold, item_code, typed_op
 
 _NAMED = {tile.sum: "add", tile.max: "max", tile.min: "min"}
@@ -60,7 +60,7 @@ class Reduce(TileOp):
             ctx.join_blocked(list(s.srcs))
 
     def choose(self, s: TileReduce, ctx):
-        if _all_reduce(s, ctx.block_values, ctx.threads) and ctx.depths.get(s.cid, 0) > 0:
+        if _all_reduce(s, ctx.block_values, ctx.threads, ctx.depths.get(s.cid, 0)):
             # its own barrier, and two sets of warp totals used in turn: it may run again without one before it
             label = f"reduce[{s.op}], all-reduce"
             return ctx.choice(s, label, "WarpReduce", "BLOCK_REDUCE_WARP_REDUCTIONS", sync=REENTRANT)
@@ -74,7 +74,7 @@ class Reduce(TileOp):
         items, threads, size = lay.items_per_thread, w.threads, lay.size
         every = w.choice(s.cid).primitive == "WarpReduce"
         args = [TileArg(v, f"in{i}") for i, v in enumerate(s.srcs)]
-        args += [OutArg(v, f"result{i}") for i, v in enumerate(s.outs)] + ([StateArg("parity")] if every else [])
+        args += [OutArg(v, f"result{i}") for i, v in enumerate(s.outs)] + ([PARITY] if every else [])
         call = ShimCall(f"coop_reduce_{s.cid}", tuple(args))
         item, op, code, pack, unpack = item_code(w, s.cid, s.op, s.combine, [v.type.dtype for v in s.srcs])
         full = threads * items == size
@@ -95,15 +95,14 @@ class Reduce(TileOp):
         if every:
             # each warp folds its threads' values, and after one barrier every thread folds the warps' totals
             # (in warp order, as BLOCK_REDUCE_WARP_REDUCTIONS does in thread 0); consecutive runs alternate
-            # between two sets of totals (`parity`), so that none waits for the last one's readers
+            # between two sets of totals (`w.alternate`), so that none waits for the last one's readers
             warps = threads // 32
             w.include("cub/warp/warp_reduce.cuh")
             warp_type = f"cub::WarpReduce<{item}>"
             extra = f"alignas(16) {item} totals[2][{warps}]; "
             code = w.storage(s.cid, warp_type, extra, prelude=code, copies=warps)
             body = w.storage_ref(s.cid) + items_refs + fold
-            body += (
-                "  const int run = *parity;\n  *parity = run ^ 1;\n"
+            body += w.alternate() + (
                 f"  const {item} warp_total = {warp_type}(s.temp[threadIdx.x / 32]).{reduce_call};\n"
                 "  if (threadIdx.x % 32 == 0) s.totals[run][threadIdx.x / 32] = warp_total;\n"
                 "  __syncthreads();\n"
@@ -140,9 +139,9 @@ def _thread0_result(s: TileReduce, block_values: frozenset[str]) -> bool:
     return not any(v.name in block_values for v in s.outs)
 
 
-def _all_reduce(s: TileReduce, block_values: frozenset[str], threads: int) -> bool:
-    """Whether every thread can fold the warps' totals itself (one barrier, no broadcast): a built-in op, whose
-    result threads other than thread 0 use, in a block of whole warps. `choose` takes it in a loop, where the
+def _all_reduce(s: TileReduce, block_values: frozenset[str], threads: int, loops: int) -> bool:
+    """Whether every thread folds the warps' totals itself (one barrier, no broadcast): a built-in op, whose
+    result threads other than thread 0 use, in a block of whole warps, inside `loops` > 0 loops, where the
     barrier it saves is on the loop's critical path and runs need no barrier between them; alone, the
     broadcast costs less than every warp folding the totals (measured on an H100: a row softmax)."""
-    return not s.combine and not _thread0_result(s, block_values) and threads % 32 == 0
+    return loops > 0 and not s.combine and not _thread0_result(s, block_values) and threads % 32 == 0

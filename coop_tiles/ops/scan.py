@@ -20,7 +20,7 @@ from ..lang import ir
 from ..lang.types import ScalarType, TileType
 from ..planner.layout import REENTRANT, SYNCS
 from . import chained as chain
-from .base import OutArg, ShimCall, StateArg, TileArg, TileOp, ValueArg, errstate, register
+from .base import PARITY, OutArg, ShimCall, TileArg, TileOp, ValueArg, errstate, register
 from .combining import UFUNCS, combine_operands, combine_scan, item_code, typed_op
 
 
@@ -127,7 +127,7 @@ class Scan(TileOp):
         lay = w.layout(s.srcs[0])
         items, threads, size = lay.items_per_thread, w.threads, lay.size
         carried = _carried(s, size, threads)
-        args += [StateArg("parity")] if carried else []
+        args += [PARITY] if carried else []
         call = ShimCall(f"coop_scan_{s.cid}", tuple(args))
         w.include("cub/block/block_scan.cuh")
         dtypes = [v.type.dtype for v in s.srcs]
@@ -158,9 +158,8 @@ class Scan(TileOp):
             # each thread folds its items and the block scans the folds, with one barrier, which also shares
             # thread 0's seed (`init`) and gives every thread the block's fold (so the total needs no
             # broadcast); each thread then applies its prefix to its items. Consecutive runs alternate
-            # between two TempStorage and seeds (`parity`), so that none waits for the last one's readers.
-            body += (
-                f"  const int run = *parity;\n  *parity = run ^ 1;\n"
+            # between two TempStorage and seeds (`w.alternate`), so that none waits for the last one's readers.
+            body += w.alternate() + (
                 f"  if (threadIdx.x == 0) s.seed[run] = {init};\n"
                 f"  {item} fold = y[0];\n  for (int i = 1; i < {items}; ++i) fold = {op}{{}}(fold, y[i]);\n"
                 f"  {item} prefix, block;\n"
