@@ -171,35 +171,63 @@ class _Carver:
         return [g.region for g in self.long.values() if g.start <= position <= g.stop]
 
     # ----- the walk -------------------------------------------------------------------------------
-    def barrier(self, stmt: ir.Stmt, reason: str) -> _Dirty:
+    def barrier(self, stmt: ir.Stmt, reason: str) -> None:
         if stmt.sid not in self.barriers:
             self.barriers[stmt.sid] = Barrier(stmt.sid, stmt.loc.line if stmt.loc else None, reason)
-        return _Dirty()
 
-    def collective(self, s: ir.Collective, dirty: _Dirty) -> _Dirty:
-        dirty = self.memory(s, dirty)
-        owner = self.owners.get(s.cid, s.cid)
-        if owner in self.long:
-            return self.synced(s, self.enter(s, self.long[owner].region, dirty, "TempStorage reuse"))
-        if s.cid not in self.needs:
-            return dirty
-        sync = self.syncs.get(s.cid, "")
-        others = [r for r in dirty.regions if not (sync == REENTRANT and r.key == s.cid)]
-        region = self.regions.get(s.cid)
-        reserved = self.reserved(self.live.at(s))
-        if region is None:
-            need = self.needs[s.cid]
-            offset = self.lowest(need, reserved + others)
-            if offset + need.size > self.budget:
-                dirty = self.barrier(s, "TempStorage reuse")
-                offset = self.lowest(need, reserved)
-            region = Region(s.cid, offset, need.size, need.align, *([s.loc.line if s.loc else None] * 2))
-            self.regions[s.cid] = region
-        elif _overlaps(region, others) and s.sid not in self.barriers:
-            dirty = self.barrier(s, "TempStorage reuse")
-        elif s.sid in self.barriers:
+    def step(self, s: ir.Stmt, dirty: _Dirty) -> _Dirty:
+        """One statement: decide once whether a barrier goes before it (any of its accesses
+        conflicting with what the block may still touch), place its TempStorage, then mark
+        everything it touches dirty. The decision covers all of the statement's accesses
+        together, so a barrier taken for one of them never forgets another."""
+        position = self.live.at(s)
+        tiles = [(v.name, self.long[v.name].region) for v in (*ir.outputs(s), *ir.inputs(s)) if v.name in self.long]
+        reasons = [f"shared memory of {_shown(name)} reused" for name, r in tiles if _conflicts(r, dirty.regions)]
+        hazard = self.memory_hazard(s, dirty)
+        if hazard:
+            reasons.append(hazard)
+        owner = self.owners.get(s.cid, s.cid) if isinstance(s, ir.Collective) else None
+        storage = self.long[owner].region if owner in self.long else self.regions.get(owner)
+        if storage is not None and self.storage_conflict(s, storage, dirty):
+            reasons.append("TempStorage reuse")
+        if reasons or s.sid in self.barriers:
+            if reasons:
+                self.barrier(s, reasons[0])
             dirty = _Dirty()
-        return self.synced(s, dirty.add(region))
+        if storage is None and owner is not None and owner in self.needs:
+            storage, placed_over_dirty = self.place(s, owner, position, dirty)
+            if placed_over_dirty:
+                self.barrier(s, "TempStorage reuse")
+                dirty = _Dirty()
+        for _, region in tiles:
+            dirty = dirty.add(region)
+        if storage is not None:
+            dirty = dirty.add(storage)
+        self.record_memory(s, dirty)
+        return self.synced(s, dirty) if isinstance(s, ir.Collective) else dirty
+
+    def storage_conflict(self, s: ir.Collective, storage: Region, dirty: _Dirty) -> bool:
+        """Whether `s`'s TempStorage bytes are dirty from another region. Collectives sharing one
+        region synchronise among themselves; a REENTRANT collective may run again in its own."""
+        shared = storage.key in self.long
+        reentrant = self.syncs.get(s.cid) == REENTRANT
+        own = shared or reentrant
+        return _overlaps(storage, [r for r in dirty.regions if not (own and r.key == storage.key)])
+
+    def place(self, s: ir.Collective, cid: int, position: int, dirty: _Dirty) -> tuple[Region, bool]:
+        """A short TempStorage region for collective `cid` at statement `s`: the lowest offset clear
+        of the long-lived regions alive while `s` reads its operands and writes its results
+        (steps `position` and `position + 1`) and of dirty bytes; past the budget, over dirty
+        bytes (the second result: a barrier must go first)."""
+        need = self.needs[cid]
+        reserved = [g.region for g in self.long.values() if g.start <= position + 1 and position <= g.stop]
+        offset = self.lowest(need, reserved + dirty.regions)
+        over_dirty = offset + need.size > self.budget
+        if over_dirty:
+            offset = self.lowest(need, reserved)
+        region = Region(cid, offset, need.size, need.align, *([s.loc.line if s.loc else None] * 2))
+        self.regions[cid] = region
+        return region, over_dirty
 
     def synced(self, s: ir.Collective, dirty: _Dirty) -> _Dirty:
         """After a collective with its own `__syncthreads()`: every access before it is complete,
@@ -211,61 +239,49 @@ class _Carver:
         array = {self.roots.get(access[0], access[0])} if access is not None else set()
         return _Dirty([r for r in dirty.regions if r.key in keys], *(x & array for x in dirty.sets()))
 
-    def enter(self, s: ir.Stmt, region: Region, dirty: _Dirty, reason: str) -> _Dirty:
-        """An access to long-lived `region`: a barrier first if its bytes are dirty from another
-        region (a tile's bytes belong to their thread: a tile with the same bytes is no hazard)."""
-
-        def same_bytes(r: Region) -> bool:
-            return isinstance(r.key, str) and isinstance(region.key, str) and r.offset == region.offset
-
-        others = [r for r in dirty.regions if r.key != region.key and not (same_bytes(r) and r.size == region.size)]
-        if s.sid in self.barriers or _overlaps(region, others):
-            dirty = self.barrier(s, reason)
-        return dirty.add(region)
-
-    def tiles(self, s: ir.Stmt, dirty: _Dirty) -> _Dirty:
-        """Accesses to tiles kept in shared memory."""
-        for v in (*ir.outputs(s), *ir.inputs(s)):
-            if v.name in self.long:
-                dirty = self.enter(s, self.long[v.name].region, dirty, f"shared memory of {_shown(v.name)} reused")
-        return dirty
-
-    def memory(self, s: ir.Stmt, dirty: _Dirty) -> _Dirty:
-        """Barriers for global-memory hazards between threads of the block. Element writes, and
-        element reads whose value only thread 0 needs, are thread 0's alone: they conflict with
-        other threads' accesses, not with each other."""
-        access = _global_access(s)
+    def memory_hazard(self, s: ir.Stmt, dirty: _Dirty) -> str:
+        """Why a barrier must go before `s` for global memory (a read of an array another thread
+        wrote since the last barrier, or a write of one it read or wrote), or "" if none.
+        Element writes, and element reads whose value only thread 0 needs, are thread 0's alone:
+        they conflict with other threads' accesses, not with each other."""
+        access = self.access(s)
         if access is None:
-            return dirty
-        array, is_write = access
-        array = self.roots.get(array, array)
-        solo = isinstance(s, ir.ArrayWrite) or (isinstance(s, ir.ArrayRead) and s.out.name not in self.block_values)
+            return ""
+        array, is_write, solo = access
         others_wrote = array in dirty.writes or (not solo and array in dirty.solo_writes)
         others_read = array in dirty.reads or (not solo and array in dirty.solo_reads)
-        hazard = others_wrote or (is_write and others_read)
-        if hazard or s.sid in self.barriers:
-            if hazard:
-                kind = ("write after " + ("write" if others_wrote else "read")) if is_write else "read after write"
-                dirty = self.barrier(s, f"{kind} of {array}")
+        if not (others_wrote or (is_write and others_read)):
+            return ""
+        kind = ("write after " + ("write" if others_wrote else "read")) if is_write else "read after write"
+        return f"{kind} of {array}"
+
+    def record_memory(self, s: ir.Stmt, dirty: _Dirty) -> None:
+        access = self.access(s)
+        if access is not None:
+            array, is_write, solo = access
+            if solo:
+                (dirty.solo_writes if is_write else dirty.solo_reads).add(array)
             else:
-                dirty = _Dirty()
-        if solo:
-            (dirty.solo_writes if is_write else dirty.solo_reads).add(array)
-        else:
-            (dirty.writes if is_write else dirty.reads).add(array)
-        return dirty
+                (dirty.writes if is_write else dirty.reads).add(array)
+
+    def access(self, s: ir.Stmt) -> tuple[str, bool, bool] | None:
+        """(the array parameter, is a write, by thread 0 alone) of a statement touching global memory."""
+        access = _global_access(s)
+        if access is None:
+            return None
+        array, is_write = access
+        solo = isinstance(s, ir.ArrayWrite) or (isinstance(s, ir.ArrayRead) and s.out.name not in self.block_values)
+        return self.roots.get(array, array), is_write, solo
 
     def walk(self, body: list[ir.Stmt], dirty: _Dirty) -> _Dirty:
         for s in body:
-            dirty = self.tiles(s, dirty)
-            if isinstance(s, ir.Collective):
-                dirty = self.collective(s, dirty)
-            elif isinstance(s, (ir.ArrayRead, ir.ArrayWrite)):
-                dirty = self.memory(s, dirty)
-            elif isinstance(s, ir.If):
+            if isinstance(s, ir.If):
+                dirty = self.step(s, dirty)
                 dirty = self.walk(s.then, _copy(dirty)).merged(self.walk(s.orelse, _copy(dirty)))
             elif isinstance(s, (ir.ForRange, ir.While)):
-                dirty = self.loop(s, dirty)
+                dirty = self.loop(s, self.step(s, dirty))
+            else:
+                dirty = self.step(s, dirty)
         return dirty
 
     def loop(self, s: ir.ForRange | ir.While, dirty: _Dirty) -> _Dirty:
@@ -279,6 +295,16 @@ class _Carver:
                 break
             entry = entry.merged(end)
         return entry
+
+
+def _conflicts(tile: Region, dirty: list[Region]) -> bool:
+    """Whether a tile's bytes are dirty from another region: a tile's bytes belong to their
+    thread, so a dirty tile of the very same bytes (an element-wise chain) is no hazard."""
+
+    def same_bytes(r: Region) -> bool:
+        return isinstance(r.key, str) and r.offset == tile.offset and r.size == tile.size
+
+    return _overlaps(tile, [r for r in dirty if r.key != tile.key and not same_bytes(r)])
 
 
 def _shown(name: str) -> str:
