@@ -22,8 +22,7 @@ from ..dtypes import bfloat16, compute_dtype, float32, is_half, storage_dtype
 from ..lang import ir
 from ..lang.types import ArrayType, ScalarType, TileType
 from ..ops import chained as chain
-from ..ops.base import ArrayArg, OutArg, ShimCall, StateArg, TileArg, ValueArg
-from ..ops.elementwise import ELEMENTWISE
+from ..ops.base import ArrayArg, OutArg, ShimCall, StateArg, TileArg, ValueArg, element_op
 from ..planner.carve import tile_stride
 from ..planner.plan import Plan
 from .params import array_parts, kernel_params, numba_storage
@@ -107,7 +106,7 @@ def element_expr(op: str, args: list[str], dtypes: list[np.dtype], compute: np.d
     xs = [convert(convert(x, d, compute), compute, calc) for x, d in zip(args, dtypes)]
     if op == "where":
         xs[0] = convert(args[0], dtypes[0], BOOL)
-    definition = ELEMENTWISE[op]
+    definition = element_op(op)
     expr = definition.lower(xs, lambda v: literal(v, calc))
     return convert(expr, BOOL if definition.boolean else calc, out)
 

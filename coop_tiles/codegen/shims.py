@@ -150,6 +150,10 @@ class ShimWriter:
         """Include `headers` in the translation unit (once each)."""
         self.headers += [h for h in headers if h not in self.headers]
 
+    @property
+    def block_values(self) -> frozenset[str]:
+        return self.layouts.block_values
+
     def layout(self, var: ir.Var) -> TileLayout:
         return self.layouts.tiles[var.name]
 

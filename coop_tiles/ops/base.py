@@ -16,17 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
 from ..lang import ir
-
-if TYPE_CHECKING:
-    from ..codegen.shims import ShimWriter
-    from ..lang.frontend import Builder
-    from ..lang.interpreter import Frame
-    from ..planner.layout import CollectiveChoice, LayoutContext
+from .elementwise import ELEMENTWISE, ElementOp
 
 
 # ----- shim calls: what the body passes to a shim, described as data ----------------------------
@@ -85,6 +80,106 @@ class ShimCall:
     ret: ir.Var | None = None
 
 
+# ----- what an op sees of each stage ---------------------------------------------------------------
+# The stages pass their own objects to the hooks (lang/frontend.py's Builder, lang/interpreter.py's
+# Frame, planner/layout.py's LayoutContext, codegen/shims.py's ShimWriter); ops know them only by
+# these protocols, so that no op module, and not this one, imports a stage.
+class Building(Protocol):
+    """The front end while it builds one call (`TileOp.build`); errors raised get the call's line."""
+
+    root: list[ir.Stmt]  # the program's top-level statements
+    stmts: list[ir.Stmt]  # the statements being built (`root`, or a nested body)
+    static_prints: list[str]
+    current: Any  # the AST node being built
+    fn: Any  # the ParsedFunction being built
+
+    def temp(self, t: Any) -> ir.Var: ...
+    def emit(self, stmt: ir.Stmt) -> None: ...
+    def runtime(self, v: Any, what: str = "value") -> ir.Value: ...
+    def scalar(self, v: Any, what: str, kinds: str = "biuf") -> ir.Value: ...
+    def tile(self, v: Any, what: str) -> ir.Var: ...
+    def array(self, v: Any, what: str) -> ir.Var: ...
+    def constant(self, v: Any, what: str, kind: type | tuple = object) -> Any: ...
+    def tile_size(self, v: Any) -> int: ...
+    def optional(self, v: Any) -> Any: ...
+    def convert(self, v: ir.Value, dtype: np.dtype) -> ir.Value: ...
+    def truth(self, value: ir.Value) -> ir.Value: ...
+    def apply(self, name: str, args: tuple, compare: bool = False) -> Any: ...
+    def combine(self, fn: Any, dtypes: tuple[np.dtype, ...], compare: bool = False) -> ir.Combine: ...
+
+
+class Running(Protocol):
+    """One program instance in the interpreter (`TileOp.interpret`)."""
+
+    program: ir.Program
+    pid: tuple[int, int, int]
+    env: dict[str, Any]  # every variable's value, by name
+    launch: dict  # shared by the programs of one launch, run in program-id order
+
+    def get(self, v: ir.Value) -> Any: ...
+    def set(self, var: ir.Var, value: Any) -> None: ...
+    def evaluate_combine(self, combine: ir.Combine, left: tuple, right: tuple) -> tuple: ...
+
+
+class Layout(Protocol):
+    """A tile's planned layout (planner/layout.py's TileLayout)."""
+
+    name: str
+    size: int
+    items_per_thread: int
+    arrangement: str  # planner/layout.py's BLOCKED or STRIPED
+    storage: str  # registers, shared or local memory
+
+
+class Choice(Protocol):
+    """A collective's planned CUB primitive and algorithm (planner/layout.py's CollectiveChoice)."""
+
+    cid: int
+    primitive: str
+    algorithm: str
+    needs_storage: bool
+
+
+class Planning(Protocol):
+    """The layout planner (`TileOp.layout`, `TileOp.choose`); `tiles` is filled once layouts are known."""
+
+    threads: int
+    block_values: frozenset[str]  # the variables threads other than thread 0 need
+    depths: dict[int, int]  # collective id -> how many loops it is nested in
+    tiles: dict[str, Any]  # tile name -> Layout
+
+    def join(self, tiles: list[ir.Var]) -> None: ...
+    def join_blocked(self, tiles: list[ir.Var]) -> None: ...
+    def choice(
+        self, s: ir.Collective, op: str, primitive: str, algorithm: str, storage: bool = True, sync: str = ""
+    ) -> Choice: ...
+
+
+class Lowering(Protocol):
+    """The shim writer (`TileOp.lower`): the plan's layouts and choices, and the shim's pieces."""
+
+    threads: int
+    block_values: frozenset[str]
+    #: bytes per program of grid-wide state the kernel entry takes last (None: none)
+    chain_bytes: int | None
+
+    def include(self, *headers: str) -> None: ...
+    def layout(self, var: ir.Var) -> Layout: ...
+    def choice(self, cid: int) -> Choice: ...
+    def element_index(self, var: ir.Var) -> str: ...
+    def clamp(self, size: int) -> str: ...
+    def clamp_valid(self, size: int) -> str: ...
+    def identity(self, op: str, dt: np.dtype) -> str: ...
+    def combine_symbol(self, name: str) -> str: ...
+    def storage(
+        self, cid: int, temp_type: str, extra: str = "", prelude: str = "", copies: int | None = None
+    ) -> str: ...
+    def alternate(self) -> str: ...
+    def storage_ref(self, cid: int) -> str: ...
+    def items_ref(self, var: str, ptr: str, tile: ir.Var, items: int) -> str: ...
+    def define(self, call: ShimCall, code: str, body: str) -> None: ...
+
+
 # ----- the op definition ------------------------------------------------------------------------
 class TileOp:
     """Base of every tile op; see the module docstring for what each hook does."""
@@ -94,13 +189,13 @@ class TileOp:
     #: the IR statement class the op emits (None: it only emits generic statements).
     stmt: ClassVar[type | None] = None
 
-    def build(self, b: Builder, args: dict[str, Any], public: Callable) -> Any:
+    def build(self, b: Building, args: dict[str, Any], public: Callable) -> Any:
         raise NotImplementedError
 
-    def interpret(self, s: Any, frame: Frame) -> None:
+    def interpret(self, s: Any, frame: Running) -> None:
         raise NotImplementedError
 
-    def layout(self, s: Any, ctx: LayoutContext) -> None:
+    def layout(self, s: Any, ctx: Planning) -> None:
         """Join or constrain tile layouts (default: none)."""
 
     def thread0_reads(self, s: Any, threads: int) -> set[str]:
@@ -112,7 +207,7 @@ class TileOp:
         barriers between threads' conflicting accesses."""
         return None
 
-    def choose(self, s: Any, ctx: LayoutContext) -> CollectiveChoice | None:
+    def choose(self, s: Any, ctx: Planning) -> Choice | None:
         return None
 
     #: whether the op may write its tile results over its tile operands' items (each thread
@@ -129,7 +224,7 @@ class TileOp:
         called at every launch in both modes; None (the default) when any grid will do."""
         return None
 
-    def lower(self, s: Any, w: ShimWriter) -> ShimCall | None:
+    def lower(self, s: Any, w: Lowering) -> ShimCall | None:
         raise NotImplementedError
 
 
@@ -151,6 +246,11 @@ def register(op_class: type[TileOp]) -> type[TileOp]:
 
 def op_of(s: ir.Stmt) -> TileOp | None:
     return BY_STMT.get(type(s))
+
+
+def element_op(name: str) -> ElementOp:
+    """The element-wise op `name` (`ops/elementwise.py`), for the stages, which import only this module."""
+    return ELEMENTWISE[name]
 
 
 def launch_checks(program: ir.Program) -> list[Callable[[tuple[int, int, int]], None]]:

@@ -120,7 +120,7 @@ class Reduce(TileOp):
         algorithm = w.choice(s.cid).algorithm
         alias = f"coop_reduce_{s.cid}_t"
         cub_type = f"cub::BlockReduce<{item}, {threads}, cub::{algorithm}>"
-        thread0 = _thread0_result(s, w.layouts.block_values)
+        thread0 = _thread0_result(s, w.block_values)
         extra = "" if thread0 else f"{item} result; "
         code = w.storage(s.cid, cub_type, extra, prelude=code) + f"using {alias} = {cub_type};\n"
         body = w.storage_ref(s.cid) + items_refs + fold + f"  {item} r = {alias}(s.temp).{reduce_call};\n"

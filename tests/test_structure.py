@@ -1,0 +1,137 @@
+"""The package's import structure: no import cycle, and the stages know the ops only through
+`coop_tiles/ops/base.py` (docs/internals.md, "Two rules")."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import coop_tiles
+
+PACKAGE = Path(coop_tiles.__file__).parent
+
+
+def module_files(root: Path = PACKAGE) -> dict[str, Path]:
+    """Every module of the package by dotted name (a package by its `__init__.py`)."""
+    out = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def imported(module: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """The package's modules `module` imports anywhere in its source (under `if TYPE_CHECKING:` and
+    inside functions too); `from pkg import name` counts as `pkg.name` when that is a module."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([node.module] if node.module else []))
+            names = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+        else:
+            continue
+        for name in names:
+            while name and name not in modules:  # an attribute of a module, or outside the package
+                name = name.rpartition(".")[0]
+            if name and name != module:
+                found.add(name)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    modules = module_files()
+    return {m: imported(m, p, modules) for m, p in modules.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of `graph` (its modules in order, the first repeated last), or None."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(m: str) -> list[str] | None:
+        state[m] = 1
+        path.append(m)
+        for d in sorted(graph.get(m, ())):
+            if state.get(d) == 1:
+                return path[path.index(d) :] + [d]
+            if d not in state and (cycle := visit(d)) is not None:
+                return cycle
+        path.pop()
+        state[m] = 2
+        return None
+
+    for m in sorted(graph):
+        if m not in state and (cycle := visit(m)) is not None:
+            return cycle
+    return None
+
+
+def test_the_package_has_no_import_cycle():
+    cycle = find_cycle(import_graph())
+    assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_cycle_finder_finds_cycles(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("")
+    (pkg / "a.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .sub import b\n")
+    (pkg / "sub" / "b.py").write_text("def f():\n    from .. import a\n")
+    modules = module_files(pkg)
+    graph = {m: imported(m, p, modules) for m, p in modules.items()}
+    assert graph["pkg.a"] == {"pkg.sub.b"} and graph["pkg.sub.b"] == {"pkg.a"}
+    assert find_cycle(graph) == ["pkg.a", "pkg.sub.b", "pkg.a"]
+
+
+def protocol_members(protocol: type) -> set[str]:
+    """The attributes and methods a protocol of `ops/base.py` declares."""
+    return set(getattr(protocol, "__annotations__", {})) | {
+        n for n, v in vars(protocol).items() if callable(v) and not n.startswith("_")
+    }
+
+
+def test_stage_objects_have_what_their_protocol_declares(monkeypatch):
+    """Each hook gets an object with every member its protocol in ops/base.py names."""
+    import numpy as np
+
+    from coop_tiles import tile
+    from coop_tiles.ops import base
+    from coop_tiles.ops.scan import Scan
+
+    seen: dict[str, object] = {}
+    for hook, position in (("build", 0), ("interpret", 1), ("layout", 1), ("choose", 1), ("lower", 1)):
+        original = getattr(Scan, hook)
+
+        def spy(self, *args, _hook=hook, _position=position, _original=original):
+            seen[_hook] = args[_position]
+            return _original(self, *args)
+
+        monkeypatch.setattr(Scan, hook, spy)
+
+    @coop_tiles.jit
+    def k(x, y, n, TILE: coop_tiles.constexpr):
+        t = tile.load(x, 0, TILE, valid=n)
+        tile.store(y, 0, tile.scan(t), valid=n)
+
+    x = np.arange(8, dtype=np.int32)
+    k.compile(x, x, 8, TILE=8, arch="sm_90")
+    coop_tiles.jit(k.fn, interpret=True)[1](x, x.copy(), 8, TILE=8)
+    expected = {
+        "build": base.Building,
+        "interpret": base.Running,
+        "layout": base.Planning,
+        "choose": base.Planning,
+        "lower": base.Lowering,
+    }
+    for hook, protocol in expected.items():
+        missing = sorted(m for m in protocol_members(protocol) if not hasattr(seen[hook], m))
+        assert not missing, f"{type(seen[hook]).__name__} (passed to {hook}) lacks {missing} of {protocol.__name__}"
