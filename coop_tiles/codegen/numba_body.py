@@ -21,8 +21,7 @@ import numpy as np
 from ..dtypes import bfloat16, compute_dtype, float32, is_half, storage_dtype
 from ..lang import ir
 from ..lang.types import ArrayType, ScalarType, TileType
-from ..ops import chained as chain
-from ..ops.base import ArrayArg, OutArg, ShimCall, StateArg, TileArg, ValueArg, element_op
+from ..ops.base import ArrayArg, BodyStart, OutArg, ShimCall, StateArg, TileArg, ValueArg, element_op, op_of
 from ..planner.carve import tile_stride
 from ..planner.plan import Plan
 from .params import array_parts, kernel_params, numba_storage
@@ -127,8 +126,8 @@ class _BodyWriter:
     shims: list[ShimDecl] = field(default_factory=lambda: list(HALF_DECLS))
     arrays: dict[str, _ArrayParts] = field(default_factory=dict)
     calls: dict[int, ShimCall] = field(default_factory=dict)
-    #: the program has a chained scan: its program id is the block's ticket (`ops/chained.py`)
-    chained: bool = False
+    #: what an op with grid-wide state has the body do first (a chained scan's ticket is its program id)
+    start: BodyStart | None = None
 
     def line(self, depth: int, text: str) -> None:
         self.lines.append("    " * depth + text)
@@ -186,8 +185,19 @@ class _BodyWriter:
             handler = _HANDLERS.get(type(s))
             if handler is not None:
                 handler(self, s, depth)
-            else:
+            elif isinstance(s, ir.Collective):
                 self.call(self.calls[s.cid], s.cid, depth)
+            else:  # a tile made item by item (`TileOp.item_value`)
+                self.line(depth, f"for i in range({self.items(s.out)}):")
+                self.line(depth + 1, f"{s.out.name}[i] = {op_of(s).item_value(s, self)}")
+
+    def item_index(self, tile: ir.Var) -> str:
+        """Item `i`'s index in `tile`, an int64."""
+        return f"np.int64({element_index(self.plan.tiles[tile.name], self.plan.block_threads, tid='tid')})"
+
+    @staticmethod
+    def convert(expr: str, src: np.dtype, dst: np.dtype) -> str:
+        return convert(expr, src, dst)
 
     def call(self, c: ShimCall, cid: int, depth: int) -> None:
         """A collective: its shim called as its ShimCall describes."""
@@ -264,9 +274,9 @@ def _copy(w: _BodyWriter, s: ir.Copy, depth: int) -> None:
 
 
 def _program_id(w: _BodyWriter, s: ir.ProgramId, depth: int) -> None:
-    if w.chained and s.axis == 0 and not s.count:
-        w.shims.append(ShimDecl("coop_chain_tile", "int64", ()))
-        w.line(depth, f"{s.out.name} = coop_chain_tile()")
+    if w.start is not None and s.axis == 0 and not s.count:
+        w.shims.append(ShimDecl(w.start.program_id, "int64", ()))
+        w.line(depth, f"{s.out.name} = {w.start.program_id}()")
         return
     source = "cuda.gridDim" if s.count else "cuda.blockIdx"
     w.line(depth, f"{s.out.name} = np.int64({source}.{'xyz'[s.axis]})")
@@ -330,20 +340,7 @@ def _return(w: _BodyWriter, s: ir.Return, depth: int) -> None:
     w.line(depth, "return")
 
 
-def _tile_full(w: _BodyWriter, s, depth: int) -> None:
-    w.line(depth, f"for i in range({w.items(s.out)}):")
-    w.line(depth + 1, f"{s.out.name}[i] = {w.operand(s.value, False)}")
-
-
-def _tile_arange(w: _BodyWriter, s, depth: int) -> None:
-    index = element_index(w.plan.tiles[s.out.name], w.plan.block_threads, tid="tid")
-    w.line(depth, f"for i in range({w.items(s.out)}):")
-    w.line(depth + 1, f"{s.out.name}[i] = {convert(f'np.int64({index})', np.dtype(np.int64), s.out.type.dtype)}")
-
-
 def _handlers() -> dict:
-    from ..ops.construct import TileArange, TileFull
-
     return {
         ir.Param: _param,
         ir.ScalarOp: _scalar_op,
@@ -358,31 +355,28 @@ def _handlers() -> dict:
         ir.ForRange: _for,
         ir.While: _while,
         ir.Return: _return,
-        TileFull: _tile_full,
-        TileArange: _tile_arange,
     }
 
 
 _HANDLERS = _handlers()
 
 
-def _chain_start(w: _BodyWriter, program: ir.Program) -> None:
-    """A chained program's start: prefetch its first loads for program id = block index, while the
-    ticket (the real program id) is in flight (`ops/chained.py`), then take the ticket. The
-    statements computing the loads' operands run again, on renamed variables (`<name>_pf`)."""
-    loads, stmts = chain.prefetched_loads(program)
-    renamed = {out.name: ir.Var(f"{out.name}_pf", out.type) for s in stmts for out in ir.outputs(s)}
-    stmts = [_renamed(s, renamed) for s in stmts]
+def _start(w: _BodyWriter, start: BodyStart) -> None:
+    """The start of a program whose op has grid-wide state (`BodyStart`): its statements again, on
+    renamed variables (`<name>_pf`), with program id 0 guessed as the block index, then its calls,
+    then `begin` (a chained scan: prefetch its first loads while its ticket is in flight)."""
+    renamed = {out.name: ir.Var(f"{out.name}_pf", out.type) for s in start.stmts for out in ir.outputs(s)}
+    stmts = [_renamed(s, renamed) for s in start.stmts]
     w.declare(stmts, 1)
     for s in stmts:
         if isinstance(s, ir.ProgramId) and s.axis == 0 and not s.count:
             w.line(1, f"{s.out.name} = np.int64(cuda.blockIdx.x)")  # the guess; the ticket comes after
         else:
             _HANDLERS[type(s)](w, s, 1)
-    for load in loads:
-        w.call(_renamed(chain.prefetch_call(load), renamed), -1, 1)
-    w.shims.append(ShimDecl("coop_chain_begin", "void", ("CPointer(uint8)",)))
-    w.line(1, "coop_chain_begin(coop_grid_state)")
+    for call in start.calls:
+        w.call(_renamed(call, renamed), -1, 1)
+    w.shims.append(ShimDecl(start.begin, "void", ("CPointer(uint8)",)))
+    w.line(1, f"{start.begin}(coop_grid_state)")
 
 
 def _renamed(node: Any, names: dict[str, ir.Var]) -> Any:
@@ -398,11 +392,12 @@ def _renamed(node: Any, names: dict[str, ir.Var]) -> Any:
 
 
 def generate_body(
-    program: ir.Program, plan: Plan, calls: dict[int, ShimCall], function: str, abi_name: str, chained: bool = False
+    program: ir.Program, plan: Plan, calls: dict[int, ShimCall], function: str, abi_name: str
 ) -> BodySource:
     """Numba source of `function(smem, *params)`, the program body the C++ entry calls as `abi_name`
-    (`chained`: the program ids are the tickets of a chained scan)."""
-    w = _BodyWriter(plan, calls=calls, chained=chained)
+    (and, last, the grid-wide state of an op that has a `BodyStart`)."""
+    starts = [start for s in program.walk() if (op := op_of(s)) is not None and (start := op.body_start(s, program))]
+    w = _BodyWriter(plan, calls=calls, start=starts[0] if starts else None)
     params, param_types = ["smem"], ["CPointer(uint8)"]
     for name, t in program.params:
         for p in kernel_params(f"a_{name}", t):
@@ -412,14 +407,14 @@ def generate_body(
         if isinstance(t, ArrayType):
             shapes, strides = array_parts(f"a_{name}", t)
             w.arrays[f"a_{name}"] = _ArrayParts(f"a_{name}", "0", shapes, strides, t.unit_stride)
-    if chained:
+    if w.start is not None:
         params.append("coop_grid_state")
         param_types.append("CPointer(uint8)")
     w.line(0, f"def {function}({', '.join(params)}):")
     w.line(1, "tid = np.int64(cuda.threadIdx.x)")
     w.declare(program.body, 1)
-    if chained:
-        _chain_start(w, program)
+    if w.start is not None:
+        _start(w, w.start)
     w.stmts(program.body, 1)
     header = "# coop_tiles program body (generated; see .plan for layouts and barriers)\n"
     shims = tuple(dict.fromkeys(w.shims))

@@ -13,15 +13,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-import numpy as np
-
-from ..dtypes import bfloat16, cxx_identity, cxx_name, is_half
+from ..dtypes import cxx_identity, cxx_name, is_half
 from ..lang import ir
-from ..lang.types import ArrayType
 from ..ops.base import ArrayArg, OutArg, ShimCall, StateArg, TileArg, ValueArg, op_of
-from ..ops.chained import define_prefetch, prefetched_loads
 from ..planner.carve import StorageNeed
-from ..planner.layout import BLOCKED, VECTORIZED, CollectiveChoice, LayoutPlan, TileLayout
+from ..planner.layout import BLOCKED, CollectiveChoice, LayoutPlan, TileLayout
 from .params import kernel_params
 
 #: headers every translation unit includes; ops add their CUB headers with `ShimWriter.include`
@@ -223,87 +219,6 @@ class ShimWriter:
         params += ["unsigned char* smem", "long long soff"]
         self.parts.append(f'{code}extern "C" __device__ void {call.name}({", ".join(params)}) {{\n{body}}}\n')
 
-    def transfer(self, call: ShimCall, cid: int, kind: str, tile: ir.Var, array: ArrayType, guarded_extra: str) -> None:
-        """A load or store shim: BlockLoad/BlockStore WARP_TRANSPOSE(_TIMESLICED), direct striped (no storage),
-        or element by element over a strided view. A full tile takes CUB's unguarded path. A load
-        into a tile of another dtype than the array's (a 16-bit float tile loaded as float32)
-        converts each item after the transfer."""
-        lay = self.layout(tile)
-        items = lay.items_per_thread
-        padded = self.threads * items != lay.size  # (a padded tile is never whole)
-        whole = "false" if padded else "whole"
-        verb = kind.capitalize()  # Load / Store
-        choice = self.choice(cid)
-        code, body = "", self.items_ref("x", "items", tile, items) + _clamp(lay.size)
-        body += _whole(lay.size) if array.unit_stride and not padded else ""  # (strided: item by item)
-        convert = ""
-        if tile.type.dtype != array.dtype:  # the transfer fills `x` in the array's dtype, converted after it
-            body = body.replace("(&x)", "(&loaded)") + f"  {cxx_name(array.dtype)} x[{items}];\n"
-            value = convert_expr("x[i]", array.dtype, tile.type.dtype)
-            convert = f"  for (int i = 0; i < {items}; ++i) loaded[i] = {value};\n"
-        if array.unit_stride:  # CUB's Block{Load,Store} or {Load,Store}Direct*
-            self.include(f"cub/block/block_{kind}.cuh")
-        if choice.algorithm == VECTORIZED:
-            # each thread's items are contiguous: whole 16-byte words when the tile is full and aligned
-            words = items * array.dtype.itemsize // 16
-            aligned = "reinterpret_cast<unsigned long long>(a + a_off + offset) % 16 == 0"
-            # otherwise item by item, against the count left from this thread's first item (no per-item index)
-            mine = f"a + a_off + offset + threadIdx.x * {items}"
-            if kind == "load":
-                move = (
-                    f"    const uint4* src = reinterpret_cast<const uint4*>(a + a_off + offset) + threadIdx.x * {words};\n"
-                    f"    uint4 w[{words}];\n    for (int j = 0; j < {words}; ++j) w[j] = src[j];\n"
-                )
-                if convert and is_half(array.dtype) and tile.type.dtype == np.float32:  # two floats per 32-bit word
-                    pair = f"coop_{'bf16' if array.dtype == bfloat16 else 'f16'}x2_to_f32x2"
-                    move += (
-                        "    const unsigned* u = reinterpret_cast<const unsigned*>(w);\n"
-                        f"    for (int k = 0; k < {items // 2}; ++k) {{ const float2 f = {pair}(u[k]); "
-                        "loaded[2 * k] = f.x; loaded[2 * k + 1] = f.y; }\n"
-                    )
-                else:
-                    move += "    memcpy(x, w, sizeof(w));\n" + convert
-                each = f"    const auto* src = {mine};\n    for (int i = 0; i < {items}; ++i) x[i] = i < left ? src[i] : other;\n"
-            else:
-                move = (
-                    f"    uint4 w[{words}];\n    memcpy(w, x, sizeof(w));\n"
-                    f"    uint4* dst = reinterpret_cast<uint4*>(a + a_off + offset) + threadIdx.x * {words};\n"
-                    f"    for (int j = 0; j < {words}; ++j) dst[j] = w[j];\n"
-                )
-                each = f"    auto* dst = {mine};\n    for (int i = 0; i < {items}; ++i) if (i < left) dst[i] = x[i];\n"
-            # (a conversion in each branch: the words convert without unpacking their halves first)
-            body += (
-                f"  if ({whole} && {aligned}) {{\n{move}  }} else {{\n"
-                f"    const int left = int(v) - int(threadIdx.x) * {items};\n{each}{convert}  }}\n"
-            )
-            convert = ""
-        elif not array.unit_stride:
-            index = element_index(lay, self.threads)
-            where = "a[a_off + (offset + e) * a_stride]"
-            move = f"x[i] = e < v ? {where} : other;" if kind == "load" else f"if (e < v) {where} = x[i];"
-            body += f"  for (int i = 0; i < {items}; ++i) {{ const long long e = {index}; {move} }}\n"
-        else:
-            if choice.needs_storage:
-                t = cxx_name(array.dtype)
-                cub_type = f"cub::Block{verb}<{t}, {self.threads}, {items}, cub::{choice.algorithm}>"
-                alias = f"coop_{kind}_{cid}_t"
-                code = f"using {alias} = {cub_type};\n" + self.storage(cid, cub_type)
-                call_expr, thread, body = f"{alias}(s.temp).{verb}", "", self.storage_ref(cid) + body
-            else:
-                call_expr, thread = f"cub::{verb}DirectStriped<{self.threads}>", "int(threadIdx.x), "
-            body += (
-                f"  if ({whole}) {call_expr}({thread}a + a_off + offset, x);\n"
-                f"  else {call_expr}({thread}a + a_off + offset, x, int(v){guarded_extra});\n"
-            )
-        self.define(call, code, body + convert)
-
-
-def convert_expr(expr: str, src: np.dtype, dst: np.dtype) -> str:
-    """`expr` of `src` as a C++ value of `dst` (16-bit floats through HALF_CONVERSIONS)."""
-    if is_half(src):
-        expr = f"coop_{'bf16' if src == bfloat16 else 'f16'}_to_f32({expr})"
-    return f"static_cast<{cxx_name(dst)}>({expr})"
-
 
 def generate_shims(program: ir.Program, layouts: LayoutPlan, max_registers: int | None = None) -> ShimSource:
     """The C++ source of every shim of `program` plus its kernel entry, which caps the registers per
@@ -321,16 +236,16 @@ def generate_shims(program: ir.Program, layouts: LayoutPlan, max_registers: int 
     for s in program.walk():
         if isinstance(s, ir.Collective):
             calls[s.cid] = op_of(s).lower(s, writer)
+    for s in program.walk():
+        if isinstance(s, ir.Collective):
+            op_of(s).lower_after(s, program, writer)
     chain = writer.chain_bytes is not None
-    if chain:  # (the body calls these before it takes its ticket)
-        for load in prefetched_loads(program)[0]:
-            define_prefetch(load, writer, _clamp(load.out.type.size))
     kernel, body = f"coop_kernel_{program.name}", f"coop_body_{program.name}"
     flat = [p for name, t in program.params for p in kernel_params(f"a_{name}", t)]
     params = [f"{p.cxx} {p.name}" for p in flat]
     body_params = ", ".join(["unsigned char*"] + [p.cxx for p in flat])
     args = ", ".join(["coop_smem"] + [p.name for p in flat])
-    if chain:  # a chained scan's grid-wide state comes last; the body takes its program id from it first
+    if chain:  # an op's grid-wide state comes last; the body takes its program id from it first
         params.append("unsigned char* coop_grid_state")
         body_params += ", unsigned char*"
         args += ", coop_grid_state"

@@ -9,7 +9,15 @@ package. It owns the op's IR statement class and every rule about it:
 - `choose`: the CUB primitive and algorithm it runs as (planner);
 - `launch_check`: what it needs of the grid, checked at each launch (interpreter and launcher);
 - `lower`: its C++ shim, written into the kernel's translation unit, and the `ShimCall` that
-  the generated body makes (codegen renders the call; no op writes body code itself).
+  the generated body makes (codegen renders the call; no op writes body code itself);
+- `item_value`: for a tile made without a collective (a constructor), each item's value, as an
+  expression the body writer spells;
+- `lower_after`, `body_start`, `max_default_threads`: what an op with grid-wide state (a chained
+  scan) adds to the kernel: shims that need the whole program, the body's first steps, and a
+  smaller default block size.
+
+The stages know ops only through this module: the hooks receive the stages' objects, typed here
+by protocols (`Building`, `Running`, `Planning`, `Lowering`, `BodyWriting`).
 """
 
 from __future__ import annotations
@@ -80,10 +88,25 @@ class ShimCall:
     ret: ir.Var | None = None
 
 
+@dataclass(frozen=True)
+class BodyStart:
+    """What the body does before its statements for an op with grid-wide state (a chained scan,
+    whose program ids are tickets taken from that state): run `stmts` again on renamed variables,
+    with program id 0 read as the block index (a guess), make the `calls` (shims its op defined in
+    `TileOp.lower_after`) with those variables, then call shim `begin` with the state; from then on
+    program id 0 is what shim `program_id` returns."""
+
+    stmts: tuple[ir.Stmt, ...]
+    calls: tuple[ShimCall, ...]
+    begin: str
+    program_id: str
+
+
 # ----- what an op sees of each stage ---------------------------------------------------------------
 # The stages pass their own objects to the hooks (lang/frontend.py's Builder, lang/interpreter.py's
 # Frame, planner/layout.py's LayoutContext, codegen/shims.py's ShimWriter); ops know them only by
-# these protocols, so that no op module, and not this one, imports a stage.
+# these protocols, so that no op module, and not this one, imports a stage (codegen/numba_body.py's
+# writer is `BodyWriting`).
 class Building(Protocol):
     """The front end while it builds one call (`TileOp.build`); errors raised get the call's line."""
 
@@ -150,6 +173,7 @@ class Planning(Protocol):
 
     def join(self, tiles: list[ir.Var]) -> None: ...
     def join_blocked(self, tiles: list[ir.Var]) -> None: ...
+    def prefer_blocked(self, tile: ir.Var) -> None: ...
     def choice(
         self, s: ir.Collective, op: str, primitive: str, algorithm: str, storage: bool = True, sync: str = ""
     ) -> Choice: ...
@@ -178,6 +202,14 @@ class Lowering(Protocol):
     def storage_ref(self, cid: int) -> str: ...
     def items_ref(self, var: str, ptr: str, tile: ir.Var, items: int) -> str: ...
     def define(self, call: ShimCall, code: str, body: str) -> None: ...
+
+
+class BodyWriting(Protocol):
+    """The body writer (`TileOp.item_value`): expressions of the body's language (Numba Python)."""
+
+    def operand(self, v: ir.Value, element: bool) -> str: ...
+    def item_index(self, tile: ir.Var) -> str: ...
+    def convert(self, expr: str, src: np.dtype, dst: np.dtype) -> str: ...
 
 
 # ----- the op definition ------------------------------------------------------------------------
@@ -225,6 +257,25 @@ class TileOp:
         return None
 
     def lower(self, s: Any, w: Lowering) -> ShimCall | None:
+        raise NotImplementedError
+
+    def lower_after(self, s: Any, program: ir.Program, w: Lowering) -> None:
+        """Write the shims that need the whole program, after every statement's own (a chained scan:
+        the prefetches of the loads before it). Default: none."""
+
+    def body_start(self, s: Any, program: ir.Program) -> BodyStart | None:
+        """What the body does before its statements for `s` (a chained scan: prefetches and its
+        ticket, see `BodyStart`); None, the default, for nothing."""
+        return None
+
+    def max_default_threads(self, s: Any, largest: int) -> int | None:
+        """The most threads per block the default block size gives a program with `s`, whose largest
+        tile has `largest` elements (None, the default: no limit of its own)."""
+        return None
+
+    def item_value(self, s: Any, w: BodyWriting) -> str:
+        """The value of item `i` of the tile `s.out`, for a statement with no collective (a tile
+        constructor), as an expression written through `w`."""
         raise NotImplementedError
 
 

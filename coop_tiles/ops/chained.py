@@ -56,8 +56,15 @@ from ..dtypes import storage_dtype
 from ..errors import LaunchError, TileSyntaxError
 from ..lang import ir
 from ..lang.types import TileType
-from .base import ArrayArg, ShimCall, ValueArg, valid_arg
+from ..planner.layout import REGISTER_ITEMS, round_up
+from .base import ArrayArg, BodyStart, Lowering, ShimCall, ValueArg, valid_arg
 
+#: the fewest threads the default block size gives a program with a chained scan, which aims at
+#: REGISTER_ITEMS items per thread: each block holds its tile while it waits on its predecessors'
+#: look-back, so what keeps the memory system busy is the tile bytes resident per multiprocessor,
+#: which registers bound, not the warps (an H100, whole-array cumsum of 2^28 int32 at TILE 4096:
+#: 95% of the copy bandwidth at 128 threads, 86% at 256)
+MIN_THREADS = 128
 #: bytes of the grid-wide state before the first descriptor
 HEADER_BYTES = 64
 #: launches a state serves before the runtime replaces it: its 32-bit epoch never wraps around
@@ -77,6 +84,11 @@ def descriptor_bytes(dtypes: tuple[np.dtype, ...] | list[np.dtype]) -> int:
     if size <= PACKED_ITEM_BYTES:
         return 16
     return 8 + 2 * (-(-size // 8) * 8)
+
+
+def max_default_threads(largest: int) -> int:
+    """The most threads the default block size gives a program with a chained scan (`MIN_THREADS`)."""
+    return max(MIN_THREADS, round_up(-(-largest // REGISTER_ITEMS), 32))
 
 
 def check_placement(b: Any) -> None:
@@ -168,10 +180,17 @@ def prefetch_call(load: Any) -> ShimCall:
     )
 
 
-def define_prefetch(load: Any, w: Any, clamp: str) -> None:
-    """Define `prefetch_call(load)`'s shim in writer `w`, `clamp` the code that sets `v`, the count of
-    elements the load will read."""
-    w.define(prefetch_call(load), "", clamp + "  coop::chain_prefetch(a + a_off + offset, v);\n")
+def define_prefetches(program: ir.Program, w: Lowering) -> None:
+    """Define in `w` the shim of each load the program prefetches (`prefetch_call`)."""
+    for load in prefetched_loads(program)[0]:
+        fetch = "  coop::chain_prefetch(a + a_off + offset, v);\n"
+        w.define(prefetch_call(load), "", w.clamp(load.out.type.size) + fetch)
+
+
+def body_start(program: ir.Program) -> BodyStart:
+    """The body's start (module docstring): the prefetches, for program id = block index, then the ticket."""
+    loads, stmts = prefetched_loads(program)
+    return BodyStart(tuple(stmts), tuple(prefetch_call(load) for load in loads), "coop_chain_begin", "coop_chain_tile")
 
 
 #: the look-back's device code, in the translation unit of a kernel with a chained scan

@@ -1,4 +1,5 @@
-"""Tile constructors: `tile.full`, `tile.zeros`, `tile.arange` (no communication, no shim)."""
+"""Tile constructors: `tile.full`, `tile.zeros`, `tile.arange` (no communication, no shim: the body
+writes each item, `TileOp.item_value`)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,9 @@ class Full(TileOp):
     def interpret(self, s: TileFull, frame) -> None:
         frame.env[s.out.name] = np.full(s.out.type.size, frame.get(s.value), dtype=s.out.type.dtype)
 
+    def item_value(self, s: TileFull, w) -> str:
+        return w.operand(s.value, False)
+
 
 @register
 class Arange(TileOp):
@@ -54,3 +58,6 @@ class Arange(TileOp):
 
     def interpret(self, s: TileArange, frame) -> None:
         frame.env[s.out.name] = np.arange(s.out.type.size).astype(s.out.type.dtype)
+
+    def item_value(self, s: TileArange, w) -> str:
+        return w.convert(w.item_index(s.out), np.dtype(np.int64), s.out.type.dtype)

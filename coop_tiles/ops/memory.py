@@ -15,6 +15,7 @@ from ..lang import ir
 from ..lang.types import TileType
 from ..lang.values import Const
 from .base import ArrayArg, ShimCall, TileArg, TileOp, ValueArg, register, valid_arg, valid_count, valid_value
+from .transfer import choose_transfer, lower_transfer, prefer_vectorized
 
 
 @dataclass
@@ -85,10 +86,10 @@ class Load(TileOp):
         return s.array, False
 
     def layout(self, s: TileLoad, ctx) -> None:
-        ctx.prefer_vectorized(s.out, s.array)
+        prefer_vectorized(ctx, s.out, s.array)
 
     def choose(self, s: TileLoad, ctx):
-        return ctx.transfer_choice(s, s.out, s.array, load=True)
+        return choose_transfer(ctx, s, s.out, s.array, load=True)
 
     def lower(self, s: TileLoad, w) -> ShimCall:
         call = ShimCall(
@@ -101,7 +102,7 @@ class Load(TileOp):
                 ValueArg(s.other, "other"),
             ),
         )
-        w.transfer(call, s.cid, "load", s.out, s.array.type, ", other")
+        lower_transfer(w, call, s.cid, "load", s.out, s.array.type, ", other")
         return call
 
 
@@ -159,10 +160,10 @@ class Store(TileOp):
         return s.array, True
 
     def layout(self, s: TileStore, ctx) -> None:
-        ctx.prefer_vectorized(s.tile, s.array)
+        prefer_vectorized(ctx, s.tile, s.array)
 
     def choose(self, s: TileStore, ctx):
-        return ctx.transfer_choice(s, s.tile, s.array, load=False)
+        return choose_transfer(ctx, s, s.tile, s.array, load=False)
 
     def lower(self, s: TileStore, w) -> ShimCall:
         call = ShimCall(
@@ -174,5 +175,5 @@ class Store(TileOp):
                 TileArg(s.tile, "items"),
             ),
         )
-        w.transfer(call, s.cid, "store", s.tile, s.array.type, "")
+        lower_transfer(w, call, s.cid, "store", s.tile, s.array.type, "")
         return call

@@ -100,6 +100,16 @@ class Scan(TileOp):
     def launch_check(self, s: TileScan):
         return chain.check_grid if s.chained else None
 
+    def max_default_threads(self, s: TileScan, largest: int) -> int | None:
+        return chain.max_default_threads(largest) if s.chained else None
+
+    def lower_after(self, s: TileScan, program: ir.Program, w) -> None:
+        if s.chained:  # (the body calls these before it takes its ticket)
+            chain.define_prefetches(program, w)
+
+    def body_start(self, s: TileScan, program: ir.Program):
+        return chain.body_start(program) if s.chained else None
+
     def thread0_reads(self, s: TileScan, threads: int) -> set[str]:
         # a carried scan's seed is thread 0's: it shares it with the block through the scan's own barrier
         carried = _carried(s, s.srcs[0].type.size, threads)

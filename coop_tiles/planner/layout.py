@@ -3,8 +3,8 @@
 Tiles joined by element-wise operations must share an arrangement, so they are grouped with
 a union-find. A group that an op needs BLOCKED (scans, in-order folds of combine functions;
 each op says so in its `layout` hook) is BLOCKED; every other group is STRIPED, which lets
-loads and stores go straight to global memory (coalesced, no shared memory). Blocked groups
-load and store through BLOCK_LOAD_WARP_TRANSPOSE / BLOCK_STORE_WARP_TRANSPOSE.
+loads and stores go straight to global memory (coalesced, no shared memory); an op may also
+prefer BLOCKED (loads and stores of small items, `ops/transfer.py`).
 
 Each tile is kept in registers, in shared memory or in local memory (`TileLayout.storage`):
 registers up to 32 items per thread; shared memory past that, and for tiles kept alive across
@@ -25,15 +25,6 @@ from .liveness import Liveness, liveness
 
 BLOCKED = "blocked"
 STRIPED = "striped"
-#: direct blocked transfers in 16-byte words: for 1- and 2-byte dtypes, whose striped or
-#: warp-transposed transfers move only 1 or 2 bytes per thread and instruction, and for 4-byte
-#: dtypes inside a loop within a loop (`INNER_LOOP_DEPTH`), which runs many times per tile the
-#: program produces: there instructions count more than coalescing, and a 16-byte word is one
-#: load where a warp transpose takes a load, a shared-memory store and load per item, and barriers
-VECTORIZED = "DIRECT_VECTORIZED"
-INNER_LOOP_DEPTH = 2
-VECTOR_BYTES = 16
-WORD_ITEMSIZE = 4  # the widest item `words=` transfers move in words
 #: `CollectiveChoice.sync`: the shim has a `__syncthreads()` after its first writes of its
 #: TempStorage, so every access the block made before the call is complete after it
 SYNCS = "syncs"
@@ -44,8 +35,6 @@ DEFAULT_BLOCK_THREADS = 256
 MAX_BLOCK_THREADS = 1024
 #: past this many items per thread a tile leaves registers (shared memory, else local memory)
 REGISTER_ITEMS = 32
-#: the fewest threads the default gives a program with a chained scan (which aims at REGISTER_ITEMS per thread)
-CHAINED_MIN_THREADS = 128
 #: the most items per thread a tile may have anywhere
 MAX_ITEMS_PER_THREAD = 256
 REGISTERS, SHARED, LOCAL = "registers", "shared", "local"
@@ -101,11 +90,7 @@ def choose_block_threads(program: ir.Program, pinned: int | None) -> int:
     """Threads per block: `pinned`, or min(256, the largest tile rounded up to a warp), grown
     up to 1024 when a tile would need more than 32 items per thread (so it fits in registers).
 
-    A program with a chained scan defaults to fewer threads, REGISTER_ITEMS items each (at least
-    CHAINED_MIN_THREADS threads): each block holds its tile while it waits on its predecessors'
-    look-back, so what keeps the memory system busy is the tile bytes resident per multiprocessor,
-    which registers bound, not the warps (an H100, whole-array cumsum of 2^28 int32 at TILE 4096:
-    95% of the copy bandwidth at 128 threads, 86% at 256)."""
+    An op may lower that default for its program (`TileOp.max_default_threads`: a chained scan)."""
     sizes = [t.size for t in ir.tile_vars(program).values()]
     largest = max(sizes, default=1)
     if pinned is not None:
@@ -113,11 +98,12 @@ def choose_block_threads(program: ir.Program, pinned: int | None) -> int:
             raise TileValueError(f"block_threads must be a multiple of 32 between 32 and 1024, got {pinned!r}")
         threads = pinned
     else:
-        threads = min(DEFAULT_BLOCK_THREADS, _round_up(largest, 32))
-        if any(getattr(s, "chained", False) for s in program.walk()):
-            threads = min(threads, max(CHAINED_MIN_THREADS, _round_up(-(-largest // REGISTER_ITEMS), 32)))
+        threads = min(DEFAULT_BLOCK_THREADS, round_up(largest, 32))
+        for s in program.walk():
+            if (op := op_of(s)) is not None and (most := op.max_default_threads(s, largest)) is not None:
+                threads = min(threads, most)
         if -(-largest // threads) > REGISTER_ITEMS:
-            threads = min(MAX_BLOCK_THREADS, _round_up(-(-largest // REGISTER_ITEMS), 32))
+            threads = min(MAX_BLOCK_THREADS, round_up(-(-largest // REGISTER_ITEMS), 32))
     items = -(-largest // threads)
     if items > MAX_ITEMS_PER_THREAD:
         raise TileValueError(
@@ -128,7 +114,7 @@ def choose_block_threads(program: ir.Program, pinned: int | None) -> int:
     return threads
 
 
-def _round_up(n: int, m: int) -> int:
+def round_up(n: int, m: int) -> int:
     return -(-n // m) * m
 
 
@@ -157,7 +143,7 @@ class LayoutContext:
         self.depths = depths or {}  # collective id -> how many loops it is nested in
         self.groups = _Groups()
         self.blocked: set[str] = set()
-        self.vector_tiles: set[str] = set()
+        self.preferred: set[str] = set()  # tiles an op would rather have BLOCKED
         self.tiles: dict[str, TileLayout] = {}
 
     def join(self, tiles: list[ir.Var]) -> None:
@@ -174,38 +160,10 @@ class LayoutContext:
     ) -> CollectiveChoice:
         return CollectiveChoice(s.cid, op, primitive, algorithm, s.loc.line if s.loc else None, storage, sync)
 
-    def prefer_vectorized(self, tile: ir.Var, array: ir.Var) -> None:
-        """A transfer of `tile` would move whole 16-byte words per thread if it were blocked: make
-        its group BLOCKED unless something needs another arrangement (no op needs striped)."""
-        if vectorizable(tile, array, self.threads):
-            self.vector_tiles.add(tile.name)
-
-    def transfer_choice(self, s: ir.Collective, tile: ir.Var, array: ir.Var, load: bool) -> CollectiveChoice:
-        """Loads and stores: direct in 16-byte words for blocked tiles of 1- and 2-byte dtypes (and
-        of 4-byte dtypes in inner loops), BLOCK_*_WARP_TRANSPOSE (one warp at a time past 32 items
-        per thread) for other blocked tiles of unit-stride arrays, else direct
-        (striped: coalesced; blocked over a strided view: element by element)."""
-        layout = self.tiles[tile.name]
-        kind = "load" if load else "store"
-        if not array.type.unit_stride:
-            return self.choice(s, kind, "strided", "DIRECT", storage=False)
-        widest = WORD_ITEMSIZE if self.depths.get(s.cid, 0) >= INNER_LOOP_DEPTH else 2
-        if layout.arrangement == BLOCKED and vectorizable(tile, array, self.threads, widest):
-            return self.choice(s, kind, f"{kind.capitalize()}DirectBlocked", VECTORIZED, storage=False)
-        if layout.arrangement == BLOCKED and layout.items_per_thread > 1:
-            verb = "Load" if load else "Store"
-            # past registers, exchange one warp at a time: a whole-tile exchange would double the tile
-            sliced = "_TIMESLICED" if layout.items_per_thread > REGISTER_ITEMS else ""
-            return self.choice(s, kind, f"Block{verb}", f"BLOCK_{kind.upper()}_WARP_TRANSPOSE{sliced}")
-        return self.choice(s, kind, "LoadDirectStriped" if load else "StoreDirectStriped", "DIRECT", storage=False)
-
-
-def vectorizable(tile: ir.Var, array: ir.Var, threads: int, widest: int = 2) -> bool:
-    """Whether a blocked transfer of `tile` to or from `array` can move 16-byte words: array items
-    of at most `widest` bytes, a unit-stride array, and each thread's bytes a whole number of words."""
-    itemsize = array.type.dtype.itemsize
-    items = -(-tile.type.size // threads)
-    return itemsize <= widest and array.type.unit_stride and items * itemsize % VECTOR_BYTES == 0
+    def prefer_blocked(self, tile: ir.Var) -> None:
+        """Make `tile`'s group BLOCKED unless an op needs it otherwise (no op needs STRIPED): for
+        transfers that are faster blocked (`ops/transfer.py`)."""
+        self.preferred.add(tile.name)
 
 
 def block_values(program: ir.Program, threads: int) -> frozenset[str]:
@@ -258,7 +216,7 @@ def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -
             ctx.join([s.out, *(a for a in srcs if isinstance(a, ir.Var) and isinstance(a.type, TileType))])
         elif (op := op_of(s)) is not None:
             op.layout(s, ctx)
-    blocked_roots = {ctx.groups.find(n) for n in ctx.blocked | ctx.vector_tiles}
+    blocked_roots = {ctx.groups.find(n) for n in ctx.blocked | ctx.preferred}
     lines: dict[str, int | None] = {}
     for s in program.walk():
         for out in ir.outputs(s):

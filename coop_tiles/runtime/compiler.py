@@ -125,8 +125,7 @@ def nvrtc_stage(
 
 def body_stage(program: ir.Program, plan: Plan, shims: ShimSource) -> list[BodySource]:
     """The program body, then each combine function, as Numba source."""
-    chained = shims.chain_bytes is not None
-    body = generate_body(program, plan, shims.calls, function="body", abi_name=shims.body_name, chained=chained)
+    body = generate_body(program, plan, shims.calls, function="body", abi_name=shims.body_name)
     return [body, *(generate_combine(c) for c in program.combines.values())]
 
 

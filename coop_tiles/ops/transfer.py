@@ -1,0 +1,154 @@
+"""How a tile moves between global memory and the block, for `tile.load` and `tile.store`: the
+transfer's algorithm (planner hooks `layout` and `choose`) and its shim (`lower`).
+
+A blocked tile of 1- or 2-byte items moves in whole 16-byte words per thread (`VECTORIZED`): its
+striped or warp-transposed transfers move only 1 or 2 bytes per thread and instruction. So does
+one of 4-byte items inside a loop within a loop (`INNER_LOOP_DEPTH`), which runs many times per
+tile the program produces: there instructions count more than coalescing, and a 16-byte word is
+one load where a warp transpose takes a load, a shared-memory store and load per item, and
+barriers. Other blocked tiles of unit-stride arrays go through BLOCK_LOAD/STORE_WARP_TRANSPOSE
+(one warp at a time past registers); striped tiles go straight to global memory (coalesced, no
+shared memory), and a blocked tile of a strided view element by element.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..dtypes import bfloat16, cxx_name, is_half
+from ..lang import ir
+from ..lang.types import ArrayType
+from ..planner.layout import BLOCKED, REGISTER_ITEMS
+from .base import Choice, Lowering, Planning, ShimCall
+
+VECTORIZED = "DIRECT_VECTORIZED"
+INNER_LOOP_DEPTH = 2
+VECTOR_BYTES = 16
+WORD_ITEMSIZE = 4  # the widest item moved in words (inside inner loops)
+
+
+def vectorizable(tile: ir.Var, array: ir.Var, threads: int, widest: int = 2) -> bool:
+    """Whether a blocked transfer of `tile` to or from `array` can move 16-byte words: array items
+    of at most `widest` bytes, a unit-stride array, and each thread's bytes a whole number of words."""
+    itemsize = array.type.dtype.itemsize
+    items = -(-tile.type.size // threads)
+    return itemsize <= widest and array.type.unit_stride and items * itemsize % VECTOR_BYTES == 0
+
+
+def prefer_vectorized(ctx: Planning, tile: ir.Var, array: ir.Var) -> None:
+    """The `layout` hook: a transfer of `tile` that would move whole 16-byte words per thread if it
+    were blocked makes its tile BLOCKED (no op needs striped)."""
+    if vectorizable(tile, array, ctx.threads):
+        ctx.prefer_blocked(tile)
+
+
+def choose_transfer(ctx: Planning, s: ir.Collective, tile: ir.Var, array: ir.Var, load: bool) -> Choice:
+    """The `choose` hook: direct in 16-byte words for blocked tiles of 1- and 2-byte dtypes (and of
+    4-byte dtypes in inner loops), BLOCK_*_WARP_TRANSPOSE (one warp at a time past 32 items per
+    thread) for other blocked tiles of unit-stride arrays, else direct (striped: coalesced; blocked
+    over a strided view: element by element)."""
+    layout = ctx.tiles[tile.name]
+    kind = "load" if load else "store"
+    if not array.type.unit_stride:
+        return ctx.choice(s, kind, "strided", "DIRECT", storage=False)
+    widest = WORD_ITEMSIZE if ctx.depths.get(s.cid, 0) >= INNER_LOOP_DEPTH else 2
+    if layout.arrangement == BLOCKED and vectorizable(tile, array, ctx.threads, widest):
+        return ctx.choice(s, kind, f"{kind.capitalize()}DirectBlocked", VECTORIZED, storage=False)
+    if layout.arrangement == BLOCKED and layout.items_per_thread > 1:
+        verb = "Load" if load else "Store"
+        # past registers, exchange one warp at a time: a whole-tile exchange would double the tile
+        sliced = "_TIMESLICED" if layout.items_per_thread > REGISTER_ITEMS else ""
+        return ctx.choice(s, kind, f"Block{verb}", f"BLOCK_{kind.upper()}_WARP_TRANSPOSE{sliced}")
+    return ctx.choice(s, kind, "LoadDirectStriped" if load else "StoreDirectStriped", "DIRECT", storage=False)
+
+
+def _whole(size: int) -> str:
+    """`whole`: whether all `size` elements of a transfer are valid (`v == size`), tested without `v`
+    so that only the partial path computes it and the test's loop-invariant parts can leave a loop."""
+    return f"  const bool whole = valid >= {size} && offset >= 0 && a_len - offset >= {size};\n"
+
+
+def convert_expr(expr: str, src: np.dtype, dst: np.dtype) -> str:
+    """`expr` of `src` as a C++ value of `dst` (16-bit floats through the shims' HALF_CONVERSIONS)."""
+    if is_half(src):
+        expr = f"coop_{'bf16' if src == bfloat16 else 'f16'}_to_f32({expr})"
+    return f"static_cast<{cxx_name(dst)}>({expr})"
+
+
+def lower_transfer(
+    w: Lowering, call: ShimCall, cid: int, kind: str, tile: ir.Var, array: ArrayType, guarded_extra: str
+) -> None:
+    """The `lower` hook: a load or store shim as `choose_transfer` chose it. A full tile takes CUB's
+    unguarded path. A load into a tile of another dtype than the array's (a 16-bit float tile
+    loaded as float32) converts each item after the transfer."""
+    lay = w.layout(tile)
+    items = lay.items_per_thread
+    padded = w.threads * items != lay.size  # (a padded tile is never whole)
+    whole = "false" if padded else "whole"
+    verb = kind.capitalize()  # Load / Store
+    choice = w.choice(cid)
+    code, body = "", w.items_ref("x", "items", tile, items) + w.clamp(lay.size)
+    body += _whole(lay.size) if array.unit_stride and not padded else ""  # (strided: item by item)
+    convert = ""
+    if tile.type.dtype != array.dtype:  # the transfer fills `x` in the array's dtype, converted after it
+        body = body.replace("(&x)", "(&loaded)") + f"  {cxx_name(array.dtype)} x[{items}];\n"
+        value = convert_expr("x[i]", array.dtype, tile.type.dtype)
+        convert = f"  for (int i = 0; i < {items}; ++i) loaded[i] = {value};\n"
+    if array.unit_stride:  # CUB's Block{Load,Store} or {Load,Store}Direct*
+        w.include(f"cub/block/block_{kind}.cuh")
+    if choice.algorithm == VECTORIZED:
+        # each thread's items are contiguous: whole 16-byte words when the tile is full and aligned
+        words = items * array.dtype.itemsize // 16
+        aligned = "reinterpret_cast<unsigned long long>(a + a_off + offset) % 16 == 0"
+        # otherwise item by item, against the count left from this thread's first item (no per-item index)
+        mine = f"a + a_off + offset + threadIdx.x * {items}"
+        if kind == "load":
+            move = (
+                f"    const uint4* src = reinterpret_cast<const uint4*>(a + a_off + offset) + threadIdx.x * {words};\n"
+                f"    uint4 w[{words}];\n    for (int j = 0; j < {words}; ++j) w[j] = src[j];\n"
+            )
+            if convert and is_half(array.dtype) and tile.type.dtype == np.float32:  # two floats per 32-bit word
+                pair = f"coop_{'bf16' if array.dtype == bfloat16 else 'f16'}x2_to_f32x2"
+                move += (
+                    "    const unsigned* u = reinterpret_cast<const unsigned*>(w);\n"
+                    f"    for (int k = 0; k < {items // 2}; ++k) {{ const float2 f = {pair}(u[k]); "
+                    "loaded[2 * k] = f.x; loaded[2 * k + 1] = f.y; }\n"
+                )
+            else:
+                move += "    memcpy(x, w, sizeof(w));\n" + convert
+            each = (
+                f"    const auto* src = {mine};\n"
+                f"    for (int i = 0; i < {items}; ++i) x[i] = i < left ? src[i] : other;\n"
+            )
+        else:
+            move = (
+                f"    uint4 w[{words}];\n    memcpy(w, x, sizeof(w));\n"
+                f"    uint4* dst = reinterpret_cast<uint4*>(a + a_off + offset) + threadIdx.x * {words};\n"
+                f"    for (int j = 0; j < {words}; ++j) dst[j] = w[j];\n"
+            )
+            each = f"    auto* dst = {mine};\n    for (int i = 0; i < {items}; ++i) if (i < left) dst[i] = x[i];\n"
+        # (a conversion in each branch: the words convert without unpacking their halves first)
+        body += (
+            f"  if ({whole} && {aligned}) {{\n{move}  }} else {{\n"
+            f"    const int left = int(v) - int(threadIdx.x) * {items};\n{each}{convert}  }}\n"
+        )
+        convert = ""
+    elif not array.unit_stride:
+        index = w.element_index(tile)
+        where = "a[a_off + (offset + e) * a_stride]"
+        move = f"x[i] = e < v ? {where} : other;" if kind == "load" else f"if (e < v) {where} = x[i];"
+        body += f"  for (int i = 0; i < {items}; ++i) {{ const long long e = {index}; {move} }}\n"
+    else:
+        if choice.needs_storage:
+            t = cxx_name(array.dtype)
+            cub_type = f"cub::Block{verb}<{t}, {w.threads}, {items}, cub::{choice.algorithm}>"
+            alias = f"coop_{kind}_{cid}_t"
+            code = f"using {alias} = {cub_type};\n" + w.storage(cid, cub_type)
+            call_expr, thread, body = f"{alias}(s.temp).{verb}", "", w.storage_ref(cid) + body
+        else:
+            call_expr, thread = f"cub::{verb}DirectStriped<{w.threads}>", "int(threadIdx.x), "
+        body += (
+            f"  if ({whole}) {call_expr}({thread}a + a_off + offset, x);\n"
+            f"  else {call_expr}({thread}a + a_off + offset, x, int(v){guarded_extra});\n"
+        )
+    w.define(call, code, body + convert)
