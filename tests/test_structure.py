@@ -130,22 +130,24 @@ def test_stage_objects_have_what_their_protocol_declares(monkeypatch):
 
     from coop_tiles import tile
     from coop_tiles.ops import base
+    from coop_tiles.ops.construct import Full
     from coop_tiles.ops.scan import Scan
 
     seen: dict[str, object] = {}
-    for hook, position in (("build", 0), ("interpret", 1), ("layout", 1), ("choose", 1), ("lower", 1)):
-        original = getattr(Scan, hook)
+    hooks = [(Scan, hook, 1) for hook in ("interpret", "layout", "choose", "lower")]
+    for op, hook, position in [(Scan, "build", 0), *hooks, (Full, "item_value", 1)]:
+        original = getattr(op, hook)
 
         def spy(self, *args, _hook=hook, _position=position, _original=original):
             seen[_hook] = args[_position]
             return _original(self, *args)
 
-        monkeypatch.setattr(Scan, hook, spy)
+        monkeypatch.setattr(op, hook, spy)
 
     @coop_tiles.jit
     def k(x, y, n, TILE: coop_tiles.constexpr):
         t = tile.load(x, 0, TILE, valid=n)
-        tile.store(y, 0, tile.scan(t), valid=n)
+        tile.store(y, 0, tile.scan(t + tile.zeros(TILE, np.int32)), valid=n)
 
     x = np.arange(8, dtype=np.int32)
     k.compile(x, x, 8, TILE=8, arch="sm_90")
@@ -156,6 +158,7 @@ def test_stage_objects_have_what_their_protocol_declares(monkeypatch):
         "layout": base.Planning,
         "choose": base.Planning,
         "lower": base.Lowering,
+        "item_value": base.BodyWriting,
     }
     for hook, protocol in expected.items():
         missing = sorted(m for m in protocol_members(protocol) if not hasattr(seen[hook], m))
