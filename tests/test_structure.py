@@ -138,9 +138,9 @@ def test_stage_objects_have_what_their_protocol_declares(monkeypatch):
     for op, hook, position in [(Scan, "build", 0), *hooks, (Full, "item_value", 1)]:
         original = getattr(op, hook)
 
-        def spy(self, *args, _hook=hook, _position=position, _original=original):
+        def spy(self, *args, _hook=hook, _position=position, _original=original, **kwargs):
             seen[_hook] = args[_position]
-            return _original(self, *args)
+            return _original(self, *args, **kwargs)
 
         monkeypatch.setattr(op, hook, spy)
 
@@ -163,3 +163,59 @@ def test_stage_objects_have_what_their_protocol_declares(monkeypatch):
     for hook, protocol in expected.items():
         missing = sorted(m for m in protocol_members(protocol) if not hasattr(seen[hook], m))
         assert not missing, f"{type(seen[hook]).__name__} (passed to {hook}) lacks {missing} of {protocol.__name__}"
+
+
+def _stub_and_op(build):
+    """A public stub `histo(t, bins, *, valid=None)` and an op class whose builder is `build`."""
+    from coop_tiles.lang.stub import stub
+    from coop_tiles.ops.base import TileOp
+
+    @stub
+    def histo(t, bins, *, valid=None):
+        """A stand-in public function."""
+
+    return histo, type("Histo", (TileOp,), {"publics": (histo,), "build": build})
+
+
+def test_builders_take_their_stubs_parameters_by_name():
+    from coop_tiles.ops.base import check_builder
+
+    def good(self, b, public, t, bins, *, valid):
+        return None
+
+    def good_with_extra(self, b, public, t, bins, algorithm="auto", *, valid):
+        return None
+
+    for build in (good, good_with_extra):
+        stub, op = _stub_and_op(build)
+        check_builder(op, stub)
+
+
+def test_a_builder_that_disagrees_with_its_stub_is_refused_at_registration():
+    import pytest
+
+    from coop_tiles.ops.base import BY_PUBLIC, register
+
+    def renamed(self, b, public, t, count, *, valid):
+        return None
+
+    def reordered(self, b, public, bins, t, *, valid):
+        return None
+
+    def extra_without_default(self, b, public, t, bins, algorithm, *, valid):
+        return None
+
+    def old_style(self, b, a, public):
+        return None
+
+    expected = {
+        renamed: "no parameter bins",
+        reordered: "not in the stub's order",
+        extra_without_default: "algorithm not in the stub need a default",
+        old_style: "no parameter t, bins, valid",
+    }
+    for build, message in expected.items():
+        stub, op = _stub_and_op(build)
+        with pytest.raises(TypeError, match=message):
+            register(op)
+        assert stub not in BY_PUBLIC

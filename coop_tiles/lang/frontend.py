@@ -21,7 +21,7 @@ import numpy as np
 from ..dtypes import as_dtype
 from ..dtypes import kind as dtype_kind
 from ..errors import DivergenceError, SourceLocation, TileError, TileSyntaxError, TileTypeError, TileValueError
-from ..ops.base import BY_PUBLIC
+from ..ops.base import BY_PUBLIC, build_call
 from ..ops.elementwise import ELEMENTWISE
 from . import ir
 from .combine import CombineFunction
@@ -693,7 +693,7 @@ def _expr_call(b: Builder, e: ast.Call) -> Any:
         raise TileSyntaxError(PYTHON_DEBUGGING[target])
     op = BY_PUBLIC.get(target) if _hashable(target) else None
     if op is not None:
-        return op.build(b, bind_call(target, args, kwargs), target)
+        return build_call(op, b, target, bind_call(target, args, kwargs))
     if isinstance(target, type) and (issubclass(target, np.generic) or target in (int, float, bool)):
         return _cast_call(b, target, args, kwargs)
     if isinstance(target, np.dtype):
@@ -707,16 +707,17 @@ def _expr_call(b: Builder, e: ast.Call) -> Any:
     raise TileSyntaxError(f"{getattr(target, '__qualname__', target)!r} can't be called in a tile program")
 
 
-def bind_call(fn: Callable, args: tuple, kwargs: dict) -> dict[str, Any]:
+def bind_call(fn: Callable, args: tuple, kwargs: dict) -> inspect.BoundArguments:
     """Bind front-end values to `fn`'s signature; defaults come back as compile-time constants."""
     try:
         bound = inspect.signature(fn).bind(*args, **kwargs)
     except TypeError as e:
         raise TileTypeError(f"bad call of {getattr(fn, '__qualname__', fn)}: {e}") from None
     bound.apply_defaults()
-    return {
-        k: v if isinstance(v, (Const, ir.Var, ir.Lit, tuple, Shape)) else Const(v) for k, v in bound.arguments.items()
-    }
+    for k, v in bound.arguments.items():
+        if not isinstance(v, (Const, ir.Var, ir.Lit, tuple, Shape)):
+            bound.arguments[k] = Const(v)
+    return bound
 
 
 def _python_builtin(b: Builder, target: Callable, args: tuple, kwargs: dict) -> Any:

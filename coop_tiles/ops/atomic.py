@@ -37,14 +37,14 @@ class AtomicAdd(TileOp):
     publics = (tile.atomic_add,)
     stmt = TileAtomicAdd
 
-    def build(self, b, a, public):
-        array = one_d_array(b, a["a"], "tile.atomic_add's first argument")
+    def build(self, b, public, a, offset, t, *, valid):
+        array = one_d_array(b, a, "tile.atomic_add's first argument")
         dt = array.type.dtype
         if dt not in ATOMIC_TYPES:
             names = ", ".join(d.name for d in ATOMIC_TYPES)
             raise TileTypeError(f"tile.atomic_add into an array of {dt.name} is not supported; use one of {names}")
-        t = b.convert(b.tile(a["t"], "the added value"), dt)
-        b.emit(TileAtomicAdd(array, offset_value(b, a["offset"], "the offset"), t, valid_value(b, a["valid"])))
+        t = b.convert(b.tile(t, "the added value"), dt)
+        b.emit(TileAtomicAdd(array, offset_value(b, offset, "the offset"), t, valid_value(b, valid)))
         return Const(None)
 
     def interpret(self, s: TileAtomicAdd, frame) -> None:

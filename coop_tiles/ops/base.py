@@ -22,6 +22,7 @@ by protocols (`Building`, `Running`, `Planning`, `Lowering`, `BodyWriting`).
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
@@ -221,7 +222,10 @@ class TileOp:
     #: the IR statement class the op emits (None: it only emits generic statements).
     stmt: ClassVar[type | None] = None
 
-    def build(self, b: Building, args: dict[str, Any], public: Callable) -> Any:
+    def build(self, b: Building, public: Callable, /, *args: Any, **kwargs: Any) -> Any:
+        """Check and type a call of `public`, emit its statement and return its result. An op
+        declares its parameters by name, those of its public stub in the same order (checked by
+        `register`; see `build_call`): `def build(self, b, public, a, offset, size, *, valid, other)`."""
         raise NotImplementedError
 
     def interpret(self, s: Any, frame: Running) -> None:
@@ -286,13 +290,63 @@ BY_STMT: dict[type, TileOp] = {}
 
 
 def register(op_class: type[TileOp]) -> type[TileOp]:
-    """Class decorator: make `op_class` the definition of its public functions and statement."""
+    """Class decorator: make `op_class` the definition of its public functions and statement,
+    once its builder's parameters are checked against each public stub (`check_builder`)."""
+    for public in op_class.publics:
+        check_builder(op_class, public)
     op = op_class()
     for public in op_class.publics:
         BY_PUBLIC[public] = op
     if op_class.stmt is not None:
         BY_STMT[op_class.stmt] = op
     return op_class
+
+
+def _builder_params(op_class: type[TileOp]) -> list[inspect.Parameter]:
+    """The parameters of `op_class.build` after `self`, the front end and the public function."""
+    return list(inspect.signature(op_class.build).parameters.values())[3:]
+
+
+def _takes_operands(op_class: type[TileOp]) -> bool:
+    """Whether the builder takes its arguments in order, as `*operands` (and nothing else): the
+    element-wise functions, whose parameters are named as in NumPy (`where(cond, a, b)`)."""
+    params = _builder_params(op_class)
+    return len(params) == 1 and params[0].kind is inspect.Parameter.VAR_POSITIONAL
+
+
+def check_builder(op_class: type[TileOp], public: Callable) -> None:
+    """Raise TypeError unless `op_class.build` can take every call of `public` by name: the stub's
+    parameters, in its order, among the builder's (each `*args` at the same place), and every other
+    parameter of the builder with a default (an op of several publics: `tile.sum` has no `op`). A
+    builder whose only parameter is variadic (`*operands`) takes a stub's positional parameters in order."""
+    stub = list(inspect.signature(public).parameters.values())
+    where = f"{op_class.__name__}.build and {public.__module__}.{public.__name__}{inspect.signature(public)}"
+    if _takes_operands(op_class):
+        if any(p.kind in (p.KEYWORD_ONLY, p.VAR_KEYWORD) for p in stub):
+            raise TypeError(f"{where}: a builder of *operands takes positional parameters only")
+        return
+    params = _builder_params(op_class)
+    names = [p.name for p in params]
+    missing = [p.name for p in stub if p.name not in names]
+    if missing:
+        raise TypeError(f"{where}: the builder has no parameter {', '.join(missing)}")
+    if [n for n in names if n in {p.name for p in stub}] != [p.name for p in stub]:
+        raise TypeError(f"{where}: the builder's parameters are not in the stub's order ({', '.join(names)})")
+    for p in stub:
+        if (p.kind is p.VAR_POSITIONAL) != (params[names.index(p.name)].kind is p.VAR_POSITIONAL):
+            raise TypeError(f"{where}: *{p.name} must be variadic in both")
+    extra = [p.name for p in params if p.name not in {q.name for q in stub} and p.default is p.empty]
+    if extra:
+        raise TypeError(f"{where}: the builder's {', '.join(extra)} not in the stub need a default")
+
+
+def build_call(op: TileOp, b: Building, public: Callable, bound: inspect.BoundArguments) -> Any:
+    """`op.build` for a call of `public` already bound to its stub (defaults applied): by name, or in
+    order for a builder with a variadic parameter (`*operands`, `ct.static_print`'s `*values`)."""
+    params = _builder_params(type(op))
+    if any(p.kind is p.VAR_POSITIONAL for p in params):
+        return op.build(b, public, *bound.args, **bound.kwargs)
+    return op.build(b, public, **bound.arguments)
 
 
 def op_of(s: ir.Stmt) -> TileOp | None:

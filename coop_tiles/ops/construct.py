@@ -31,11 +31,11 @@ class Full(TileOp):
     publics = (tile.full, tile.zeros)
     stmt = TileFull
 
-    def build(self, b, a, public):
-        dt = as_dtype(b.constant(a["dtype"], "the dtype"))
-        out = b.temp(TileType(dt, b.tile_size(a["size"])))
-        value = a["value"] if public is tile.full else Const(0)
-        b.emit(TileFull(out, b.convert(b.scalar(value, "the fill value"), dt)))
+    def build(self, b, public, size, value=None, *, dtype):  # (tile.zeros has no value: 0)
+        dt = as_dtype(b.constant(dtype, "the dtype"))
+        out = b.temp(TileType(dt, b.tile_size(size)))
+        fill = Const(0) if value is None else value
+        b.emit(TileFull(out, b.convert(b.scalar(fill, "the fill value"), dt)))
         return out
 
     def interpret(self, s: TileFull, frame) -> None:
@@ -50,9 +50,9 @@ class Arange(TileOp):
     publics = (tile.arange,)
     stmt = TileArange
 
-    def build(self, b, a, public):
-        dt = as_dtype(b.constant(a["dtype"], "the dtype"))
-        out = b.temp(TileType(dt, b.tile_size(a["size"])))
+    def build(self, b, public, size, dtype):
+        dt = as_dtype(b.constant(dtype, "the dtype"))
+        out = b.temp(TileType(dt, b.tile_size(size)))
         b.emit(TileArange(out))
         return out
 

@@ -123,8 +123,8 @@ def _static_text(v: Any) -> str:
 class StaticPrint(TileOp):
     publics = (ct.static_print,)
 
-    def build(self, b, a, public):
-        b.static_prints.append(" ".join(_static_text(v) for v in a["values"]))
+    def build(self, b, public, *values):
+        b.static_prints.append(" ".join(_static_text(v) for v in values))
         return Const(None)
 
 
@@ -142,15 +142,14 @@ class DevicePrintOp(TileOp):
     publics = (ct.device_print,)
     stmt = DevicePrint
 
-    def build(self, b, a, public):
-        prefix = a["prefix"]
+    def build(self, b, public, prefix, *values):
         if not (isinstance(prefix, Const) and isinstance(prefix.value, str)):
             raise TileTypeError(
                 "ct.device_print takes a string prefix, then the values to print "
                 f'(ct.device_print("x =", x)); got {describe(prefix)} as the prefix'
             )
-        values, kinds = [], []
-        for v in _flatten(a["values"]):
+        printed, kinds = [], []
+        for v in _flatten(values):
             if is_array(v):
                 raise TileTypeError(
                     "ct.device_print prints scalars and tiles, not arrays; load a tile (tile.load) or read an element"
@@ -161,9 +160,9 @@ class DevicePrintOp(TileOp):
                 )
             value = b.runtime(v, "a value printed by ct.device_print")
             kind = print_kind(value.type.dtype)
-            values.append(value if is_tile(value) else b.convert(value, SCALAR_DTYPES[kind]))
+            printed.append(value if is_tile(value) else b.convert(value, SCALAR_DTYPES[kind]))
             kinds.append(kind)
-        b.emit(DevicePrint(prefix.value, tuple(values), tuple(kinds)))
+        b.emit(DevicePrint(prefix.value, tuple(printed), tuple(kinds)))
         return Const(None)
 
     def interpret(self, s: DevicePrint, frame) -> None:
@@ -259,11 +258,9 @@ class DeviceAssertOp(TileOp):
     publics = (ct.device_assert,)
     stmt = DeviceAssert
 
-    def build(self, b, a, public):
-        msg = a["msg"]
+    def build(self, b, public, cond, msg):
         if not (isinstance(msg, Const) and isinstance(msg.value, str)):
             raise TileTypeError(f"the message of ct.device_assert must be a string, got {describe(msg)}")
-        cond = a["cond"]
         if is_tile(cond):
             if cond.type.dtype != bool_:
                 raise TileTypeError(

@@ -49,21 +49,21 @@ class Histogram(TileOp):
     publics = (tile.histogram,)
     stmt = TileHistogram
 
-    def build(self, b, a, public):
-        src = b.tile(a["t"], "tile.histogram's argument")
+    def build(self, b, public, t, bins, *, valid, algorithm):
+        src = b.tile(t, "tile.histogram's argument")
         if kind(src.type.dtype) not in "iu":
             raise TileTypeError(
                 f"tile.histogram counts the values of an integer tile, got {src.type}; convert it first "
                 "(t.astype(np.int32)): values outside [0, bins) are not counted"
             )
-        bins = b.constant(a["bins"], "bins", int)
+        bins = b.constant(bins, "bins", int)
         if bins < 1:
             raise TileValueError(f"bins must be a positive int, got {bins}")
-        algorithm = b.constant(a["algorithm"], "algorithm", str)
+        algorithm = b.constant(algorithm, "algorithm", str)
         if algorithm not in ("auto", *ALGORITHMS):
             raise TileValueError(f"algorithm must be 'auto', 'atomic' or 'sort', got {algorithm!r}")
         out = b.temp(TileType(np.dtype(np.int32), bins))
-        b.emit(TileHistogram(out, src, bins, valid_value(b, a["valid"]), algorithm))
+        b.emit(TileHistogram(out, src, bins, valid_value(b, valid), algorithm))
         return out
 
     def interpret(self, s: TileHistogram, frame) -> None:

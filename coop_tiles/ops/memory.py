@@ -65,13 +65,13 @@ class Load(TileOp):
     publics = (tile.load,)
     stmt = TileLoad
 
-    def build(self, b, a, public):
-        array = one_d_array(b, a["a"], "tile.load's first argument")
+    def build(self, b, public, a, offset, size, *, valid, other):
+        array = one_d_array(b, a, "tile.load's first argument")
         dt = array.type.dtype
-        size = b.tile_size(a["size"])
-        other = b.convert(b.scalar(a["other"], "other"), dt)
+        size = b.tile_size(size)
+        other = b.convert(b.scalar(other, "other"), dt)
         out = b.temp(TileType(dt, size))
-        b.emit(TileLoad(out, array, offset_value(b, a["offset"], "the offset"), valid_value(b, a["valid"]), other))
+        b.emit(TileLoad(out, array, offset_value(b, offset, "the offset"), valid_value(b, valid), other))
         return out
 
     def interpret(self, s: TileLoad, frame) -> None:
@@ -144,11 +144,11 @@ class Store(TileOp):
     publics = (tile.store,)
     stmt = TileStore
 
-    def build(self, b, a, public):
-        array = one_d_array(b, a["a"], "tile.store's first argument")
-        t = b.tile(a["t"], "the stored value")
+    def build(self, b, public, a, offset, t, *, valid):
+        array = one_d_array(b, a, "tile.store's first argument")
+        t = b.tile(t, "the stored value")
         t = b.convert(t, array.type.dtype)  # stored in the array's dtype
-        b.emit(TileStore(array, offset_value(b, a["offset"], "the offset"), t, valid_value(b, a["valid"])))
+        b.emit(TileStore(array, offset_value(b, offset, "the offset"), t, valid_value(b, valid)))
         return Const(None)
 
     def interpret(self, s: TileStore, frame) -> None:

@@ -52,8 +52,8 @@ class FlagHeads(TileOp):
     publics = (tile.flag_heads,)
     stmt = TileFlagHeads
 
-    def build(self, b, a, public):
-        src = b.tile(a["t"], "tile.flag_heads' argument")
+    def build(self, b, public, t):
+        src = b.tile(t, "tile.flag_heads' argument")
         out = b.temp(TileType(np.dtype(np.bool_), src.type.size))
         b.emit(TileFlagHeads(out, src))
         return out
@@ -91,8 +91,8 @@ class AdjacentDifference(TileOp):
     publics = (tile.adjacent_difference,)
     stmt = TileAdjacentDifference
 
-    def build(self, b, a, public):
-        src = b.tile(a["t"], "tile.adjacent_difference's argument")
+    def build(self, b, public, t):
+        src = b.tile(t, "tile.adjacent_difference's argument")
         if src.type.dtype == np.bool_:
             raise TileTypeError("tile.adjacent_difference of a bool tile is not defined; use tile.flag_heads")
         out = b.temp(src.type)

@@ -38,12 +38,11 @@ class Reduce(TileOp):
     publics = (tile.reduce, tile.sum, tile.max, tile.min)
     stmt = TileReduce
 
-    def build(self, b, a, public):
-        op_value = Const(_NAMED[public]) if public in _NAMED else a["op"]
-        op, srcs, dtypes = typed_op(b, op_value, a["t"], f"tile.{public.__name__}")
+    def build(self, b, public, t, op=None):  # (tile.sum, .max and .min have no op: their name says it)
+        op, srcs, dtypes = typed_op(b, Const(_NAMED[public]) if op is None else op, t, f"tile.{public.__name__}")
         outs = tuple(b.temp(ScalarType(dt)) for dt in dtypes)
         b.emit(TileReduce(outs, srcs, op if isinstance(op, str) else op.name, not isinstance(op, str)))
-        return outs if len(outs) > 1 or not isinstance(a["t"], ir.Var) else outs[0]
+        return outs if len(outs) > 1 or not isinstance(t, ir.Var) else outs[0]
 
     def interpret(self, s: TileReduce, frame) -> None:
         xs = tuple(frame.get(v) for v in s.srcs)

@@ -39,14 +39,14 @@ class RunLengthDecode(TileOp):
     publics = (tile.run_length_decode,)
     stmt = TileRunLengthDecode
 
-    def build(self, b, a, public):
-        values = b.tile(a["values"], "the run values")
-        lengths = b.tile(a["lengths"], "the run lengths")
+    def build(self, b, public, values, lengths, size):
+        values = b.tile(values, "the run values")
+        lengths = b.tile(lengths, "the run lengths")
         if kind(lengths.type.dtype) not in "iu":
             raise TileTypeError(f"the run lengths must be an integer tile, got {lengths.type}")
         if lengths.type.size != values.type.size:
             raise TileTypeError(f"{values.type.size} run values but {lengths.type.size} run lengths")
-        out = b.temp(TileType(values.type.dtype, b.tile_size(a["size"])))
+        out = b.temp(TileType(values.type.dtype, b.tile_size(size)))
         total = b.temp(INT64)
         b.emit(TileRunLengthDecode(out, total, values, lengths))
         return out, total

@@ -14,8 +14,8 @@ from .base import TileOp, register
 class ProgramId(TileOp):
     publics = (ct.program_id, ct.num_programs)
 
-    def build(self, b, a, public):
-        axis = b.constant(a["axis"], "the grid axis", int)
+    def build(self, b, public, axis):
+        axis = b.constant(axis, "the grid axis", int)
         if axis not in (0, 1, 2):
             raise TileValueError(f"grid axis must be 0, 1 or 2, got {axis}")
         out = b.temp(WEAK_INT)
@@ -27,14 +27,14 @@ class ProgramId(TileOp):
 class Cdiv(TileOp):
     publics = (ct.cdiv,)
 
-    def build(self, b, a, public):
-        neg = b.apply("neg", (a["a"],))
-        return b.apply("neg", (b.apply("floordiv", (neg, a["b"])),))
+    def build(self, front, public, /, a, b):
+        neg = front.apply("neg", (a,))
+        return front.apply("neg", (front.apply("floordiv", (neg, b)),))
 
 
 @register
 class Elementwise(TileOp):
     publics = tuple(ct.ELEMENTWISE_FUNCTIONS.values())
 
-    def build(self, b, a, public):
-        return b.apply(public.__name__, tuple(a.values()))
+    def build(self, b, public, *operands):
+        return b.apply(public.__name__, operands)

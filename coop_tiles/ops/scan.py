@@ -43,14 +43,14 @@ class Scan(TileOp):
     stmt = TileScan
     in_place = True
 
-    def build(self, b, a, public):
-        op, srcs, dtypes = typed_op(b, a["op"], a["t"], "tile.scan")
-        exclusive = b.constant(a["exclusive"], "exclusive", bool)
-        return_total = b.constant(a["return_total"], "return_total", bool)
-        chained = b.constant(a["chained"], "chained", bool)
+    def build(self, b, public, t, op, *, exclusive, initial, return_total, chained):
+        op, srcs, dtypes = typed_op(b, op, t, "tile.scan")
+        exclusive = b.constant(exclusive, "exclusive", bool)
+        return_total = b.constant(return_total, "return_total", bool)
+        chained = b.constant(chained, "chained", bool)
         if chained:
             chain.check_placement(b)
-        initial = b.optional(a["initial"])
+        initial = b.optional(initial)
         if initial is not None:
             initial = combine_operands(b, initial, dtypes, "initial")
         elif exclusive and not isinstance(op, str):
@@ -60,10 +60,10 @@ class Scan(TileOp):
         totals = tuple(b.temp(ScalarType(dt)) for dt in dtypes) if return_total else None
         name = op if isinstance(op, str) else op.name
         b.emit(TileScan(outs, srcs, name, not isinstance(op, str), exclusive, initial, totals, chained))
-        result = outs if len(outs) > 1 or not isinstance(a["t"], ir.Var) else outs[0]
+        result = outs if len(outs) > 1 or not isinstance(t, ir.Var) else outs[0]
         if not return_total:
             return result
-        return result, (totals if len(totals) > 1 or not isinstance(a["t"], ir.Var) else totals[0])
+        return result, (totals if len(totals) > 1 or not isinstance(t, ir.Var) else totals[0])
 
     def interpret(self, s: TileScan, frame) -> None:
         xs = tuple(frame.get(v) for v in s.srcs)

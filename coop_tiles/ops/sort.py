@@ -58,22 +58,23 @@ class Sort(TileOp):
     publics = (tile.sort,)
     stmt = TileSort
 
-    def build(self, b, a, public):
-        compare = b.optional(a["compare"])
-        keys = seq(a["keys"])
+    def build(self, b, public, keys, values, *, valid, descending, begin_bit, end_bit, compare):
+        compare = b.optional(compare)
+        one_tile = is_tile(keys)  # (not a tuple of key tiles)
+        keys = seq(keys)
         if not keys or not all(is_tile(k) for k in keys):
             raise TileTypeError(f"tile.sort sorts a tile of keys (or a tuple of them with compare=), got {keys}")
         size = keys[0].type.size
         if any(k.type.size != size for k in keys):
             raise TileTypeError("tile.sort of key tiles of different sizes: " + ", ".join(str(k.type) for k in keys))
-        values = b.optional(a["values"])
+        values = b.optional(values)
         if values is not None:
             values = b.tile(values, "the payload (values)")
             if values.type.size != size:
                 raise TileTypeError(f"the payload has {values.type.size} elements and the keys {size}")
-        descending = b.constant(a["descending"], "descending", bool)
-        begin_bit = b.constant(a["begin_bit"], "begin_bit", int)
-        end_bit = b.optional(a["end_bit"])
+        descending = b.constant(descending, "descending", bool)
+        begin_bit = b.constant(begin_bit, "begin_bit", int)
+        end_bit = b.optional(end_bit)
         if compare is not None:
             if not (isinstance(compare, Const) and isinstance(compare.value, CombineFunction)):
                 raise TileTypeError(f"compare must be a @ct.combine function, got {compare}")
@@ -85,7 +86,7 @@ class Sort(TileOp):
             name = b.combine(compare.value, tuple(k.type.dtype for k in keys), compare=True).name
             bits = 0
         else:
-            if len(keys) != 1 or not is_tile(a["keys"]):
+            if len(keys) != 1 or not one_tile:
                 raise TileTypeError("sorting a tuple of key tiles needs a comparison: tile.sort(keys, compare=fn)")
             dt = keys[0].type.dtype
             if dt == bool_:
@@ -100,9 +101,9 @@ class Sort(TileOp):
             name = None
         key_outs = tuple(b.temp(k.type) for k in keys)
         value_out = b.temp(values.type) if values is not None else None
-        valid = valid_value(b, a["valid"])
+        valid = valid_value(b, valid)
         b.emit(TileSort(key_outs, value_out, keys, values, valid, descending, begin_bit, end_bit or bits, name))
-        result = key_outs if not is_tile(a["keys"]) else key_outs[0]
+        result = key_outs if not one_tile else key_outs[0]
         return (result, value_out) if values is not None else result
 
     def interpret(self, s: TileSort, frame) -> None:
