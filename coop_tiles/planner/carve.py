@@ -167,9 +167,6 @@ class _Carver:
             offset = max(offset, _round_up(r.end, align))
         return offset
 
-    def reserved(self, position: int) -> list[Region]:
-        return [g.region for g in self.long.values() if g.start <= position <= g.stop]
-
     # ----- the walk -------------------------------------------------------------------------------
     def barrier(self, stmt: ir.Stmt, reason: str) -> None:
         if stmt.sid not in self.barriers:
@@ -368,7 +365,8 @@ def carve(
         for name, t in tiles.items()
         if t.storage == SHARED and name in live.ranges
     ]
-    long += [(cid, needs[cid], min(p), max(p)) for cid, p in users.items() if len(p) > 1 and cid in needs]
+    # through the step after the last user: an in-place collective writes its results there
+    long += [(cid, needs[cid], min(p), max(p) + 1) for cid, p in users.items() if len(p) > 1 and cid in needs]
     carver.place_long(long)
     carver.walk(program.body, _Dirty())
     regions = dict(carver.regions)
