@@ -149,9 +149,10 @@ def _run_tree(tree: Path, name: str, quick: bool, work: Path, tag: str, log: Any
     print(f"[{tag}] {name} ...", file=sys.stderr, flush=True)
     done = subprocess.run(command, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT)
     seconds = time.perf_counter() - start
-    print(f"[{tag}] {name}: {seconds:.0f} s, exit {done.returncode}", file=sys.stderr, flush=True)
-    if done.returncode != 0 or not saved.exists():
-        return {"device": None, "results": {}, "failed": f"exit {done.returncode} (see {log.name})"}, seconds
+    print(f"[{tag}] {name}: {seconds:.1f} s, exit {done.returncode}", file=sys.stderr, flush=True)
+    if done.returncode != 0 or not saved.exists():  # the section's failure, in its place in the comparison
+        failed = {"error": f"{tree.name}/benchmarks/run.py --only {name}: exit {done.returncode} (see {log.name})"}
+        return {"device": None, "results": {by_name(name).key: failed}}, seconds
     return _load(saved), seconds
 
 
@@ -178,19 +179,24 @@ def _baseline_comparison(args: argparse.Namespace) -> None:
                     log.write(f"\n===== {tag} {name} round {round_ + 1}\n")
                     log.flush()
                     saved, took = _run_tree(trees[tag], name, args.quick, work, f"{tag}{round_ + 1}", log)
-                    seconds.append(f"{tag} {name} round {round_ + 1}: {took:.0f} s")
+                    seconds.append(f"{tag} {name} round {round_ + 1}: {took:.1f} s")
                     if saved.get("device"):
                         devices.add(saved["device"])
                     for key, results in saved["results"].items():
                         runs[tag].setdefault(key, []).append(results)
-                        first[tag].setdefault(key, results)
+                        if saved.get("device"):  # measured (not a process that failed): for the tree's page
+                            first[tag].setdefault(key, results)
             text = _compare_text(runs["baseline"], runs["current"], ("baseline", "current"))
             device = ", ".join(sorted(devices)) or "no device"
             text += f"\nDevice: {device}; baseline tree {tree}; wall time per run: " + "; ".join(seconds) + ".\n"
             out.write_text(text)
             for tag in trees:
                 Path(work / f"{tag}.pkl").write_bytes(pickle.dumps({"device": device, "results": first[tag]}))
-                (work / f"{tag}.md").write_text(report.render(device, first[tag]))
+                try:  # this tree's page from the other tree's results: the same format, unless they changed shape
+                    page = report.render(device, first[tag])
+                except Exception as error:
+                    page = f"not rendered: {type(error).__name__}: {error} (see {tag}*.md, each run's own page)"
+                (work / f"{tag}.md").write_text(page)
     if len(devices) > 1:
         print(f"warning: the runs were measured on different devices ({', '.join(sorted(devices))})", file=sys.stderr)
     print(text)

@@ -298,3 +298,12 @@ def test_command_line():
     assert [line.split()[0] for line in listed.splitlines()[: len(NAMES)]] == list(NAMES)
     bad = subprocess.run([*run, "--only", "bandwith"], capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown section bandwith" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    "name", ["compare", "cub", "device", "kernels", "report", "timing", "compile_profile", "sum_probe", "_mamba_cuda"]
+)
+def test_module_imports(name):
+    """Every benchmarks module imports without a GPU (_baselines.py needs PyTorch and Triton, which run.py imports
+    only inside the measurements that use them)."""
+    importlib.import_module(f"benchmarks.{name}")
