@@ -144,7 +144,8 @@ def _run_tree(tree: Path, name: str, quick: bool, work: Path, tag: str, log: Any
     command += ["--out", str(page)] + (["--quick"] if quick else [])
     cache = os.environ.get("COOP_TILES_CACHE_DIR") or str(Path.home() / ".cache" / "coop_tiles")
     path = os.pathsep.join([str(tree), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]])
-    env = dict(os.environ, COOP_TILES_CACHE_DIR=f"{cache}-{tag}", PYTHONPATH=path)
+    tree_cache = f"{cache}-{tag.rstrip('0123456789')}"  # one per tree, kept across rounds
+    env = dict(os.environ, COOP_TILES_CACHE_DIR=tree_cache, PYTHONPATH=path)
     start = time.perf_counter()
     print(f"[{tag}] {name} ...", file=sys.stderr, flush=True)
     done = subprocess.run(command, cwd=tree, env=env, stdout=log, stderr=subprocess.STDOUT)
