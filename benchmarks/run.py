@@ -38,18 +38,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this tree's coop_tiles and benchmarks package, however run.py is started
 
 from benchmarks import compare, report  # noqa: E402
-from benchmarks.kernels import tile_cumsum, tile_sum  # noqa: E402, F401  (the names run.py always had)
 from benchmarks.section import NEEDS  # noqa: E402
 from benchmarks.sections import DOCUMENT_ORDER, NAMES, SECTIONS, by_name  # noqa: E402
 
 
-def render(device: str, **results: Any) -> str:
-    """The markdown of docs/benchmarks.md from results keyed by section (`Section.key`)."""
-    return report.render(device, results)
-
-
 def measure(only: tuple[str, ...], sizes: list[int], arch: str) -> dict[str, Any]:
-    """The results of the sections in `only`, keyed as render() takes them, measured in NAMES' order."""
+    """The results of the sections in `only`, keyed by `Section.key` (as report.render takes them), measured in
+    NAMES' order."""
     return {section.key: section.measure(sizes, arch) for section in SECTIONS if section.name in only}
 
 
@@ -235,7 +230,7 @@ def main() -> None:
         if saved["device"] != device:
             raise SystemExit(f"{path} was measured on {saved['device']}, not {device}: ratios come from one device")
         results = {**saved["results"], **results}
-    text = render(device, **results)
+    text = report.render(device, results)
     out = args.out or (None if args.only else str(ROOT / "docs" / "benchmarks.md"))
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)

@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import coop_tiles as ct  # noqa: E402
+from benchmarks.device import sm_count  # noqa: E402
 from benchmarks.kernels import tile_sum  # noqa: E402
 from coop_tiles import tile  # noqa: E402
 
@@ -105,7 +106,7 @@ class Flush:
         self.buffer = cp.empty(2 * l2 // 4, cp.int32)
         self.scratch = cp.empty(1 << 16, cp.float32)
         self.read = read_sum["float32"]
-        self.blocks = min(len(self.scratch), _sm_count() * READ_SUM_WAVES)
+        self.blocks = min(len(self.scratch), sm_count() * READ_SUM_WAVES)
 
     def __call__(self) -> None:
         if self.mode == "none":
@@ -115,12 +116,6 @@ class Flush:
         if self.mode == "clean":
             n16 = self.buffer.nbytes // 16
             self.read((self.blocks,), (256,), (self.buffer, np.int64(n16), self.scratch))
-
-
-def _sm_count() -> int:
-    import cupy as cp
-
-    return cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"]
 
 
 def time_ms(fn, flush: Flush) -> float:
@@ -133,7 +128,7 @@ def probe(log2n: int, dtype: str, read_sum: dict) -> list[dict]:
     n = 1 << log2n
     x = cp.random.RandomState(0).random_sample(n, dtype=cp.float32).astype(dtype)
     y = cp.empty_like(x)
-    sms = _sm_count()
+    sms = sm_count()
     partial = cp.empty(max(ct.cdiv(n, 4096), sms * READ_SUM_WAVES), cp.float32)
     expected = float(cp.asnumpy(x).astype(np.float64).sum())
     nbytes = x.nbytes
