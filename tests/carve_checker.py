@@ -38,10 +38,15 @@ The model:
 from __future__ import annotations
 
 import dataclasses
+import random
+from contextlib import contextmanager
 from dataclasses import dataclass
+from unittest import mock
 
 from coop_tiles.lang import ir
 from coop_tiles.ops.base import op_of
+from coop_tiles.planner import StorageNeed, finish_plan
+from coop_tiles.runtime import compiler
 
 REENTRANT = "reentrant"
 BASE_ALIGNMENT = 16
@@ -432,3 +437,47 @@ def format_report(problems: list[Problem], program: ir.Program | None = None, pl
     if plan is not None:
         parts += ["", str(plan)]
     return "\n".join(parts)
+
+
+# ----- plans without NVRTC ------------------------------------------------------------------------------
+def fabricated_needs(rng: random.Random, cids) -> dict[int, StorageNeed]:
+    """TempStorage sizes and alignments like NVRTC's (a size is a multiple of its alignment): small
+    (under 1 KiB, as scans and reductions) or large (1-40 KiB, as exchanges and sorts)."""
+    needs = {}
+    for cid in cids:
+        align = rng.choice([4, 8, 16])
+        size = rng.randint(8, 1000) if rng.random() < 0.4 else rng.randint(1024, 40 * 1024)
+        needs[cid] = StorageNeed(-(-size // align) * align, align)
+    return needs
+
+
+@contextmanager
+def fabricated_compile(rng: random.Random):
+    """Run `kernel.compile(...)` up to the plan only, with fabricated TempStorage sizes (no NVRTC):
+    yields a list that gets (program, needs, plan) for each compile; the compile then stops."""
+    captured = []
+
+    class Planned(Exception):
+        pass
+
+    def nvrtc_stage(shims, arch, cache, clock=None):
+        return b"", fabricated_needs(rng, shims.storage_cids)
+
+    def finish(program, layouts, needs, arch):
+        plan = finish_plan(program, layouts, needs, arch)
+        captured.append((program, needs, plan))
+        raise Planned
+
+    with mock.patch.object(compiler, "nvrtc_stage", nvrtc_stage), mock.patch.object(compiler, "finish_plan", finish):
+        yield captured, Planned
+
+
+def plan_of(kernel, args, constexprs: dict, rng: random.Random | None = None, arch: str = "sm_90"):
+    """(program, needs, plan) of `kernel.compile(*args, **constexprs)` with fabricated TempStorage sizes (no
+    NVRTC, no GPU); raises what the compile raises before its plan (SharedMemoryError, TileValueError)."""
+    with fabricated_compile(rng if rng is not None else random.Random(0)) as (captured, planned):
+        try:
+            kernel.compile(*args, arch=arch, **constexprs)
+        except planned:
+            pass
+    return captured[-1]

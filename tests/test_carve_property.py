@@ -16,14 +16,13 @@ import importlib.util
 import random
 import subprocess
 import sys
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from unittest import mock
 
 import numpy as np
 import pytest
-from carve_checker import check, format_report
+from carve_checker import check, fabricated_compile, fabricated_needs, format_report
 
 import coop_tiles as ct
 from coop_tiles import tile
@@ -243,17 +242,6 @@ def load_function(source: str, directory: Path, name: str):
     return module.prog
 
 
-def fabricated_needs(rng: random.Random, cids) -> dict[int, StorageNeed]:
-    """TempStorage sizes and alignments like NVRTC's (a size is a multiple of its alignment): small
-    (under 1 KiB, as scans and reductions) or large (1-40 KiB, as exchanges and sorts)."""
-    needs = {}
-    for cid in cids:
-        align = rng.choice([4, 8, 16])
-        size = rng.randint(8, 1000) if rng.random() < 0.4 else rng.randint(1024, 40 * 1024)
-        needs[cid] = StorageNeed(-(-size // align) * align, align)
-    return needs
-
-
 def plan_program(program: ir.Program, threads: int, rng: random.Random):
     """Rewrite, lay out, and carve `program` with fabricated TempStorage sizes: (needs, plan)."""
     compiler.rewrite_stage(program)
@@ -313,27 +301,6 @@ def test_issue17_program(sizes):
     assert plan.carve.tiles, "the tile lives in shared memory"
     problems = check(program, plan, needs)
     assert not problems, format_report(problems, program, plan)
-
-
-@contextmanager
-def fabricated_compile(rng: random.Random):
-    """Run `kernel.compile(...)` up to the plan only, with fabricated TempStorage sizes (no NVRTC):
-    yields a list that gets (program, needs, plan) for each compile; the compile then stops."""
-    captured = []
-
-    class Planned(Exception):
-        pass
-
-    def nvrtc_stage(shims, arch, cache, clock=None):
-        return b"", fabricated_needs(rng, shims.storage_cids)
-
-    def finish(program, layouts, needs, arch):
-        plan = finish_plan(program, layouts, needs, arch)
-        captured.append((program, needs, plan))
-        raise Planned
-
-    with mock.patch.object(compiler, "nvrtc_stage", nvrtc_stage), mock.patch.object(compiler, "finish_plan", finish):
-        yield captured, Planned
 
 
 def _specialisations():
