@@ -149,6 +149,18 @@ class _Carver:
         for key, need, start, stop in sorted(items, key=lambda x: (x[2], -x[1].size)):
             alive = [g.region for g in self.long.values() if g.start <= stop and start <= g.stop]
             offset = self.lowest(need, alive)
+            # A result written at the odd step after its operands' last read (an element-wise or in-place
+            # statement) may take an operand's bytes only whole: each thread then overwrites only its own
+            # items. Partly over them, a thread would overwrite another thread's items before it reads them.
+            operands = [g.region for g in self.long.values() if start % 2 and g.stop == start - 1]
+            placed = Region(key, offset, need.size, need.align)
+            if any(_overlaps(placed, [r]) and (r.offset, r.size) != (offset, need.size) for r in operands):
+                whole = [
+                    r.offset
+                    for r in operands
+                    if isinstance(r.key, str) and r.size == need.size and not _overlaps(r, alive)
+                ]
+                offset = min(whole) if whole else self.lowest(need, alive + operands)
             first, last = self.live.line(start), self.live.line(stop)
             self.long[key] = _LongLived(Region(key, offset, need.size, need.align, first, last), start, stop)
         top = max((g.region.end for g in self.long.values()), default=0)
