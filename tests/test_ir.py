@@ -303,3 +303,30 @@ def test_load_converted_is_the_load_ops_rewrite():
     (load,) = [s for s in p.walk() if type(s).__name__ == "TileLoad"]
     assert load.out.type == TileType(np.dtype(np.float32), 64)
     ir.verify(p)
+
+
+# ----- a front-end bug ir.verify found -------------------------------------------------------------------
+def _loop_variable_after_the_loop(x, n):
+    for i in range(n):
+        x[i] = 1
+    x[0] = i  # HERE: no `i` when the range is empty
+
+
+def _loop_variable_bound_before(x, n):
+    i = 5
+    for i in range(n):
+        x[i] = 1
+    x[0] = i
+
+
+def test_a_loop_variable_read_after_its_loop_must_be_bound_before_it():
+    """An empty range binds no loop variable: the front end accepted the read (the interpreter then
+    failed with a KeyError, and ir.verify rejected the IR); it is now a located user error."""
+    with pytest.raises(ct.TileSyntaxError, match="variable 'i' is not assigned on every path") as e:
+        build_program(_loop_variable_after_the_loop, {"x": I32, "n": INT64}, {})
+    assert e.value.loc.text.strip() == "x[0] = i  # HERE: no `i` when the range is empty"
+    x = np.zeros(4, np.int32)
+    ct.jit(_loop_variable_bound_before, interpret=True)[1](x, 0)
+    assert x[0] == 5
+    ct.jit(_loop_variable_bound_before, interpret=True)[1](x, 3)
+    assert list(x) == [2, 1, 1, 0]

@@ -506,11 +506,13 @@ def _has_return(s: ast.stmt) -> bool:
     return any(isinstance(n, ast.Return) for n in ast.walk(s))
 
 
-def _loop_body(b: Builder, stmts: list[ast.stmt], line: int) -> list[ir.Stmt]:
-    """A loop body: names first bound inside it can't be read after the loop (it may not run)."""
+def _loop_body(b: Builder, stmts: list[ast.stmt], line: int, skipped: dict[str, Any] | None = None) -> list[ir.Stmt]:
+    """A loop body: names first bound inside it can't be read after the loop (it may not run);
+    `skipped` is the scope after a loop that does not run (default: the scope before the body)."""
     before = b.scope
     body, after = b.branch(stmts, before)
-    b.merge(before, [before, after], f"it is first assigned inside the loop at line {line}, which may not run")
+    exits = [skipped if skipped is not None else before, after]
+    b.merge(before, exits, f"it is first assigned inside the loop at line {line}, which may not run")
     return body
 
 
@@ -533,8 +535,9 @@ def _stmt_for(b: Builder, s: ast.For) -> None:
         raise TileSyntaxError("the loop variable must be a single name")
     var = ir.Var(b.prefix + s.target.id, ScalarType(np.dtype(np.int64), weak=True), ir.USER, s.target.id)
     b.var_types.setdefault(var.name, var.type)
-    b.scope[s.target.id] = var
-    body = _loop_body(b, s.body, b.fn.loc(s).line)
+    skipped = b.scope  # (an empty range binds no loop variable)
+    b.scope = {**skipped, s.target.id: var}
+    body = _loop_body(b, s.body, b.fn.loc(s).line, skipped)
     b.emit(ir.ForRange(var, bounds[0], bounds[1], bounds[2], body), s)
 
 
