@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -148,8 +147,8 @@ class _BodyWriter:
         """Every variable at the top of the function (Numba needs one type per name)."""
         declared: set[str] = set()
         for s in ir.walk(body):
-            for out in ir.outputs(s):
-                if out.name in declared or isinstance(s, ir.Param):
+            for out in ir.defs(s):
+                if out.name in declared or isinstance(s, (ir.Param, ir.ForRange)):  # (they bind their own)
                     continue
                 declared.add(out.name)
                 if isinstance(out.type, TileType) and self.plan is not None and out.name in self.plan.carve.tiles:
@@ -372,8 +371,12 @@ def _chain_start(w: _BodyWriter, program: ir.Program) -> None:
     ticket (the real program id) is in flight (`ops/chained.py`), then take the ticket. The
     statements computing the loads' operands run again, on renamed variables (`<name>_pf`)."""
     loads, stmts = chain.prefetched_loads(program)
-    renamed = {out.name: ir.Var(f"{out.name}_pf", out.type) for s in stmts for out in ir.outputs(s)}
-    stmts = [_renamed(s, renamed) for s in stmts]
+    renamed = {v.name: dataclasses.replace(v, name=f"{v.name}_pf") for s in stmts for v in ir.defs(s)}
+
+    def rename(v: ir.Var) -> ir.Var:
+        return renamed.get(v.name, v)
+
+    stmts = [ir.rewrite(s, rename) for s in stmts]
     w.declare(stmts, 1)
     for s in stmts:
         if isinstance(s, ir.ProgramId) and s.axis == 0 and not s.count:
@@ -381,21 +384,9 @@ def _chain_start(w: _BodyWriter, program: ir.Program) -> None:
         else:
             _HANDLERS[type(s)](w, s, 1)
     for load in loads:
-        w.call(_renamed(chain.prefetch_call(load), renamed), -1, 1)
+        w.call(chain.prefetch_call(ir.rewrite(load, rename)), -1, 1)
     w.shims.append(ShimDecl("coop_chain_begin", "void", ("CPointer(uint8)",)))
     w.line(1, "coop_chain_begin(coop_grid_state)")
-
-
-def _renamed(node: Any, names: dict[str, ir.Var]) -> Any:
-    """`node` (a statement, shim call or argument) with every variable in `names` replaced."""
-    if isinstance(node, ir.Var):
-        return names.get(node.name, node)
-    if isinstance(node, tuple):
-        return tuple(_renamed(x, names) for x in node)
-    if dataclasses.is_dataclass(node) and not isinstance(node, ir.Lit):
-        changes = {f.name: _renamed(getattr(node, f.name), names) for f in dataclasses.fields(node) if f.init}
-        return dataclasses.replace(node, **changes)
-    return node
 
 
 def generate_body(
@@ -405,14 +396,15 @@ def generate_body(
     (`chained`: the program ids are the tickets of a chained scan)."""
     w = _BodyWriter(plan, calls=calls, chained=chained)
     params, param_types = ["smem"], ["CPointer(uint8)"]
-    for name, t in program.params:
-        for p in kernel_params(f"a_{name}", t):
+    for var in program.params:
+        t = var.type
+        for p in kernel_params(var.name, t):
             is_bool = isinstance(t, ScalarType) and t.dtype == BOOL
             params.append(f"{p.name}_u8" if is_bool else p.name)
             param_types.append(p.numba)
         if isinstance(t, ArrayType):
-            shapes, strides = array_parts(f"a_{name}", t)
-            w.arrays[f"a_{name}"] = _ArrayParts(f"a_{name}", "0", shapes, strides, t.unit_stride)
+            shapes, strides = array_parts(var.name, t)
+            w.arrays[var.name] = _ArrayParts(var.name, "0", shapes, strides, t.unit_stride)
     if chained:
         params.append("coop_grid_state")
         param_types.append("CPointer(uint8)")

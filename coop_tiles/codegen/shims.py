@@ -230,11 +230,12 @@ class ShimWriter:
         whole = "false" if padded else "whole"
         verb = kind.capitalize()  # Load / Store
         choice = self.choice(cid)
-        code, body = "", self.items_ref("x", "items", tile, items) + _clamp(lay.size)
+        converted = tile.type.dtype != array.dtype  # the transfer fills `x` in the array's dtype, converted after it
+        code, body = "", self.items_ref("loaded" if converted else "x", "items", tile, items) + _clamp(lay.size)
         body += _whole(lay.size) if array.unit_stride and not padded else ""  # (strided: item by item)
         convert = ""
-        if tile.type.dtype != array.dtype:  # the transfer fills `x` in the array's dtype, converted after it
-            body = body.replace("(&x)", "(&loaded)") + f"  {cxx_name(array.dtype)} x[{items}];\n"
+        if converted:
+            body += f"  {cxx_name(array.dtype)} x[{items}];\n"
             value = convert_expr("x[i]", array.dtype, tile.type.dtype)
             convert = f"  for (int i = 0; i < {items}; ++i) loaded[i] = {value};\n"
         if array.unit_stride:  # CUB's Block{Load,Store} or {Load,Store}Direct*
@@ -309,7 +310,7 @@ def generate_shims(program: ir.Program, layouts: LayoutPlan, max_registers: int 
     calls = {}
     halves = (
         any(is_half(t.dtype) for t in ir.tile_vars(program).values())
-        or any(is_half(t.dtype) for _, t in program.params)
+        or any(is_half(p.type.dtype) for p in program.params)
         or any(is_half(d) for c in program.combines.values() for d in c.dtypes)
     )
     if halves:
@@ -322,7 +323,7 @@ def generate_shims(program: ir.Program, layouts: LayoutPlan, max_registers: int 
         for load in prefetched_loads(program)[0]:
             define_prefetch(load, writer, _clamp(load.out.type.size))
     kernel, body = f"coop_kernel_{program.name}", f"coop_body_{program.name}"
-    flat = [p for name, t in program.params for p in kernel_params(f"a_{name}", t)]
+    flat = [p for var in program.params for p in kernel_params(var.name, var.type)]
     params = [f"{p.cxx} {p.name}" for p in flat]
     body_params = ", ".join(["unsigned char*"] + [p.cxx for p in flat])
     args = ", ".join(["coop_smem"] + [p.name for p in flat])

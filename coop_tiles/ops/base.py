@@ -9,7 +9,8 @@ package. It owns the op's IR statement class and every rule about it:
 - `choose`: the CUB primitive and algorithm it runs as (planner);
 - `launch_check`: what it needs of the grid, checked at each launch (interpreter and launcher);
 - `lower`: its C++ shim, written into the kernel's translation unit, and the `ShimCall` that
-  the generated body makes (codegen renders the call; no op writes body code itself).
+  the generated body makes (codegen renders the call; no op writes body code itself);
+- `rewrite`: an IR rewrite for the GPU that the op owns (run by the compiler's rewrite stage).
 """
 
 from __future__ import annotations
@@ -131,6 +132,21 @@ class TileOp:
 
     def lower(self, s: Any, w: ShimWriter) -> ShimCall | None:
         raise NotImplementedError
+
+    # ----- IR rewrites (`rewriting_ops`, run by the compiler's rewrite stage) -----
+    def rewrite(self, program: ir.Program, debug: bool) -> None:
+        """Change `program` in place for the GPU without changing what it computes (the interpreter
+        runs the IR as built), typically replacing this op's statements; `debug`: the kernel checks
+        `ct.device_assert`. Default: no rewrite."""
+
+
+def rewriting_ops() -> list[TileOp]:
+    """The registered ops that rewrite the IR (override `TileOp.rewrite`), in registration order
+    (`ops/__init__.py`'s imports). Each rewrite keeps the program's meaning on its own, so their
+    order may change what gets optimised, never a result."""
+    return [
+        op for op in dict.fromkeys([*BY_STMT.values(), *BY_PUBLIC.values()]) if type(op).rewrite is not TileOp.rewrite
+    ]
 
 
 #: public function -> the op that builds its calls

@@ -123,7 +123,7 @@ def prefetched_loads(program: ir.Program) -> tuple[list[Any], list[ir.Stmt]]:
 
     assignments: dict[str, int] = {}
     for s in program.walk():
-        for out in ir.outputs(s):
+        for out in ir.defs(s):
             assignments[out.name] = assignments.get(out.name, 0) + 1
     position = {id(s): i for i, s in enumerate(program.body)}
     defined: dict[str, ir.Stmt] = {}
@@ -136,7 +136,7 @@ def prefetched_loads(program: ir.Program) -> tuple[list[Any], list[ir.Stmt]]:
             if found is not None:
                 loads.append(s)
                 needed.update({id(d): d for d in found})
-        for out in ir.outputs(s):
+        for out in ir.defs(s):
             defined[out.name] = s
     return loads, sorted(needed.values(), key=lambda d: position[id(d)])
 
@@ -156,7 +156,7 @@ def _slice(values: list[Any], defined: dict[str, ir.Stmt], assignments: dict[str
         if isinstance(d, ir.Param) or id(d) in found:
             continue
         found[id(d)] = d
-        pending += list(ir.inputs(d))
+        pending += list(ir.uses(d))
     return list(found.values())
 
 

@@ -190,8 +190,8 @@ class _Carver:
         everything it touches dirty. The decision covers all of the statement's accesses
         together, so a barrier taken for one of them never forgets another."""
         position = self.live.at(s)
-        tiles = [(v.name, self.long[v.name].region) for v in (*ir.outputs(s), *ir.inputs(s)) if v.name in self.long]
-        reasons = [f"shared memory of {_shown(name)} reused" for name, r in tiles if _conflicts(r, dirty.regions)]
+        tiles = [(v, self.long[v.name].region) for v in (*ir.defs(s), *ir.uses(s)) if v.name in self.long]
+        reasons = [f"shared memory of {ir.label(v)} reused" for v, r in tiles if _conflicts(r, dirty.regions)]
         hazard = self.memory_hazard(s, dirty)
         if hazard:
             reasons.append(hazard)
@@ -243,7 +243,7 @@ class _Carver:
         but for its own (it may touch its tiles, storage and array after its barrier)."""
         if not self.syncs.get(s.cid):
             return dirty
-        keys = {s.cid, self.owners.get(s.cid, s.cid), *(v.name for v in (*ir.outputs(s), *ir.inputs(s)))}
+        keys = {s.cid, self.owners.get(s.cid, s.cid), *(v.name for v in (*ir.defs(s), *ir.uses(s)))}
         access = _global_access(s)
         array = {self.roots.get(access[0], access[0])} if access is not None else set()
         return _Dirty([r for r in dirty.regions if r.key in keys], *(x & array for x in dirty.sets()))
@@ -316,10 +316,6 @@ def _conflicts(tile: Region, dirty: list[Region]) -> bool:
     return _overlaps(tile, [r for r in dirty if r.key != tile.key and not same_bytes(r)])
 
 
-def _shown(name: str) -> str:
-    return name.removeprefix("v_") if name.startswith("v_") else f"({name})"
-
-
 def _copy(d: _Dirty) -> _Dirty:
     return _Dirty(list(d.regions), *(set(x) for x in d.sets()))
 
@@ -359,7 +355,7 @@ def carve(
     tiles = tiles or {}
     live = live if live is not None else liveness(program)
     if block_values is None:
-        block_values = frozenset(v.name for s in program.walk() for v in ir.outputs(s))
+        block_values = frozenset(v.name for s in program.walk() for v in ir.defs(s))
     roots: dict[str, str] = {}
     owners: dict[int, int] = {}
     users: dict[int, list[int]] = {}
