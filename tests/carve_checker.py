@@ -37,7 +37,6 @@ The model:
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -95,39 +94,14 @@ class Problem:
 
 
 # ----- what each statement defines and reads ------------------------------------------------------
-def _vars(value: object) -> list[ir.Var]:
-    if isinstance(value, ir.Var):
-        return [value]
-    if isinstance(value, tuple):
-        return [v for x in value for v in _vars(x)]
-    return []
-
-
 def defined(s: ir.Stmt) -> list[ir.Var]:
-    """The variables `s` assigns: its declared result fields (and `outs`, `out`, a loop variable)."""
-    if type(s).__name__ == "HistogramEnd":  # writes the counts back into its accumulator tile
-        return [s.acc]
-    names = {*getattr(s, "results", ()), "out", "outs"}
-    found = [v for n in names for v in _vars(getattr(s, n, None))]
-    if isinstance(s, ir.ForRange):
-        found.append(s.var)
-    return found
+    """The variables `s` assigns, as its class declares them (a loop's variable included)."""
+    return list(ir.defs(s))
 
 
 def used(s: ir.Stmt) -> list[ir.Var]:
-    """The variables `s` itself reads (not its nested bodies')."""
-    name = type(s).__name__
-    if name == "HistogramBegin":  # copies its accumulator into the counts; `src` only sets the layout
-        return [s.acc]
-    if name == "HistogramEnd":
-        return []
-    out = {id(v) for v in defined(s)}
-    found = []
-    for f in dataclasses.fields(s):
-        if f.name in ("loc", "inlined", "sid", "cid"):
-            continue
-        found += [v for v in _vars(getattr(s, f.name)) if id(v) not in out]
-    return found
+    """The variables `s` itself reads (not its nested bodies'), as its class declares them."""
+    return list(ir.uses(s))
 
 
 def _may_write_over_operands(s: ir.Stmt) -> bool:

@@ -353,7 +353,18 @@ def _old_carve():
         exec(compile(text, "carve_c3756f0.py", "exec"), module.__dict__)
     finally:
         del sys.modules[name]
+    module.ir = _IrBeforeDeclarations()
     return module
+
+
+class _IrBeforeDeclarations:
+    """`coop_tiles.lang.ir` as the old carve called it: `outputs`/`inputs` were `defs`/`uses`."""
+
+    outputs = staticmethod(ir.defs)
+    inputs = staticmethod(ir.uses)
+
+    def __getattr__(self, name: str):
+        return getattr(ir, name)
 
 
 def test_checker_finds_the_race_of_issue17_in_the_carve_before_its_fix():
