@@ -3,7 +3,7 @@
     python benchmarks/compile_profile.py [--arch sm_90] [--runs 3] [--root DIR] [--json]
 
 Each measurement is a new Python process given an empty (or, for the warm start, a populated)
-`COOP_TILES_CACHE_DIR`, compiling the load -> scan -> store program (`run.tile_cumsum`):
+`COOP_TILES_CACHE_DIR`, compiling the load -> scan -> store program (`benchmarks.kernels.tile_cumsum`):
 
 - cold: `import coop_tiles`, then the compile by stage (`CompiledKernel.timings`: front end, NVRTC
   with Numba's one-time setup in a thread beside it, plan, Numba, nvJitLink) and, with a GPU,
@@ -42,8 +42,8 @@ t0 = time.perf_counter()
 import numpy as np
 import coop_tiles as ct
 t1 = time.perf_counter()
-sys.path[:0] = [{root!r}, {bench_dir!r}]
-from run import tile_cumsum
+sys.path[:0] = [{repo!r}]  # this tree's benchmarks (coop_tiles was imported from root, the cwd)
+from benchmarks.kernels import tile_cumsum
 mode, arch, gpu = {mode!r}, {arch!r}, {gpu!r}
 x = np.zeros(1, np.float32)
 out = {{"import_s": t1 - t0}}
@@ -87,7 +87,7 @@ def gpu_arch() -> str | None:
 
 
 def _child(mode: str, arch: str, gpu: bool, cache: str, root: Path) -> dict[str, Any]:
-    code = CHILD.format(root=str(root), bench_dir=str(BENCH_DIR), mode=mode, arch=arch, gpu=gpu)
+    code = CHILD.format(repo=str(ROOT), mode=mode, arch=arch, gpu=gpu)
     env = dict(os.environ, COOP_TILES_CACHE_DIR=cache)
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=root)
     if done.returncode != 0:

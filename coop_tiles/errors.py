@@ -95,3 +95,7 @@ class TileAssertionError(TileError):
 
 class CompileError(TileError):
     """A backend (NVRTC, Numba, nvJitLink) rejected generated code; the raw log is attached."""
+
+
+class InternalError(TileError):
+    """A coop_tiles bug caught by its own checks (an ill-formed IR after some stage), not a user mistake."""

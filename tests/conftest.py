@@ -13,6 +13,8 @@ HAS_GPU = gpu_available()
 
 
 def pytest_configure(config):
+    # Every program the suite builds, compiles or interprets has its IR verified after each stage.
+    os.environ["COOP_TILES_VERIFY_IR"] = "1"
     # Keep the suite's compiled artefacts out of the user's cache unless told otherwise.
     if "COOP_TILES_CACHE_DIR" not in os.environ:
         os.environ["COOP_TILES_CACHE_DIR"] = str(Path(config.rootpath) / ".pytest_cache" / "coop_tiles")

@@ -1186,6 +1186,24 @@ def ref_tiles_across_scans(x, y, n, TILE):
     return [y]
 
 
+@ct.jit(block_threads=256)
+def scan_then_sort(x, y, z, n, TILE: ct.constexpr):
+    """Issue 17: a tile in shared memory (36 items per thread), scanned, then sorted, both stored (its first
+    carve put the scan's TempStorage over its own result, and the last store's over the tile the sort reads)."""
+    base = ct.program_id(0) * TILE
+    t = tile.load(x, base, TILE, valid=n - base, other=0)
+    tile.store(y, base, tile.scan(t), valid=n - base)
+    tile.store(z, base, tile.sort(t, valid=n - base), valid=n - base)
+
+
+def ref_scan_then_sort(x, y, z, n, TILE):
+    for base in range(0, n, TILE):
+        chunk = x[base : min(n, base + TILE)]
+        y[base : base + len(chunk)] = np.cumsum(chunk, dtype=x.dtype)
+        z[base : base + len(chunk)] = np.sort(chunk)
+    return [y, z]
+
+
 def storage_cases(rng: np.random.Generator) -> list[Case]:
     """Large tiles: 40 items per thread at 1024 threads (shared memory on sm_90), and 64 (local)."""
     cases = []
@@ -1199,6 +1217,11 @@ def storage_cases(rng: np.random.Generator) -> list[Case]:
     n = 3 * 8192 - 5  # 32 items per thread at 256 threads: four such tiles exceed 128 registers
     args = [_rand(rng, n, np.int32, -1000, 1000), np.zeros(8192, np.int32), n]
     cases.append(Case("tiles_across_scans", tiles_across_scans, args, {"TILE": 8192}, 1, [1], ref_tiles_across_scans))
+    own = np.random.default_rng(17)  # (the other cases' inputs stay as they were)
+    for n in (22583, 14346):  # a partial last tile of 4583 and 5346 elements
+        args = [own.integers(-1000, 1000, n).astype(np.int32), np.zeros(n, np.int32), np.zeros(n, np.int32), n]
+        name, grid = f"scan_then_sort[n={n}]", -(-n // 9000)
+        cases.append(Case(name, scan_then_sort, args, {"TILE": 9000}, grid, [1, 2], ref_scan_then_sort))
     return cases
 
 

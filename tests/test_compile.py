@@ -4,6 +4,7 @@ import re
 
 import numpy as np
 import pytest
+from carve_checker import check, format_report
 from programs import CASES, elementwise_math, scaled_cumsum, vector_add
 
 BARRIER = re.compile(r"^\s*(?:bar|barrier)\.sync", re.M)
@@ -29,6 +30,8 @@ def test_compiles_to_cubin(case, arch):
     assert k.block_threads % 32 == 0
     assert "def body(" in k.numba_source
     assert f"__launch_bounds__({k.block_threads})" in k.shim_source
+    problems = check(k.program, k.plan)  # the plan with NVRTC's TempStorage sizes: no race, no clobber
+    assert not problems, format_report(problems, k.program, k.plan)
 
 
 def test_load_scan_store_uses_warp_transpose_and_keeps_tiles_in_registers():

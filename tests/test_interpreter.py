@@ -59,7 +59,7 @@ def test_every_interpreted_value_has_its_compiled_type(case, monkeypatch):
     def run_and_check(frame, body):
         for s in body:
             original(frame, [s])
-            for var in ir.outputs(s):
+            for var in ir.defs(s):
                 if isinstance(var.type, ArrayType) or var.name not in frame.env:
                     continue
                 value = np.asarray(frame.env[var.name])

@@ -11,13 +11,6 @@ import coop_tiles
 PACKAGE = Path(coop_tiles.__file__).parent
 #: the modules that may import nothing from `coop_tiles.ops` but `coop_tiles.ops.base`
 STAGES = ("coop_tiles.planner", "coop_tiles.codegen", "coop_tiles.runtime.compiler")
-#: imports of op modules by the stages still waiting for the IR rewrites to be registered by their
-#: ops (issue 17, done on another branch): remove each entry when its import goes
-PENDING = {
-    ("coop_tiles.runtime.compiler", "coop_tiles.ops.debug"),
-    ("coop_tiles.runtime.compiler", "coop_tiles.ops.histogram"),
-    ("coop_tiles.runtime.compiler", "coop_tiles.ops.memory"),
-}
 
 
 def module_files(root: Path = PACKAGE) -> dict[str, Path]:
@@ -109,11 +102,8 @@ def test_stages_import_only_the_op_interface():
         for d in deps
         if d.startswith("coop_tiles.ops") and d != "coop_tiles.ops.base"
     }
-    assert stage_imports - PENDING == set(), "stages importing op modules: " + ", ".join(
-        f"{m} imports {d}" for m, d in sorted(stage_imports - PENDING)
-    )
-    assert PENDING <= stage_imports, "no longer imported, remove from PENDING: " + ", ".join(
-        f"{m} -> {d}" for m, d in sorted(PENDING - stage_imports)
+    assert not stage_imports, "stages importing op modules: " + ", ".join(
+        f"{m} imports {d}" for m, d in sorted(stage_imports)
     )
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -146,8 +145,8 @@ class _BodyWriter:
         """Every variable at the top of the function (Numba needs one type per name)."""
         declared: set[str] = set()
         for s in ir.walk(body):
-            for out in ir.outputs(s):
-                if out.name in declared or isinstance(s, ir.Param):
+            for out in ir.defs(s):
+                if out.name in declared or isinstance(s, (ir.Param, ir.ForRange)):  # (they bind their own)
                     continue
                 declared.add(out.name)
                 if isinstance(out.type, TileType) and self.plan is not None and out.name in self.plan.carve.tiles:
@@ -365,30 +364,22 @@ def _start(w: _BodyWriter, start: BodyStart) -> None:
     """The start of a program whose op has grid-wide state (`BodyStart`): its statements again, on
     renamed variables (`<name>_pf`), with program id 0 guessed as the block index, then its calls,
     then `begin` (a chained scan: prefetch its first loads while its ticket is in flight)."""
-    renamed = {out.name: ir.Var(f"{out.name}_pf", out.type) for s in start.stmts for out in ir.outputs(s)}
-    stmts = [_renamed(s, renamed) for s in start.stmts]
+    renamed = {v.name: dataclasses.replace(v, name=f"{v.name}_pf") for s in start.stmts for v in ir.defs(s)}
+
+    def rename(v: ir.Var) -> ir.Var:
+        return renamed.get(v.name, v)
+
+    stmts = [ir.rewrite(s, rename) for s in start.stmts]
     w.declare(stmts, 1)
     for s in stmts:
         if isinstance(s, ir.ProgramId) and s.axis == 0 and not s.count:
             w.line(1, f"{s.out.name} = np.int64(cuda.blockIdx.x)")  # the guess; the ticket comes after
         else:
             _HANDLERS[type(s)](w, s, 1)
-    for call in start.calls:
-        w.call(_renamed(call, renamed), -1, 1)
+    for s in start.calls_for:
+        w.call(start.call(ir.rewrite(s, rename)), -1, 1)
     w.shims.append(ShimDecl(start.begin, "void", ("CPointer(uint8)",)))
     w.line(1, f"{start.begin}(coop_grid_state)")
-
-
-def _renamed(node: Any, names: dict[str, ir.Var]) -> Any:
-    """`node` (a statement, shim call or argument) with every variable in `names` replaced."""
-    if isinstance(node, ir.Var):
-        return names.get(node.name, node)
-    if isinstance(node, tuple):
-        return tuple(_renamed(x, names) for x in node)
-    if dataclasses.is_dataclass(node) and not isinstance(node, ir.Lit):
-        changes = {f.name: _renamed(getattr(node, f.name), names) for f in dataclasses.fields(node) if f.init}
-        return dataclasses.replace(node, **changes)
-    return node
 
 
 def generate_body(
@@ -399,14 +390,15 @@ def generate_body(
     starts = [start for s in program.walk() if (op := op_of(s)) is not None and (start := op.body_start(s, program))]
     w = _BodyWriter(plan, calls=calls, start=starts[0] if starts else None)
     params, param_types = ["smem"], ["CPointer(uint8)"]
-    for name, t in program.params:
-        for p in kernel_params(f"a_{name}", t):
+    for var in program.params:
+        t = var.type
+        for p in kernel_params(var.name, t):
             is_bool = isinstance(t, ScalarType) and t.dtype == BOOL
             params.append(f"{p.name}_u8" if is_bool else p.name)
             param_types.append(p.numba)
         if isinstance(t, ArrayType):
-            shapes, strides = array_parts(f"a_{name}", t)
-            w.arrays[f"a_{name}"] = _ArrayParts(f"a_{name}", "0", shapes, strides, t.unit_stride)
+            shapes, strides = array_parts(var.name, t)
+            w.arrays[var.name] = _ArrayParts(var.name, "0", shapes, strides, t.unit_stride)
     if w.start is not None:
         params.append("coop_grid_state")
         param_types.append("CPointer(uint8)")

@@ -228,7 +228,7 @@ def generate_shims(program: ir.Program, layouts: LayoutPlan, max_registers: int 
     calls = {}
     halves = (
         any(is_half(t.dtype) for t in ir.tile_vars(program).values())
-        or any(is_half(t.dtype) for _, t in program.params)
+        or any(is_half(p.type.dtype) for p in program.params)
         or any(is_half(d) for c in program.combines.values() for d in c.dtypes)
     )
     if halves:
@@ -241,7 +241,7 @@ def generate_shims(program: ir.Program, layouts: LayoutPlan, max_registers: int 
             op_of(s).lower_after(s, program, writer)
     chain = writer.chain_bytes is not None
     kernel, body = f"coop_kernel_{program.name}", f"coop_body_{program.name}"
-    flat = [p for name, t in program.params for p in kernel_params(f"a_{name}", t)]
+    flat = [p for var in program.params for p in kernel_params(var.name, var.type)]
     params = [f"{p.cxx} {p.name}" for p in flat]
     body_params = ", ".join(["unsigned char*"] + [p.cxx for p in flat])
     args = ", ".join(["coop_smem"] + [p.name for p in flat])

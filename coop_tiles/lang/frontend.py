@@ -89,6 +89,7 @@ class Builder:
         self.root = self.stmts  # the program's top level (`stmts` is a nested body inside control flow)
         self.fn = parsed
         self.prefix = "v_"
+        self.combining = False  # building a @ct.combine function's own body (not a helper it calls)
         self.scope: dict[str, Any] = {}
         self.program = program
         self.inline_depth = 0
@@ -100,7 +101,7 @@ class Builder:
 
     # ----- bookkeeping -------------------------------------------------------------------
     def temp(self, t: ValueType) -> ir.Var:
-        return ir.Var(f"t{self.program.next_id()}", t)
+        return ir.Var(f"t{self.program.next_id()}", t, ir.TEMP)
 
     def emit(self, stmt: ir.Stmt, node: ast.AST | None = None) -> None:
         node = node if node is not None else self.current
@@ -256,19 +257,21 @@ class Builder:
             return
         self.scope[name] = self._assign_var(self.prefix + name, name, value, node)
 
-    def _assign_tuple(self, name: str, items: tuple, node: ast.AST) -> tuple:
+    def _assign_tuple(self, name: str, items: tuple, node: ast.AST, shown: str = "") -> tuple:
+        """Assign a tuple's items to variables `name__i`, shown to the user as `shown[i]`."""
+        shown = shown or name
         out = []
         for i, item in enumerate(items):
             if isinstance(item, tuple):
-                out.append(self._assign_tuple(f"{name}__{i}", item, node))
+                out.append(self._assign_tuple(f"{name}__{i}", item, node, f"{shown}[{i}]"))
             elif isinstance(item, Const) and not isinstance(item.value, (bool, int, float, np.number)):
                 out.append(item)
             else:
-                value = self.runtime(item, f"element {i} of the tuple assigned to {name!r}")
+                value = self.runtime(item, f"element {i} of the tuple assigned to {shown!r}")
                 out.append(
                     value
                     if isinstance(value.type, ArrayType)
-                    else self._assign_var(f"{self.prefix}{name}__{i}", f"{name}[{i}]", value, node)
+                    else self._assign_var(f"{self.prefix}{name}__{i}", f"{shown}[{i}]", value, node)
                 )
         return tuple(out)
 
@@ -276,7 +279,7 @@ class Builder:
         declared = self.var_types.get(key, value.type)
         joined = join(self.assigned_types.get(key, declared), value.type, name)
         self.assigned_types[key] = joined
-        target = ir.Var(key, declared)
+        target = ir.Var(key, declared, ir.USER, name)
         if isinstance(declared, TileType) and isinstance(value.type, TileType) and declared.size != value.type.size:
             raise TileTypeError(f"variable {name!r} is assigned tiles of sizes {declared.size} and {value.type.size}")
         if isinstance(declared, ScalarType) != isinstance(value.type, ScalarType):
@@ -400,9 +403,9 @@ class Builder:
         except TypeError as e:
             raise TileTypeError(f"bad call of {helper.__name__}: {e}") from None
         bound.apply_defaults()
-        saved = (self.fn, self.prefix, self.scope, self.returned)
+        saved = (self.fn, self.prefix, self.scope, self.returned, self.combining)
         self.stack.append(self.fn.loc(node))
-        self.fn, self.prefix, self.returned = parsed, f"h{self.program.next_id()}_", None
+        self.fn, self.prefix, self.returned, self.combining = parsed, f"h{self.program.next_id()}_", None, False
         self.scope = {}
         self.inline_depth += 1
         try:
@@ -418,7 +421,7 @@ class Builder:
             e.add_call_site(self.stack[-1])
             raise
         finally:
-            self.fn, self.prefix, self.scope, self.returned = saved
+            self.fn, self.prefix, self.scope, self.returned, self.combining = saved
             self.inline_depth -= 1
             self.stack.pop()
 
@@ -481,7 +484,7 @@ def _stmt_if(b: Builder, s: ast.If) -> None:
         b.body(s.body if cond.value else s.orelse)
         return
     if b.inline_depth and _has_return(s):
-        if b.prefix.startswith("combine"):
+        if b.combining:
             raise TileSyntaxError(
                 "a @ct.combine function's `return` must be its last statement, not inside an `if`; "
                 "choose between values with ct.where"
@@ -503,11 +506,13 @@ def _has_return(s: ast.stmt) -> bool:
     return any(isinstance(n, ast.Return) for n in ast.walk(s))
 
 
-def _loop_body(b: Builder, stmts: list[ast.stmt], line: int) -> list[ir.Stmt]:
-    """A loop body: names first bound inside it can't be read after the loop (it may not run)."""
+def _loop_body(b: Builder, stmts: list[ast.stmt], line: int, skipped: dict[str, Any] | None = None) -> list[ir.Stmt]:
+    """A loop body: names first bound inside it can't be read after the loop (it may not run);
+    `skipped` is the scope after a loop that does not run (default: the scope before the body)."""
     before = b.scope
     body, after = b.branch(stmts, before)
-    b.merge(before, [before, after], f"it is first assigned inside the loop at line {line}, which may not run")
+    exits = [skipped if skipped is not None else before, after]
+    b.merge(before, exits, f"it is first assigned inside the loop at line {line}, which may not run")
     return body
 
 
@@ -528,10 +533,11 @@ def _stmt_for(b: Builder, s: ast.For) -> None:
     bounds = [b.convert(v, np.dtype(np.int64)) for v in bounds]
     if not isinstance(s.target, ast.Name):
         raise TileSyntaxError("the loop variable must be a single name")
-    var = ir.Var(b.prefix + s.target.id, ScalarType(np.dtype(np.int64), weak=True))
+    var = ir.Var(b.prefix + s.target.id, ScalarType(np.dtype(np.int64), weak=True), ir.USER, s.target.id)
     b.var_types.setdefault(var.name, var.type)
-    b.scope[s.target.id] = var
-    body = _loop_body(b, s.body, b.fn.loc(s).line)
+    skipped = b.scope  # (an empty range binds no loop variable)
+    b.scope = {**skipped, s.target.id: var}
+    body = _loop_body(b, s.body, b.fn.loc(s).line, skipped)
     b.emit(ir.ForRange(var, bounds[0], bounds[1], bounds[2], body), s)
 
 
@@ -870,7 +876,7 @@ def build_program(
 ) -> ir.Program:
     """Type `fn` for one specialisation and return its IR."""
     parsed = parse_function(fn)
-    params: list[tuple[str, ArrayType | ScalarType]] = []
+    params: list[ir.Var] = []
 
     def start(b: Builder) -> None:
         params.clear()
@@ -879,18 +885,20 @@ def build_program(
                 b.scope[name] = Const(constexprs[name])
                 continue
             t = param_types[name]
-            var = ir.Var("a_" + name, t)
+            var = ir.Var("a_" + name, t, ir.PARAM, name)
             b.emit(ir.Param(var, position))
-            params.append((name, t))
+            params.append(var)
             if name in parsed.assigned and not isinstance(t, ArrayType):
                 b.assign(name, var, parsed.tree)
             else:
                 b.scope[name] = var
 
     b = _settle(parsed, start)
-    return ir.Program(
+    program = ir.Program(
         parsed.tree.name, list(params), b.stmts, parsed.source_hash, b.program.combines, tuple(b.static_prints)
     )
+    ir.verify_if_asked(program, "build")
+    return program
 
 
 def build_combine(
@@ -911,11 +919,11 @@ def build_combine(
             f"it takes {len(parsed.params)}"
         )
     name = f"combine{len(outer.program.combines)}_{parsed.tree.name}"
-    params = tuple(ir.Var(f"{name}_{p}", ScalarType(dt)) for p, dt in zip(parsed.params, dtypes + dtypes))
+    params = tuple(ir.Var(f"{name}_{p}", ScalarType(dt), ir.PARAM, p) for p, dt in zip(parsed.params, dtypes + dtypes))
     call_site = outer.fn.loc(outer.current) if outer.current is not None else None
 
     def start(b: Builder) -> None:
-        b.prefix, b.inline_depth = f"{name}_v_", 1  # `return` gives the results
+        b.prefix, b.inline_depth, b.combining = f"{name}_v_", 1, True  # `return` gives the results
         b.stack = [*outer.stack, *([call_site] if call_site else [])]
         for p, var in zip(parsed.params, params):
             if p in parsed.assigned:

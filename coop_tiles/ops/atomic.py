@@ -25,7 +25,7 @@ ATOMIC_TYPES = {
 
 
 @dataclass
-class TileAtomicAdd(ir.Collective):
+class TileAtomicAdd(ir.Collective, uses="array offset tile valid"):
     array: ir.Var
     offset: ir.Value
     tile: ir.Var

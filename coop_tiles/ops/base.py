@@ -14,7 +14,8 @@ package. It owns the op's IR statement class and every rule about it:
   expression the body writer spells;
 - `lower_after`, `body_start`, `max_default_threads`: what an op with grid-wide state (a chained
   scan) adds to the kernel: shims that need the whole program, the body's first steps, and a
-  smaller default block size.
+  smaller default block size;
+- `rewrite`: an IR rewrite for the GPU that the op owns (run by the compiler's rewrite stage).
 
 The stages know ops only through this module: the hooks receive the stages' objects, typed here
 by protocols (`Building`, `Running`, `Planning`, `Lowering`, `BodyWriting`).
@@ -93,12 +94,13 @@ class ShimCall:
 class BodyStart:
     """What the body does before its statements for an op with grid-wide state (a chained scan,
     whose program ids are tickets taken from that state): run `stmts` again on renamed variables,
-    with program id 0 read as the block index (a guess), make the `calls` (shims its op defined in
-    `TileOp.lower_after`) with those variables, then call shim `begin` with the state; from then on
-    program id 0 is what shim `program_id` returns."""
+    with program id 0 read as the block index (a guess), make the shim call `call(s)` of each
+    statement `s` of `calls_for` with those variables (shims its op defined in `TileOp.lower_after`),
+    then call shim `begin` with the state; from then on program id 0 is what shim `program_id` returns."""
 
     stmts: tuple[ir.Stmt, ...]
-    calls: tuple[ShimCall, ...]
+    calls_for: tuple[ir.Stmt, ...]
+    call: Callable[[Any], ShimCall]
     begin: str
     program_id: str
 
@@ -281,6 +283,21 @@ class TileOp:
         """The value of item `i` of the tile `s.out`, for a statement with no collective (a tile
         constructor), as an expression written through `w`."""
         raise NotImplementedError
+
+    # ----- IR rewrites (`rewriting_ops`, run by the compiler's rewrite stage) -----
+    def rewrite(self, program: ir.Program, debug: bool) -> None:
+        """Change `program` in place for the GPU without changing what it computes (the interpreter
+        runs the IR as built), typically replacing this op's statements; `debug`: the kernel checks
+        `ct.device_assert`. Default: no rewrite."""
+
+
+def rewriting_ops() -> list[TileOp]:
+    """The registered ops that rewrite the IR (override `TileOp.rewrite`), in registration order
+    (`ops/__init__.py`'s imports). Each rewrite keeps the program's meaning on its own, so their
+    order may change what gets optimised, never a result."""
+    return [
+        op for op in dict.fromkeys([*BY_STMT.values(), *BY_PUBLIC.values()]) if type(op).rewrite is not TileOp.rewrite
+    ]
 
 
 #: public function -> the op that builds its calls

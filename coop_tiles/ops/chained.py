@@ -135,7 +135,7 @@ def prefetched_loads(program: ir.Program) -> tuple[list[Any], list[ir.Stmt]]:
 
     assignments: dict[str, int] = {}
     for s in program.walk():
-        for out in ir.outputs(s):
+        for out in ir.defs(s):
             assignments[out.name] = assignments.get(out.name, 0) + 1
     position = {id(s): i for i, s in enumerate(program.body)}
     defined: dict[str, ir.Stmt] = {}
@@ -148,7 +148,7 @@ def prefetched_loads(program: ir.Program) -> tuple[list[Any], list[ir.Stmt]]:
             if found is not None:
                 loads.append(s)
                 needed.update({id(d): d for d in found})
-        for out in ir.outputs(s):
+        for out in ir.defs(s):
             defined[out.name] = s
     return loads, sorted(needed.values(), key=lambda d: position[id(d)])
 
@@ -168,7 +168,7 @@ def _slice(values: list[Any], defined: dict[str, ir.Stmt], assignments: dict[str
         if isinstance(d, ir.Param) or id(d) in found:
             continue
         found[id(d)] = d
-        pending += list(ir.inputs(d))
+        pending += list(ir.uses(d))
     return list(found.values())
 
 
@@ -190,7 +190,7 @@ def define_prefetches(program: ir.Program, w: Lowering) -> None:
 def body_start(program: ir.Program) -> BodyStart:
     """The body's start (module docstring): the prefetches, for program id = block index, then the ticket."""
     loads, stmts = prefetched_loads(program)
-    return BodyStart(tuple(stmts), tuple(prefetch_call(load) for load in loads), "coop_chain_begin", "coop_chain_tile")
+    return BodyStart(tuple(stmts), tuple(loads), prefetch_call, "coop_chain_begin", "coop_chain_tile")
 
 
 #: the look-back's device code, in the translation unit of a kernel with a chained scan

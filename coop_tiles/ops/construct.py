@@ -16,13 +16,13 @@ from .base import TileOp, register
 
 
 @dataclass
-class TileFull(ir.Stmt):
+class TileFull(ir.Stmt, defs="out", uses="value"):
     out: ir.Var
     value: ir.Value
 
 
 @dataclass
-class TileArange(ir.Stmt):
+class TileArange(ir.Stmt, defs="out"):
     out: ir.Var
 
 

@@ -130,7 +130,7 @@ class StaticPrint(TileOp):
 
 # ----- ct.device_print ------------------------------------------------------------------------
 @dataclass
-class DevicePrint(ir.Collective):
+class DevicePrint(ir.Collective, uses="values", attrs="prefix kinds"):
     prefix: str
     #: tiles as they are; scalars converted to their kind's `SCALAR_DTYPES`
     values: tuple[ir.Value, ...]
@@ -245,7 +245,7 @@ def _tile_printfs(kind: str, v: ir.Var, buffer: str) -> list[str]:
 
 # ----- ct.device_assert -----------------------------------------------------------------------
 @dataclass
-class DeviceAssert(ir.Collective):
+class DeviceAssert(ir.Collective, uses="cond", attrs="message function"):
     #: a bool tile (every element must hold), or a block-uniform uint8 scalar
     cond: ir.Value
     message: str
@@ -280,6 +280,10 @@ class DeviceAssertOp(TileOp):
     def interpret(self, s: DeviceAssert, frame) -> None:
         if not np.all(frame.get(s.cond)):
             raise TileAssertionError("assertion failed in program ({}, {}, {}): {}".format(*frame.pid, s.message))
+
+    def rewrite(self, program: ir.Program, debug: bool) -> None:
+        if not debug:  # a kernel built without debugging does not check its asserts
+            drop_device_asserts(program.body)
 
     def choose(self, s: DeviceAssert, ctx):
         algorithm = "SYNCTHREADS_OR" if is_tile(s.cond) else "THREAD_0"
@@ -323,9 +327,8 @@ def drop_device_asserts(body: list[ir.Stmt]) -> None:
     without debugging: its conditions' code then has no use and is optimised away)."""
     body[:] = [s for s in body if not isinstance(s, DeviceAssert)]
     for s in body:
-        for nested in (getattr(s, f, None) for f in ("then", "orelse", "body", "cond_body")):
-            if isinstance(nested, list):
-                drop_device_asserts(nested)
+        for nested in ir.regions(s):
+            drop_device_asserts(nested)
 
 
 def check_debug_launch(stream: int, program: str) -> None:

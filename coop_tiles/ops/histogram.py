@@ -29,7 +29,7 @@ SORT_MIN_ITEMS = 8
 
 
 @dataclass
-class TileHistogram(ir.Collective):
+class TileHistogram(ir.Collective, defs="out", uses="src valid", attrs="bins algorithm"):
     out: ir.Var
     src: ir.Var
     bins: int
@@ -68,6 +68,9 @@ class Histogram(TileOp):
 
     def interpret(self, s: TileHistogram, frame) -> None:
         frame.env[s.out.name] = counts(frame, s.src, s.valid, s.bins)
+
+    def rewrite(self, program: ir.Program, debug: bool) -> None:
+        accumulate_in_shared_memory(program)
 
     def choose(self, s: TileHistogram, ctx):
         algorithm = resolve_algorithm(s.algorithm, s.bins, ctx.tiles[s.src.name].items_per_thread)
@@ -109,7 +112,7 @@ def _bins(w, src: ir.Var, bins: int) -> str:
 
 # ----- counts kept in shared memory through a loop -------------------------------------------------
 @dataclass
-class HistogramBegin(ir.Collective):
+class HistogramBegin(ir.Collective, uses="acc", refs="src", attrs="bins algorithm"):
     """Before a loop of `acc = acc + tile.histogram(src, ...)`: write `acc` into the shared counts."""
 
     acc: ir.Var
@@ -119,7 +122,7 @@ class HistogramBegin(ir.Collective):
 
 
 @dataclass
-class HistogramComposite(ir.Collective):
+class HistogramComposite(ir.Collective, uses="src valid", attrs="bins algorithm begin"):
     """In the loop: composite `src`'s counts into the shared counts of `begin` (its collective id)."""
 
     src: ir.Var
@@ -130,7 +133,7 @@ class HistogramComposite(ir.Collective):
 
 
 @dataclass
-class HistogramEnd(ir.Collective):
+class HistogramEnd(ir.Collective, defs="acc", attrs="bins begin"):
     """After the loop: read the shared counts back into `acc`."""
 
     acc: ir.Var
@@ -138,22 +141,12 @@ class HistogramEnd(ir.Collective):
     begin: int
 
 
-def _names(value: object) -> list[str]:
-    if isinstance(value, ir.Var):
-        return [value.name]
-    if isinstance(value, tuple):
-        return [n for v in value for n in _names(v)]
-    return []
-
-
 def _references(stmts: list[ir.Stmt]) -> dict[str, int]:
-    """How often each variable appears (read or written) in `stmts`, nested bodies included."""
+    """How often each variable appears (defined, read or named) in `stmts`, nested bodies included."""
     counts: dict[str, int] = {}
     for s in ir.walk(stmts):
-        for key, value in vars(s).items():
-            if key not in ("loc", "inlined", "sid"):
-                for name in _names(value):
-                    counts[name] = counts.get(name, 0) + 1
+        for v in (*ir.defs(s), *ir.uses(s), *ir.refs(s)):
+            counts[v.name] = counts.get(v.name, 0) + 1
     return counts
 
 
@@ -203,9 +196,8 @@ def accumulate_in_shared_memory(program: ir.Program) -> None:
         i = 0
         while i < len(body):
             s = body[i]
-            for nested in (getattr(s, f, None) for f in ("then", "orelse", "body", "cond_body")):
-                if isinstance(nested, list):
-                    visit(nested)
+            for nested in ir.regions(s):
+                visit(nested)
             found = _accumulation(s.body, s, refs) if isinstance(s, (ir.ForRange, ir.While)) else None
             if found is not None:
                 j, acc = found

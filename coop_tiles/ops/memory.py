@@ -19,7 +19,7 @@ from .transfer import choose_transfer, lower_transfer, prefer_vectorized
 
 
 @dataclass
-class TileLoad(ir.Collective):
+class TileLoad(ir.Collective, defs="out", uses="array offset valid other"):
     out: ir.Var
     array: ir.Var
     offset: ir.Value
@@ -28,7 +28,7 @@ class TileLoad(ir.Collective):
 
 
 @dataclass
-class TileStore(ir.Collective):
+class TileStore(ir.Collective, uses="array offset tile valid"):
     array: ir.Var
     offset: ir.Value
     tile: ir.Var
@@ -82,6 +82,9 @@ class Load(TileOp):
         data[:count] = array[start : start + count]
         frame.env[s.out.name] = data.astype(s.out.type.dtype, copy=False)  # converted when fused with a cast
 
+    def rewrite(self, program: ir.Program, debug: bool) -> None:
+        load_converted(program)
+
     def global_access(self, s: TileLoad):
         return s.array, False
 
@@ -110,8 +113,8 @@ def load_converted(program: ir.Program) -> None:
     """Fuse `tile.load(a, ...).astype(np.float32)` of a 16-bit float array into one load that
     converts each item as it arrives (what the cast would do, without a 16-bit tile in between):
     a load whose tile only that cast, right after it, reads."""
-    reads = Counter(v.name for s in program.walk() for v in ir.inputs(s))
-    defs = Counter(out.name for s in program.walk() for out in ir.outputs(s))
+    reads = Counter(v.name for s in program.walk() for v in ir.uses(s))
+    defs = Counter(out.name for s in program.walk() for out in ir.defs(s))
 
     def fusable(load: ir.Stmt, cast: ir.Stmt) -> bool:
         return (
@@ -128,9 +131,8 @@ def load_converted(program: ir.Program) -> None:
     def visit(body: list[ir.Stmt]) -> None:
         i = 0
         while i < len(body):
-            for nested in (getattr(body[i], f, None) for f in ("then", "orelse", "body", "cond_body")):
-                if isinstance(nested, list):
-                    visit(nested)
+            for nested in ir.regions(body[i]):
+                visit(nested)
             if i + 1 < len(body) and fusable(body[i], body[i + 1]):
                 body[i].out = body[i + 1].out
                 del body[i + 1]

@@ -16,13 +16,13 @@ from .base import ShimCall, TileArg, TileOp, register
 
 
 @dataclass
-class TileFlagHeads(ir.Collective):
+class TileFlagHeads(ir.Collective, defs="out", uses="src"):
     out: ir.Var
     src: ir.Var
 
 
 @dataclass
-class TileAdjacentDifference(ir.Collective):
+class TileAdjacentDifference(ir.Collective, defs="out", uses="src"):
     out: ir.Var
     src: ir.Var
 

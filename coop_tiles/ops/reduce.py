@@ -26,7 +26,7 @@ _NAMED = {tile.sum: "add", tile.max: "max", tile.min: "min"}
 
 
 @dataclass
-class TileReduce(ir.Collective):
+class TileReduce(ir.Collective, defs="outs", uses="srcs", attrs="op combine"):
     outs: tuple[ir.Var, ...]
     srcs: tuple[ir.Var, ...]
     op: str

@@ -23,15 +23,11 @@ from .base import OutArg, ShimCall, TileArg, TileOp, register
 
 
 @dataclass
-class TileRunLengthDecode(ir.Collective):
+class TileRunLengthDecode(ir.Collective, defs="out total", uses="values lengths"):
     out: ir.Var
     total: ir.Var
     values: ir.Var
     lengths: ir.Var
-
-    @property
-    def outs(self) -> tuple[ir.Var, ...]:
-        return (self.out, self.total)
 
 
 @register

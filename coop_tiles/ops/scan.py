@@ -25,7 +25,7 @@ from .combining import UFUNCS, combine_operands, combine_scan, item_code, typed_
 
 
 @dataclass
-class TileScan(ir.Collective):
+class TileScan(ir.Collective, defs="outs totals", uses="srcs initial", attrs="op combine exclusive chained"):
     outs: tuple[ir.Var, ...]
     srcs: tuple[ir.Var, ...]
     op: str  # a built-in op, or the name of a combine function in `Program.combines`
@@ -34,7 +34,6 @@ class TileScan(ir.Collective):
     initial: tuple[ir.Value, ...] | None
     totals: tuple[ir.Var, ...] | None
     chained: bool = False  # continues from the previous program's last element
-    results = ("outs", "totals")
 
 
 @register

@@ -37,7 +37,9 @@ _NAN_MASKS = {
 
 
 @dataclass
-class TileSort(ir.Collective):
+class TileSort(
+    ir.Collective, defs="key_outs value_out", uses="keys values valid", attrs="descending begin_bit end_bit compare"
+):
     key_outs: tuple[ir.Var, ...]
     value_out: ir.Var | None
     keys: tuple[ir.Var, ...]
@@ -47,10 +49,6 @@ class TileSort(ir.Collective):
     begin_bit: int
     end_bit: int
     compare: str | None  # the name of the comparison in `Program.combines`, for a merge sort
-
-    @property
-    def outs(self) -> tuple[ir.Var, ...]:
-        return (*self.key_outs, *([self.value_out] if self.value_out is not None else []))
 
 
 @register

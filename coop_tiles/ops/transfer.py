@@ -87,11 +87,12 @@ def lower_transfer(
     whole = "false" if padded else "whole"
     verb = kind.capitalize()  # Load / Store
     choice = w.choice(cid)
-    code, body = "", w.items_ref("x", "items", tile, items) + w.clamp(lay.size)
+    converted = tile.type.dtype != array.dtype  # the transfer fills `x` in the array's dtype, converted after it
+    code, body = "", w.items_ref("loaded" if converted else "x", "items", tile, items) + w.clamp(lay.size)
     body += _whole(lay.size) if array.unit_stride and not padded else ""  # (strided: item by item)
     convert = ""
-    if tile.type.dtype != array.dtype:  # the transfer fills `x` in the array's dtype, converted after it
-        body = body.replace("(&x)", "(&loaded)") + f"  {cxx_name(array.dtype)} x[{items}];\n"
+    if converted:
+        body += f"  {cxx_name(array.dtype)} x[{items}];\n"
         value = convert_expr("x[i]", array.dtype, tile.type.dtype)
         convert = f"  for (int i = 0; i < {items}; ++i) loaded[i] = {value};\n"
     if array.unit_stride:  # CUB's Block{Load,Store} or {Load,Store}Direct*

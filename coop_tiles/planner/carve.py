@@ -149,6 +149,18 @@ class _Carver:
         for key, need, start, stop in sorted(items, key=lambda x: (x[2], -x[1].size)):
             alive = [g.region for g in self.long.values() if g.start <= stop and start <= g.stop]
             offset = self.lowest(need, alive)
+            # A result written at the odd step after its operands' last read (an element-wise or in-place
+            # statement) may take an operand's bytes only whole: each thread then overwrites only its own
+            # items. Partly over them, a thread would overwrite another thread's items before it reads them.
+            operands = [g.region for g in self.long.values() if start % 2 and g.stop == start - 1]
+            placed = Region(key, offset, need.size, need.align)
+            if any(_overlaps(placed, [r]) and (r.offset, r.size) != (offset, need.size) for r in operands):
+                whole = [
+                    r.offset
+                    for r in operands
+                    if isinstance(r.key, str) and r.size == need.size and not _overlaps(r, alive)
+                ]
+                offset = min(whole) if whole else self.lowest(need, alive + operands)
             first, last = self.live.line(start), self.live.line(stop)
             self.long[key] = _LongLived(Region(key, offset, need.size, need.align, first, last), start, stop)
         top = max((g.region.end for g in self.long.values()), default=0)
@@ -167,9 +179,6 @@ class _Carver:
             offset = max(offset, _round_up(r.end, align))
         return offset
 
-    def reserved(self, position: int) -> list[Region]:
-        return [g.region for g in self.long.values() if g.start <= position <= g.stop]
-
     # ----- the walk -------------------------------------------------------------------------------
     def barrier(self, stmt: ir.Stmt, reason: str) -> None:
         if stmt.sid not in self.barriers:
@@ -181,8 +190,8 @@ class _Carver:
         everything it touches dirty. The decision covers all of the statement's accesses
         together, so a barrier taken for one of them never forgets another."""
         position = self.live.at(s)
-        tiles = [(v.name, self.long[v.name].region) for v in (*ir.outputs(s), *ir.inputs(s)) if v.name in self.long]
-        reasons = [f"shared memory of {_shown(name)} reused" for name, r in tiles if _conflicts(r, dirty.regions)]
+        tiles = [(v, self.long[v.name].region) for v in (*ir.defs(s), *ir.uses(s)) if v.name in self.long]
+        reasons = [f"shared memory of {ir.label(v)} reused" for v, r in tiles if _conflicts(r, dirty.regions)]
         hazard = self.memory_hazard(s, dirty)
         if hazard:
             reasons.append(hazard)
@@ -234,7 +243,7 @@ class _Carver:
         but for its own (it may touch its tiles, storage and array after its barrier)."""
         if not self.syncs.get(s.cid):
             return dirty
-        keys = {s.cid, self.owners.get(s.cid, s.cid), *(v.name for v in (*ir.outputs(s), *ir.inputs(s)))}
+        keys = {s.cid, self.owners.get(s.cid, s.cid), *(v.name for v in (*ir.defs(s), *ir.uses(s)))}
         access = _global_access(s)
         array = {self.roots.get(access[0], access[0])} if access is not None else set()
         return _Dirty([r for r in dirty.regions if r.key in keys], *(x & array for x in dirty.sets()))
@@ -307,10 +316,6 @@ def _conflicts(tile: Region, dirty: list[Region]) -> bool:
     return _overlaps(tile, [r for r in dirty if r.key != tile.key and not same_bytes(r)])
 
 
-def _shown(name: str) -> str:
-    return name.removeprefix("v_") if name.startswith("v_") else f"({name})"
-
-
 def _copy(d: _Dirty) -> _Dirty:
     return _Dirty(list(d.regions), *(set(x) for x in d.sets()))
 
@@ -350,7 +355,7 @@ def carve(
     tiles = tiles or {}
     live = live if live is not None else liveness(program)
     if block_values is None:
-        block_values = frozenset(v.name for s in program.walk() for v in ir.outputs(s))
+        block_values = frozenset(v.name for s in program.walk() for v in ir.defs(s))
     roots: dict[str, str] = {}
     owners: dict[int, int] = {}
     users: dict[int, list[int]] = {}
@@ -368,7 +373,8 @@ def carve(
         for name, t in tiles.items()
         if t.storage == SHARED and name in live.ranges
     ]
-    long += [(cid, needs[cid], min(p), max(p)) for cid, p in users.items() if len(p) > 1 and cid in needs]
+    # through the step after the last user: an in-place collective writes its results there
+    long += [(cid, needs[cid], min(p), max(p) + 1) for cid, p in users.items() if len(p) > 1 and cid in needs]
     carver.place_long(long)
     carver.walk(program.body, _Dirty())
     regions = dict(carver.regions)

@@ -54,6 +54,8 @@ class TileLayout:
     line: int | None = None  # where the tile is first defined in the user's source
     storage: str = REGISTERS
     itemsize: int = 4
+    #: how tables show the tile (`ir.label`: its name in the user's source, or `(name)`)
+    label: str = ""
 
     @property
     def words(self) -> int:
@@ -181,7 +183,7 @@ def block_values(program: ir.Program, threads: int) -> frozenset[str]:
         else:
             op = op_of(s)
             solo = op.thread0_reads(s, threads) if op is not None else set()
-        needed.update(v.name for v in ir.inputs(s) if v.name not in solo)
+        needed.update(v.name for v in ir.uses(s) if v.name not in solo)
     changed = True
     while changed:
         changed = False
@@ -199,9 +201,8 @@ def loop_depths(body: list[ir.Stmt], depth: int = 0) -> dict[int, int]:
         if isinstance(s, ir.Collective):
             out[s.cid] = depth
         inner = depth + isinstance(s, (ir.ForRange, ir.While))
-        for nested in (getattr(s, f, None) for f in ("then", "orelse", "body", "cond_body")):
-            if isinstance(nested, list):
-                out.update(loop_depths(nested, inner))
+        for nested in ir.regions(s):
+            out.update(loop_depths(nested, inner))
     return out
 
 
@@ -218,10 +219,12 @@ def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -
             op.layout(s, ctx)
     blocked_roots = {ctx.groups.find(n) for n in ctx.blocked | ctx.preferred}
     lines: dict[str, int | None] = {}
+    labels: dict[str, str] = {}
     for s in program.walk():
-        for out in ir.outputs(s):
+        for out in ir.defs(s):
             if out.name in tiles and out.name not in lines:
                 lines[out.name] = s.loc.line if s.loc else None
+                labels[out.name] = ir.label(out)
     ctx.tiles = {
         name: TileLayout(
             name=name,
@@ -231,6 +234,7 @@ def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -
             arrangement=BLOCKED if ctx.groups.find(name) in blocked_roots else STRIPED,
             line=lines.get(name),
             itemsize=t.dtype.itemsize,
+            label=labels[name],
         )
         for name, t in tiles.items()
     }

@@ -50,13 +50,11 @@ def liveness(program: ir.Program) -> Liveness:
             pos = 2 * len(result.positions)
             result.positions[s.sid] = pos
             result.lines[pos] = s.loc.line if s.loc else None
-            for v in ir.inputs(s):
+            for v in ir.uses(s):
                 uses.setdefault(v.name, []).append(pos)
-            for v in ir.outputs(s):
+            for v in ir.defs(s):
                 defs.setdefault(v.name, []).append(pos + _in_place(s))
-            if isinstance(s, ir.ForRange):
-                defs.setdefault(s.var.name, []).append(pos)
-            for part in _bodies(s):
+            for part in ir.regions(s):
                 visit(part)
             if isinstance(s, (ir.ForRange, ir.While)):
                 loops.append((pos, 2 * len(result.positions) - 1))
@@ -84,15 +82,5 @@ def _in_place(s: ir.Stmt) -> int:
     op = op_of(s)
     if not (isinstance(s, (ir.TileMap, ir.Copy)) or (op is not None and op.in_place)):
         return 0
-    tiles = [v for v in (*ir.inputs(s), *ir.outputs(s)) if isinstance(v.type, TileType)]
+    tiles = [v for v in (*ir.uses(s), *ir.defs(s)) if isinstance(v.type, TileType)]
     return int(len({v.type.dtype.itemsize for v in tiles}) == 1)
-
-
-def _bodies(s: ir.Stmt) -> list[list[ir.Stmt]]:
-    if isinstance(s, ir.If):
-        return [s.then, s.orelse]
-    if isinstance(s, ir.ForRange):
-        return [s.body]
-    if isinstance(s, ir.While):
-        return [s.cond_body, s.body]
-    return []

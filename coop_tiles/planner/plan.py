@@ -52,7 +52,7 @@ class Plan:
     def largest_users(self, count: int = 4) -> str:
         """The tiles and collectives taking the most shared memory, for error messages."""
         tiles = self.carve.tiles.items()
-        users = [(r.size, f"tile {_shown(name)} (line {self.tiles[name].line})") for name, r in tiles]
+        users = [(r.size, f"tile {self.tiles[name].label} (line {self.tiles[name].line})") for name, r in tiles]
         seen: set[int | str] = set()
         for cid, r in self.carve.regions.items():
             if r.key not in seen:
@@ -74,7 +74,7 @@ class Plan:
         for t in self.tiles.values():
             r = self.carve.tiles.get(t.name)
             out.append(
-                f"  {_shown(t.name):<10} {t.line or '?':>5} {t.dtype:<8} {t.size:>6} {t.items_per_thread:>12}  "
+                f"  {t.label:<10} {t.line or '?':>5} {t.dtype:<8} {t.size:>6} {t.items_per_thread:>12}  "
                 f"{t.arrangement:<11} {t.storage:<9} {_where(r)}"
             )
         out.append("collectives:")
@@ -92,10 +92,6 @@ class Plan:
         for b in self.carve.barriers.values():
             out.append(f"  line {b.line or '?'}: {b.reason}")
         return "\n".join(out)
-
-
-def _shown(name: str) -> str:
-    return name.removeprefix("v_") if name.startswith("v_") else f"({name})"
 
 
 def _where(r: Region | None) -> str:

@@ -19,9 +19,7 @@ from ..errors import CompileError
 from ..lang import ir
 from ..lang.frontend import build_program
 from ..lang.source import parse_function
-from ..ops.debug import drop_device_asserts
-from ..ops.histogram import accumulate_in_shared_memory
-from ..ops.memory import load_converted
+from ..ops.base import rewriting_ops
 from ..planner import LayoutPlan, Plan, StorageNeed, finish_plan, plan_layouts
 from . import toolchain
 from .cache import DiskCache, make_key
@@ -78,12 +76,12 @@ def build_stage(fn: Callable, sig: Signature) -> ir.Program:
 
 def rewrite_stage(program: ir.Program, debug: bool = False) -> ir.Program:
     """Rewrites of the typed IR for the GPU that keep its meaning (the interpreter runs it as
-    built): histogram counts accumulated in shared memory through a loop, 16-bit float loads
-    converted to float32 as they arrive; without `debug`, `ct.device_assert` is not checked."""
-    accumulate_in_shared_memory(program)
-    load_converted(program)
-    if not debug:
-        drop_device_asserts(program.body)
+    built), each owned by its op (`TileOp.rewrite`): histogram counts accumulated in shared memory
+    through a loop, 16-bit float loads converted to float32 as they arrive, and, without `debug`,
+    `ct.device_assert` dropped. The IR is verified after each when COOP_TILES_VERIFY_IR is set."""
+    for op in rewriting_ops():
+        op.rewrite(program, debug)
+        ir.verify_if_asked(program, f"rewrite by {type(op).__name__}")
     return program
 
 

@@ -1,0 +1,39 @@
+"""The tile programs that several sections time (load -> scan -> store, load -> sum: the bandwidth, blocks, 16-bit and
+chained sections, and the compile profile), and the tutorials' programs that sections import."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import coop_tiles as ct
+from coop_tiles import tile
+
+TILE = 4096
+CHECK_TILES = 4  # correctness is checked on the first tiles of each output
+
+
+@ct.jit
+def tile_cumsum(x, y, n, TILE: ct.constexpr):
+    base = ct.program_id(0) * TILE
+    t = tile.load(x, base, TILE, valid=n - base, other=0)
+    tile.store(y, base, tile.scan(t), valid=n - base)
+
+
+@ct.jit
+def tile_sum(x, partial, n, TILE: ct.constexpr):
+    pid = ct.program_id(0)
+    base = pid * TILE
+    partial[pid] = tile.sum(tile.load(x, base, TILE, valid=n - base, other=0))
+
+
+TUTORIALS = Path(__file__).resolve().parent.parent / "tutorials"
+
+
+def tutorial(name: str) -> ModuleType:
+    """A tutorial's module (`tutorials/<name>.py`): the benchmarks time what the tutorials show."""
+    if str(TUTORIALS) not in sys.path:
+        sys.path.insert(2, str(TUTORIALS))
+    return importlib.import_module(name)

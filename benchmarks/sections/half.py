@@ -1,0 +1,119 @@
+"""16-bit floats (float16, bfloat16): load -> scan -> store and load -> `tile.sum`, accumulating in float32, against the
+copy rate for their bytes (issue 7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import coop_tiles as ct
+from benchmarks.device import fill_nan, free_device_memory, to_host_f32
+from benchmarks.kernels import CHECK_TILES, TILE, tile_cumsum, tile_sum
+from benchmarks.report import correct_cell, failed_row, gbs_cell, table_row
+from benchmarks.section import Section
+from benchmarks.timing import cuda_time_ms, guarded, tune
+
+HALF_DTYPES = ("float16", "bfloat16")
+
+
+def _copy16_ms(n: int) -> float:
+    """`cupy.copyto` between two n-element float16 arrays, 4 bytes moved per element; the callers scale it to
+    the bytes of each kernel (a bfloat16 copy moves the same bytes, so it stands for both dtypes)."""
+    import cupy as cp
+
+    src, dst = cp.zeros(n, cp.float16), cp.empty(n, cp.float16)
+    return cuda_time_ms(lambda: cp.copyto(dst, src))
+
+
+def half_rows(sizes: list[int]) -> list[dict]:
+    """tile_cumsum and tile_sum on 16-bit floats, which accumulate in and return float32 (the contract),
+    against the copy rate for the bytes each moves."""
+    rows = []
+    for log2n in sizes:
+        n = 1 << log2n
+        copy_ms = _copy16_ms(n)
+        for dtype in HALF_DTYPES:
+            row = {"n": f"2^{log2n}", "dtype": dtype, "elements": n, "copy_ms": copy_ms}
+            rows.append({**row, "copy_gbs": 4 * n / copy_ms / 1e6, **guarded(_half_row, n, dtype)})
+            free_device_memory()
+    return rows
+
+
+def _half_arrays(n: int, dtype: str) -> tuple[Any, Any, Any]:
+    """x: n 16-bit floats uniform in [0, 1); y: n float32 (the scan's output); partial: a float32 per tile.
+    float16 in CuPy; bfloat16 in PyTorch, which the contract names for bfloat16 on the GPU (CuPy has none)."""
+    grid = ct.cdiv(n, TILE)
+    if dtype == "float16":
+        import cupy as cp
+
+        x = cp.random.RandomState(0).random_sample(n, dtype=cp.float32).astype(cp.float16)
+        return x, cp.empty(n, cp.float32), cp.empty(grid, cp.float32)
+    import torch
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.rand(n, generator=generator, device="cuda", dtype=torch.bfloat16)
+    return x, torch.empty(n, device="cuda", dtype=torch.float32), torch.empty(grid, device="cuda", dtype=torch.float32)
+
+
+def _half_row(n: int, dtype: str) -> dict:
+    """Scan and sum of one size and dtype, each timed and checked on its own (rtol 1e-3 against float32 NumPy)."""
+    x, y, partial = _half_arrays(n, dtype)
+    grid, count = ct.cdiv(n, TILE), CHECK_TILES * TILE
+    head = to_host_f32(x, count).reshape(CHECK_TILES, TILE)
+    scanned, summed = np.cumsum(head, axis=1, dtype=np.float32), head.sum(axis=1, dtype=np.float32)
+    return {
+        "scan": guarded(
+            tune,
+            [TILE],
+            lambda t: lambda: tile_cumsum[grid](x, y, n, TILE=t),
+            lambda: fill_nan(y),
+            lambda t: np.allclose(to_host_f32(y, count).reshape(head.shape), scanned, rtol=1e-3),
+        ),
+        "sum": guarded(
+            tune,
+            [TILE],
+            lambda t: lambda: tile_sum[grid](x, partial, n, TILE=t),
+            lambda: fill_nan(partial),
+            lambda t: np.allclose(to_host_f32(partial, CHECK_TILES), summed, rtol=1e-3),
+        ),
+    }
+
+
+def half_lines(rows: list[dict]) -> list[str]:
+    lines = [
+        "",
+        f"## 16-bit floats: load → scan → store, and load → `tile.sum` (TILE={TILE}, float32 results)",
+        "",
+        "float16 data are CuPy arrays, bfloat16 data PyTorch tensors. Both accumulate in float32 and return "
+        "float32 (the contract), so the scan reads 2 bytes and writes 4 per element and `tile.sum` reads 2.",
+        "The copy rate is `cupy.copyto` between two n-element float16 arrays (4 bytes moved per element); *scan / "
+        "copy* is that copy's time scaled by 6/4 over the scan's time, *sum / copy read* the copy's time scaled "
+        "by 2/4 (its read rate, as above) over the sum's.",
+        f"Correct: the first {CHECK_TILES} tiles against a float32 NumPy cumsum and sum, rtol 1e-3; data uniform in "
+        "[0, 1).",
+        "",
+        "| n | dtype | copy GB/s | scan GB/s | scan / copy | sum GB/s | sum / copy read | correct (scan / sum) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(failed_row(r, ("n", "dtype"), 8))
+            continue
+        n, copy_ms = r["elements"], r["copy_ms"]
+        cells = [r["n"], r["dtype"], f"{r['copy_gbs']:.0f}"]
+        for kind, nbytes, copy_scale in (("scan", 6 * n, 6 / 4), ("sum", 2 * n, 2 / 4)):
+            result = r[kind]
+            if "error" in result:
+                cells += [f"failed: {result['error']}", "—"]
+            else:
+                cells += [gbs_cell(nbytes, result["ms"]), f"**{copy_ms * copy_scale / result['ms']:.1%}**"]
+        lines.append(table_row(*cells, f"{correct_cell(r['scan'])} / {correct_cell(r['sum'])}"))
+    return lines + ["", "Bar (issue 7): at least 90% of the copy rate for their bytes.", ""]
+
+
+def run(sizes: list[int], arch: str) -> list[dict]:
+    return half_rows(sizes)
+
+
+SECTION = Section("half", key="half", needs=("cupy", "torch"), run=run, lines=half_lines, guarded=True)

@@ -1,0 +1,113 @@
+"""Host time per launch of a do-nothing kernel: coop_tiles against a CuPy RawKernel, Numba and a bare cuLaunchKernel
+(issue 3)."""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.section import Section
+from benchmarks.timing import host_overheads_us
+
+
+def _launch_kernels(arity: int):
+    """The same do-nothing kernel with `arity` array arguments, in coop_tiles, Numba and CuPy."""
+    import cupy as cp
+    from numba import cuda
+
+    names = [f"a{i}" for i in range(arity)]
+    namespace = {"cuda": cuda}
+    path = Path(tempfile.mkdtemp()) / f"launch_{arity}.py"
+    path.write_text(
+        "import coop_tiles as ct\n\n\n@ct.jit\n"
+        + textwrap.dedent(f"""
+        def program({", ".join(names)}):
+            if ct.program_id(0) < 0:
+                a0[0] = 0
+    """)
+    )
+    sys.path.insert(0, str(path.parent))
+    ours = __import__(path.stem).program
+    exec(
+        textwrap.dedent(f"""
+        def numba_kernel({", ".join(names)}):
+            if cuda.blockIdx.x > 1000000:
+                a0[0] = 0
+    """),
+        namespace,
+    )
+    numba_kernel = cuda.jit(namespace["numba_kernel"])
+    params = ", ".join(f"float* a{i}" for i in range(arity))
+    raw = cp.RawKernel(f'extern "C" __global__ void k({params}) {{ if (blockIdx.x > 1000000) a0[0] = 0; }}', "k")
+    return ours, numba_kernel, raw
+
+
+def _bare_driver_launch(raw: Any, arrays: tuple) -> Callable[[], None]:
+    """cuLaunchKernel of the RawKernel's function on a parameter buffer built once, through CuPy's
+    thinnest driver binding: about the least a launch from Python can cost."""
+    import ctypes
+
+    import cupy as cp
+
+    values = (ctypes.c_uint64 * len(arrays))(*(a.data.ptr for a in arrays))
+    params = (ctypes.c_void_p * len(arrays))(*(ctypes.addressof(values) + 8 * i for i in range(len(arrays))))
+    function, pointer, launch = raw.kernel.ptr, ctypes.addressof(params), cp.cuda.driver.launchKernel
+
+    def bare() -> None:
+        launch(function, 1, 1, 1, 32, 1, 1, 0, 0, pointer, 0)
+
+    bare.keep_alive = (values, params)
+    return bare
+
+
+def launch_rows() -> list[dict]:
+    import cupy as cp
+
+    rows = []
+    for arity in (1, 4, 8):
+        arrays = tuple(cp.zeros(16, cp.float32) for _ in range(arity))
+        ours, numba_kernel, raw = _launch_kernels(arity)
+        # each as its users write it: the grid and block given on every call
+        times = host_overheads_us(
+            {
+                "coop_us": lambda: ours[1](*arrays),
+                "cupy_us": lambda: raw((1,), (32,), arrays),
+                "numba_us": lambda: numba_kernel[1, 32](*arrays),
+                "driver_us": _bare_driver_launch(raw, arrays),
+            }
+        )
+        rows.append({"arrays": arity, **times})
+    return rows
+
+
+def launch_lines(launches: list[dict]) -> list[str]:
+    lines = [
+        "## Host overhead per launch",
+        "",
+        "A do-nothing kernel with N array arguments (CuPy arrays), launched back to back, each written",
+        "as its users write it: `kernel[1](*arrays)`, `raw((1,), (32,), arrays)`, `numba_kernel[1, 32](*arrays)`.",
+        "*bare cuLaunchKernel* calls the driver through CuPy's thinnest binding on a parameter buffer",
+        "built once: about the least a launch from Python can cost. *above the floor* is each path's own cost.",
+        "",
+        "| arrays | coop_tiles µs | CuPy RawKernel µs | Numba µs | bare cuLaunchKernel µs "
+        "| coop_tiles / CuPy | above the floor: coop_tiles / CuPy |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in launches:
+        floor = r["driver_us"]
+        lines.append(
+            f"| {r['arrays']} | {r['coop_us']:.2f} | {r['cupy_us']:.2f} | {r['numba_us']:.2f} | {floor:.2f} | "
+            f"**{r['coop_us'] / r['cupy_us']:.2f}x** | {r['coop_us'] - floor:.2f} / {r['cupy_us'] - floor:.2f} µs |"
+        )
+    return lines + ["", "Bar (issue 3): at most 0.8x the CuPy RawKernel's time per launch.", ""]
+
+
+def run(sizes: list[int], arch: str) -> list[dict]:
+    return launch_rows()
+
+
+SECTION = Section("launch", key="launches", needs=("cupy", "numba"), run=run, lines=launch_lines, guarded=False)

@@ -1,0 +1,309 @@
+"""The benchmarks' structure, without a GPU: every section module imports and declares a `Section`, the registry's names
+are unique and `--only` takes them, the page renders every section from results of the shape each section returns
+(failures included), and two runs' results compare side by side (benchmarks/compare.py)."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import compare, report  # noqa: E402
+from benchmarks.section import NEEDS, Section  # noqa: E402
+from benchmarks.sections import DOCUMENT_ORDER, NAMES, SECTIONS, by_name  # noqa: E402
+
+#: the sections and the order `--only` and --help list them in (as before the split into modules)
+EXPECTED = (
+    "bandwidth",
+    "launch",
+    "compile",
+    "blocks",
+    "linrec",
+    "half",
+    "rows2d",
+    "histogram",
+    "segsort",
+    "chained",
+    "mamba",
+)
+
+
+def _tune(ms: float, best: object = 4096) -> dict:
+    return {"best": best, "ms": ms, "times": {best: ms}, "correct": True}
+
+
+def fake_results(scale: float = 1.0) -> dict:
+    """Results of every section, shaped as each section's `run` returns them (times multiplied by `scale`), with a
+    failure of each kind a section records: a whole row, one implementation, a whole section."""
+    s = scale
+    bandwidth = [
+        {
+            "n": f"2^{log2n}",
+            "dtype": dtype,
+            "copy_ms": 0.18 * s,
+            "copy_gbs": 2900.0,
+            "scan_ms": 0.185 * s,
+            "scan_gbs": 2880.0,
+            "scan_ratio": 0.99,
+            "sum_ms": 0.098 * s,
+            "sum_gbs": 2700.0,
+            "sum_ratio": 0.93,
+            "cupy_sum_ms": 0.12 * s,
+            "correct": True,
+        }
+        for log2n in (26, 28)
+        for dtype in ("int32", "float32")
+    ]
+    launches = [
+        {"arrays": a, "coop_us": 4.8 * s, "cupy_us": 6.5 * s, "numba_us": 57.0 * s, "driver_us": 4.5 * s}
+        for a in (1, 4, 8)
+    ]
+    blocks = [
+        {
+            "kernel": kernel,
+            "n": "2^26",
+            "dtype": "int32",
+            "chosen": 256,
+            "choice": "256 threads per block (default rule)",
+            "auto_ms": 0.1 * s,
+            "fixed": {128: 0.1 * s, 256: 0.1 * s, 512: 0.099 * s, 1024: 0.11 * s},
+            "best": 512,
+            "ratio": 0.99,
+        }
+        for kernel in ("scan", "sum")
+    ]
+    compiles = {
+        "arch": "sm_90",
+        "gpu": True,
+        "cpus": 16,
+        "runs": 3,
+        "cold": {
+            "import_s": 0.3 * s,
+            "compile_s": 1.2 * s,
+            "load_s": 0.01 * s,
+            "stages": {"frontend": 0.01 * s, "nvrtc": 0.9 * s, "numba": 0.2 * s, "total": 1.2 * s},
+        },
+        "warm": {"import_s": 0.3 * s, "compile_s": 0.04 * s, "load_s": 0.01 * s, "start_s": 0.35 * s},
+        "process_s": [1.2 * s, 0.8 * s, 0.3 * s],
+        "autotune_s": 2.0 * s,
+    }
+    linrec = [
+        {
+            "n": "2^26",
+            "elements": 1 << 26,
+            "copy_ms": 0.18 * s,
+            "copy_gbs": 2900.0,
+            "coop": _tune(0.28 * s),
+            "triton": _tune(0.4 * s, (2048, 4)),
+        },
+        {
+            "n": "2^28",
+            "elements": 1 << 28,
+            "copy_ms": 0.7 * s,
+            "copy_gbs": 2950.0,
+            "coop": {"error": "RuntimeError: no"},
+            "triton": _tune(1.6 * s, (4096, 8)),
+        },
+        {"n": "2^30", "elements": 1 << 30, "error": "MemoryError: out of memory"},
+    ]
+    half = [
+        {
+            "n": "2^26",
+            "dtype": dtype,
+            "elements": 1 << 26,
+            "copy_ms": 0.094 * s,
+            "copy_gbs": 2849.0,
+            "scan": _tune(0.14 * s),
+            "sum": _tune(0.056 * s) if dtype == "float16" else {"error": "TypeError: x \\| y"},
+        }
+        for dtype in ("float16", "bfloat16")
+    ]
+    rows2d = [
+        {
+            "input": "contiguous",
+            "shape": (4096, 8192),
+            "strides": (8192, 1),
+            "torch_ms": 0.3 * s,
+            "coop": _tune(0.2 * s),
+        },
+        {"input": "transposed", "shape": (8192, 4096), "strides": (1, 8192), "error": "ValueError: strided"},
+    ]
+    histogram = [
+        {
+            "case": "uint8, 256 bins",
+            "n": "2^28",
+            "elements": 1 << 28,
+            "range": (0, 256),
+            "read_ms": 0.09 * s,
+            "coop": _tune(0.1 * s, (4096, 4)),
+            "cub": _tune(0.12 * s, "HistogramEven"),
+            "triton": {"error": "ImportError: no triton"},
+            "torch": _tune(1.0 * s, "bincount"),
+        }
+    ]
+    segsort = [
+        {
+            "sort": "keys only",
+            "n": "2^24",
+            "coop": _tune(0.2 * s, 2048),
+            "cub": _tune(0.22 * s, "BlockRadixSort"),
+            "torch": _tune(0.5 * s, "default"),
+            "torch_stable": _tune(0.6 * s, "stable"),
+            "triton": _tune(0.9 * s, 4),
+        }
+    ]
+    chained = {
+        "scans": [
+            {
+                "n": "2^26",
+                "dtype": "int32",
+                "elements": 1 << 26,
+                "copy_ms": 0.18 * s,
+                "chained": _tune(0.185 * s, (4096, None)),
+                "three": _tune(0.4 * s, 4096),
+                "cub": _tune(0.19 * s, "InclusiveSum"),
+                "torch": {"error": "RuntimeError: x"},
+            }
+        ],
+        "linrec": [{"n": "2^26", "elements": 1 << 26, "copy_ms": 0.18 * s, "coop": _tune(0.28 * s, (8192, 512))}],
+        "costs": {
+            "plain_us": 4.9 * s,
+            "chained_us": 5.5 * s,
+            "plain_ms": 0.01 * s,
+            "chained_ms": 0.012 * s,
+            "graph_ms": 0.015 * s,
+            "direct_ms": 0.012 * s,
+            "correct": True,
+        },
+    }
+    mamba = [
+        {
+            "shape": (8, 1536, 2048, 16),
+            "dtype": "float32",
+            "elements": 8 * 1536 * 2048 * 16,
+            "limit_ms": 0.5 * s,
+            "coop": _tune(0.9 * s, None),
+            "mamba": _tune(1.0 * s, None),
+            "triton": _tune(1.5 * s, (64, 4)),
+            "torch": _tune(90.0 * s, None),
+        },
+        {
+            "shape": (8, 4096, 2048, 16),
+            "dtype": "bfloat16",
+            "elements": 8 * 4096 * 2048 * 16,
+            "limit_ms": 0.7 * s,
+            "coop": _tune(1.2 * s, None),
+            "mamba": {"error": "RuntimeError: not built"},
+            "triton": _tune(2.0 * s, (128, 4)),
+        },
+    ]
+    return {
+        "bandwidth": bandwidth,
+        "launches": launches,
+        "blocks": blocks,
+        "compiles": compiles,
+        "linrec": linrec,
+        "half": half,
+        "rows2d": rows2d,
+        "histogram": histogram,
+        "segsort": segsort,
+        "chained": chained,
+        "mamba": mamba,
+    }
+
+
+def test_registry():
+    assert NAMES == EXPECTED
+    assert sorted(DOCUMENT_ORDER) == sorted(NAMES)
+    assert [section.name for section in SECTIONS] == list(NAMES)
+    assert len({section.key for section in SECTIONS}) == len(SECTIONS)
+    for name in NAMES:
+        module = importlib.import_module(f"benchmarks.sections.{name}")
+        section = module.SECTION
+        assert isinstance(section, Section) and section.name == name and by_name(name) is section
+        assert callable(section.run) and list(inspect.signature(section.run).parameters) == ["sizes", "arch"]
+        assert callable(section.lines)
+        assert set(section.needs) <= set(NEEDS)
+
+
+def test_unknown_need_is_rejected():
+    with pytest.raises(ValueError, match="unknown needs"):
+        Section("x", key="x", needs=("gpu",), run=lambda sizes, arch: [], lines=lambda r: [], guarded=True)
+
+
+def test_guarded_section_keeps_its_failure():
+    def run(sizes, arch):
+        raise ImportError("no torch")
+
+    section = Section("x", key="x", needs=(), run=run, lines=lambda r: [], guarded=True)
+    assert section.measure([24], "sm_90") == [{"error": "ImportError: no torch"}]
+    with pytest.raises(ImportError):
+        Section("y", key="y", needs=(), run=run, lines=lambda r: [], guarded=False).measure([24], "sm_90")
+
+
+def test_render_every_section():
+    text = report.render("Test GPU", fake_results())
+    titles = [line for line in text.splitlines() if line.startswith("## ")]
+    assert len(titles) == len(NAMES)
+    assert "failed: MemoryError: out of memory" in text and "failed: TypeError: x \\| y" in text
+    # a section that failed before measuring anything
+    assert "failed: ImportError" in report.render("Test GPU", {"chained": [{"error": "ImportError: x"}]})
+
+
+def test_compare_two_runs(tmp_path):
+    old, new = fake_results(1.0), fake_results(1.1)
+    new["half"][1]["sum"] = _tune(0.05)  # measured now, failed before
+    text = "\n".join(
+        compare.compare_lines(
+            {k: [v] for k, v in old.items()},
+            {k: [v] for k, v in new.items()},
+            tuple(by_name(name).key for name in DOCUMENT_ORDER),
+            {section.key: section.name for section in SECTIONS},
+        )
+    )
+    assert "| bandwidth | 16 | **1.100** | 1.100 | 1.100 |  |" in text
+    assert "| half | 5 | **1.100** | 1.100 | 1.100 | 1 |" in text  # bfloat16's sum only measured now
+    assert "| [2^26 float16] sum ms | 0.056 | 0.0616 | **1.100** |" in text
+    assert "| [2^26 bfloat16] sum ms | — | 0.05 | — |" in text
+    assert "| [2^26] coop ms | 0.28 | 0.308 | **1.100** |" in text  # linrec's row
+    assert "| [1 arrays] coop_us | 4.8 | 5.28 | **1.100** |" in text
+    assert "| [sum 2^26 int32] fixed 512 (ms) | 0.099 | 0.1089 | **1.100** |" in text
+    assert "| cold stages nvrtc (s) | 0.9 | 0.99 | **1.100** |" in text
+    assert "- baseline [2^26 bfloat16] sum: failed: TypeError: x \\| y" in text
+    # the command line, from two --save files
+    for name, results in (("old.pkl", old), ("new.pkl", new)):
+        (tmp_path / name).write_bytes(pickle.dumps({"device": "Test GPU", "results": results}))
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--compare", "old.pkl", "new.pkl"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "| mamba |" in done.stdout and "new.pkl / old.pkl" in done.stdout
+
+
+def test_command_line():
+    run = [sys.executable, str(ROOT / "benchmarks" / "run.py")]
+    listed = subprocess.run([*run, "--list"], capture_output=True, text=True, check=True).stdout
+    assert [line.split()[0] for line in listed.splitlines()[: len(NAMES)]] == list(NAMES)
+    bad = subprocess.run([*run, "--only", "bandwith"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown section bandwith" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    "name", ["compare", "cub", "device", "kernels", "report", "timing", "compile_profile", "sum_probe", "_mamba_cuda"]
+)
+def test_module_imports(name):
+    """Every benchmarks module imports without a GPU (_baselines.py needs PyTorch and Triton, which run.py imports
+    only inside the measurements that use them)."""
+    importlib.import_module(f"benchmarks.{name}")
