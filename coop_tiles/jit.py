@@ -21,7 +21,7 @@ from .ops.debug import check_debug_launch
 from .planner.layout import choose_block_threads
 from .runtime import arguments, blockdims, launcher
 from .runtime.cache import DiskCache
-from .runtime.compiler import compile_kernel
+from .runtime.compiler import compile_kernel, show_interpreted_ir
 from .runtime.fastpath import KernelBase, enable_c_launch, make_fast_path
 from .runtime.kernel import CompiledKernel, Signature
 
@@ -264,6 +264,7 @@ class JITFunction(KernelBase):
         if program is None:
             program = build_program(self.fn, dict(types), constexprs)
             self._show_static_prints(key, program)
+            show_interpreted_ir(self.__name__, key, program)
             choose_block_threads(program, self.block_threads)  # the compiler's checks of block and tile size
             self._programs[key] = program
         interpreter.run(program, launcher.normalize_grid(grid, constexprs), list(runtime))

@@ -87,6 +87,20 @@ class LayoutPlan:
     #: the variables that threads other than thread 0 need (see `block_values`)
     block_values: frozenset[str] = frozenset()
 
+    def __str__(self) -> str:
+        """Threads per block, each tile's layout and each collective's CUB choice, one per line."""
+        lines = [f"{self.block_threads} threads per block"]
+        for t in self.tiles.values():
+            where = f"line {t.line}" if t.line is not None else "no line"
+            lines.append(
+                f"tile {t.label or t.name} ({where}): {t.dtype}[{t.size}], {t.items_per_thread} per thread, "
+                f"{t.arrangement}, in {t.storage}"
+            )
+        for c in sorted(self.collectives.values(), key=lambda c: c.cid):
+            storage = ", TempStorage" if c.needs_storage else ""
+            lines.append(f"collective #{c.cid} (line {c.line}) {c.op}: {c.primitive} {c.algorithm}{storage}")
+        return "\n".join(lines)
+
 
 def choose_block_threads(program: ir.Program, pinned: int | None) -> int:
     """Threads per block: `pinned`, or min(256, the largest tile rounded up to a warp), grown

@@ -1,8 +1,9 @@
 """The compile pipeline, stage by stage: typed IR -> plan -> sources -> LTO-IR -> cubin.
 
-Each stage is a plain function of the previous stage's output, so any of them can be run,
-printed or tested on its own; `compile_kernel` runs them in order and records how long each
-took (`CompiledKernel.timings`).
+Each stage is a plain function of earlier stages' outputs, so any of them can be run, printed or
+tested on its own. `STAGES` declares them in order (name, inputs, function, how its output
+prints); `compile_kernel` runs them, records how long each took (`CompiledKernel.timings`) and
+shows the outputs `COOP_TILES_DUMP` asks for (`runtime/dump.py`).
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
+from dataclasses import dataclass
+from typing import Any
 
 from .._log import get_logger
 from ..codegen.numba_body import BodySource, generate_body, generate_combine
@@ -21,7 +24,7 @@ from ..lang.frontend import build_program
 from ..lang.source import parse_function
 from ..ops.base import rewriting_ops
 from ..planner import LayoutPlan, Plan, StorageNeed, finish_plan, plan_layouts
-from . import toolchain
+from . import dump, toolchain
 from .cache import DiskCache, make_key
 from .kernel import CompiledKernel, Signature
 
@@ -135,6 +138,117 @@ def numba_stage(bodies: list[BodySource], arch: str, fastmath: bool) -> list[tup
     ]
 
 
+def built_ir(fn: Callable, sig: Signature, on_built: Callable[[ir.Program], None] | None) -> ir.Program:
+    """`build_stage`, then `on_built(program)` (see `compile_kernel`)."""
+    program = build_stage(fn, sig)
+    if on_built is not None:
+        on_built(program)
+    return program
+
+
+def rewritten_ir(program: ir.Program, sig: Signature) -> ir.Program:
+    return rewrite_stage(program, sig.debug)
+
+
+def shims_for(program: ir.Program, layouts: LayoutPlan, sig: Signature) -> ShimSource:
+    return shim_stage(program, layouts, sig.max_registers)
+
+
+def shims_ltoir(
+    shims: ShimSource, sig: Signature, cache: DiskCache, clock: CompileLog
+) -> tuple[bytes, dict[int, StorageNeed]]:
+    return nvrtc_stage(shims, sig.arch, cache, clock)
+
+
+def plan_stage(
+    program: ir.Program, layouts: LayoutPlan, nvrtc: tuple[bytes, dict[int, StorageNeed]], sig: Signature
+) -> Plan:
+    """The plan: the layouts, and the carve of shared memory with NVRTC's TempStorage sizes."""
+    return finish_plan(program, layouts, nvrtc[1], sig.arch)
+
+
+def cubin_stage(
+    shims: ShimSource,
+    nvrtc: tuple[bytes, dict[int, StorageNeed]],
+    bodies: list[BodySource],
+    sig: Signature,
+    cache: DiskCache,
+    clock: CompileLog,
+) -> bytes:
+    """The cubin: from the disk cache when the sources match, else the bodies compiled by Numba and
+    linked with the shims' LTO-IR by nvJitLink."""
+    key = make_key(
+        "kernel",
+        shims.source,
+        [b.source for b in bodies],
+        [[vars(s) for s in b.shims] for b in bodies],
+        sig.arch,
+        sig.fastmath,
+        toolchain.versions(),
+    )
+    cubin = cache.get("kernel", key)
+    if cubin is None:
+        clock.compiling()
+        with clock.stage("Numba"):
+            modules = [("coop_shims", nvrtc[0]), *numba_stage(bodies, sig.arch, sig.fastmath)]
+        with clock.stage("nvJitLink"):
+            cubin = toolchain.link(modules, sig.arch)
+        cache.put("kernel", key, cubin)
+    return cubin
+
+
+def show_shims(shims: ShimSource) -> str:
+    return shims.source
+
+
+def show_bodies(bodies: list[BodySource]) -> str:
+    return "\n".join(b.source for b in bodies)
+
+
+def show_cubin(cubin: bytes) -> str:
+    return f"cubin: {len(cubin)} bytes"
+
+
+def show_nvrtc(nvrtc: tuple[bytes, dict[int, StorageNeed]]) -> str:
+    ltoir, needs = nvrtc
+    sizes = "".join(f"\n  collective #{cid}: {n.size} bytes, aligned to {n.align}" for cid, n in sorted(needs.items()))
+    return f"LTO-IR of the shims: {len(ltoir)} bytes; TempStorage:{sizes or ' none'}"
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One stage of the compile: `run` takes the outputs (or the compile's own values: fn, sig,
+    cache, clock, on_built) named by `inputs`, in order, and its output is named `name`."""
+
+    name: str
+    inputs: tuple[str, ...]
+    run: Callable[..., Any]
+    show: Callable[[Any], str]
+    #: the timing it counts in (`CompiledKernel.timings`); None: it times its backend runs itself
+    clock: str | None
+    #: the file name suffix of its dump
+    suffix: str = ".txt"
+
+
+STAGES: tuple[Stage, ...] = (
+    Stage("ir", ("fn", "sig", "on_built"), built_ir, str, "front end", ".ir"),
+    Stage("rewritten", ("ir", "sig"), rewritten_ir, str, "front end", ".ir"),
+    Stage("layouts", ("rewritten", "sig"), layout_stage, str, "plan"),
+    Stage("shims", ("rewritten", "layouts", "sig"), shims_for, show_shims, "plan", ".cu"),
+    Stage("nvrtc", ("shims", "sig", "cache", "clock"), shims_ltoir, show_nvrtc, None),
+    Stage("plan", ("rewritten", "layouts", "nvrtc", "sig"), plan_stage, str, "plan"),
+    Stage("body", ("rewritten", "plan", "shims"), body_stage, show_bodies, "plan", ".py"),
+    Stage("cubin", ("shims", "nvrtc", "body", "sig", "cache", "clock"), cubin_stage, show_cubin, None),
+)
+
+
+def show_interpreted_ir(kernel: str, key: object, program: ir.Program) -> None:
+    """Dump the IR stage's output for an interpreted launch when COOP_TILES_DUMP asks for it (the
+    interpreter runs that IR; no later stage runs)."""
+    if "ir" in dump.requested(tuple(stage.name for stage in STAGES)):
+        dump.write(kernel, key, "ir", ".ir", str(program))
+
+
 def compile_kernel(
     fn: Callable,
     sig: Signature,
@@ -150,41 +264,20 @@ def compile_kernel(
     cache = cache if cache is not None else DiskCache()
     parsed = parse_function(fn)
     clock = CompileLog(fn.__name__, sig)
-    with clock.stage("front end"):
-        program = build_stage(fn, sig)
-        if on_built is not None:
-            on_built(program)
-        program = rewrite_stage(program, sig.debug)
-    with clock.stage("plan"):
-        layouts = layout_stage(program, sig)
-        shims = shim_stage(program, layouts, sig.max_registers)
+    shown = dump.requested(tuple(stage.name for stage in STAGES))
+    out: dict[str, Any] = {"fn": fn, "sig": sig, "cache": cache, "clock": clock, "on_built": on_built}
     try:
-        shim_ltoir, needs = nvrtc_stage(shims, sig.arch, cache, clock)
-        with clock.stage("plan"):
-            plan = finish_plan(program, layouts, needs, sig.arch)
-            bodies = body_stage(program, plan, shims)
-        key = make_key(
-            "kernel",
-            shims.source,
-            [b.source for b in bodies],
-            [[vars(s) for s in b.shims] for b in bodies],
-            sig.arch,
-            sig.fastmath,
-            toolchain.versions(),
-        )
-        cubin = cache.get("kernel", key)
-        if cubin is None:
-            clock.compiling()
-            with clock.stage("Numba"):
-                modules = [("coop_shims", shim_ltoir), *numba_stage(bodies, sig.arch, sig.fastmath)]
-            with clock.stage("nvJitLink"):
-                cubin = toolchain.link(modules, sig.arch)
-            cache.put("kernel", key, cubin)
+        for stage in STAGES:
+            with clock.stage(stage.clock) if stage.clock is not None else nullcontext():
+                out[stage.name] = stage.run(*(out[name] for name in stage.inputs))
+            if stage.name in shown:
+                dump.write(fn.__name__, sig, stage.name, stage.suffix, stage.show(out[stage.name]))
         clock.done()
     except CompileError as e:
         e.locate(parsed.loc(parsed.tree))
         e.message += " (generated code was rejected: this is a coop_tiles bug, please report it)"
         raise
+    program, shims, bodies = out["rewritten"], out["shims"], out["body"]
 
     def ltoirs() -> list[tuple[str, bytes]]:
         return [("coop_shims", nvrtc_stage(shims, sig.arch, cache)[0]), *numba_stage(bodies, sig.arch, sig.fastmath)]
@@ -193,11 +286,11 @@ def compile_kernel(
     return CompiledKernel(
         sig,
         program,
-        plan,
+        out["plan"],
         shims.source,
         source,
         shims.kernel_name,
-        cubin,
+        out["cubin"],
         ltoirs,
         chain_bytes=shims.chain_bytes,
         timings=clock.seconds,
