@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 
 from . import ops  # noqa: F401 - registers every tile op
-from .dtypes import SUPPORTED, is_half
 from .errors import LaunchError, SourceLocation, TileError
 from .lang import interpreter
 from .lang.frontend import build_program
@@ -20,7 +19,9 @@ from .lang.types import ArrayType, ScalarType
 from .ops.debug import check_debug_launch
 from .planner.layout import choose_block_threads
 from .runtime import arguments, blockdims, launcher
+from .runtime.arguments import host_arg_type
 from .runtime.cache import DiskCache
+from .runtime.classify import Classifier, launch_device, many_devices
 from .runtime.compiler import compile_kernel, show_interpreted_ir
 from .runtime.fastpath import KernelBase, enable_c_launch, make_fast_path
 from .runtime.kernel import CompiledKernel, Signature
@@ -88,6 +89,7 @@ class JITFunction(KernelBase):
         self._fast: Callable[..., bool] | None = None
         self._fast_knows_cupy = False
         self._hooks: list[Callable[[CompiledKernel, Any, int], None]] = []
+        self._classify = Classifier()  # launch arguments: type key, values, array library, device
         self._constexpr_names = [p for p in self.parsed.params if p in self.parsed.constexprs]
         self._constexpr_set = set(self._constexpr_names)
         self._runtime_names = [p for p in self.parsed.params if p not in self.parsed.constexprs]
@@ -243,8 +245,8 @@ class JITFunction(KernelBase):
         if self._fast is None or (not self._fast_knows_cupy and "cupy" in sys.modules):
             # (again once CuPy is imported: the fast paths read CuPy arrays inline)
             self._fast_knows_cupy = "cupy" in sys.modules
-            many = _many_devices()
-            self._fast = make_fast_path(self._runtime_names, self._constexpr_names, _classify, many)
+            many = many_devices()
+            self._fast = make_fast_path(self._runtime_names, self._constexpr_names, self._classify, many)
             enable_c_launch(self, many)
         return self._fast(self, grid, stream, args, kwargs)
 
@@ -273,21 +275,21 @@ class JITFunction(KernelBase):
         """The device a launch with these arguments (by parameter name) runs on; NumPy arrays and
         types (which stand for arrays in `compile`) and constexprs hold no device."""
         devices = [
-            (name, _classify(values[name], name)[3])
+            (name, self._classify(values[name], name)[3])
             for name in self._runtime_names
             if name in values and not isinstance(values[name], (np.ndarray, ArrayType, ScalarType))
         ]
-        return _launch_device(devices)
+        return launch_device(devices)
 
     def _launch(self, grid: tuple[int, int, int], stream: Any, runtime: Any, constexprs: dict) -> None:
         keys, values, libraries, devices = [], [], 0, []
         for name, value in zip(self._runtime_names, runtime):
-            key, item, library, device = _classify(value, name)
+            key, item, library, device = self._classify(value, name)
             keys.append(key)
             values += item
             libraries |= library
             devices.append((name, device))
-        device = _launch_device(devices)
+        device = launch_device(devices)
         for name in self._constexpr_names:
             keys.append(constexprs[name])
         keys.append(device)
@@ -322,21 +324,6 @@ class JITFunction(KernelBase):
             return launcher.PreparedLaunch(kernel, compiled, [t for _, t in sig.params], device_id, context)
 
 
-def _launch_device(devices: list[tuple[str, int]]) -> int:
-    """The device holding the arrays among (argument name, device or -1) pairs, a LaunchError naming
-    two arguments on different devices; this thread's current device when there is no array."""
-    first = next(((name, d) for name, d in devices if d >= 0), None)
-    if first is None:
-        return launcher.current_device_id()
-    for name, d in devices:
-        if d >= 0 and d != first[1]:
-            raise LaunchError(
-                f"arguments {first[0]!r} and {name!r} are on different devices (GPU {first[1]} and GPU {d}); "
-                "a launch runs on the device of its arrays, so move them to one device"
-            )
-    return first[1]
-
-
 def _check_stream(handle: int, device: int) -> None:
     """A LaunchError when the launch's stream belongs to another device than its arrays."""
     if launcher.device_count() > 1:
@@ -346,107 +333,6 @@ def _check_stream(handle: int, device: int) -> None:
                 f"the stream is on GPU {where} but the launch runs on GPU {device} (the device of its arrays); "
                 f"pass a stream of GPU {device}, or none for the current stream there"
             )
-
-
-def _many_devices() -> bool:
-    """Whether this process sees several GPUs, so that launches read each CuPy and PyTorch array's device."""
-    return launcher.device_count() > 1
-
-
-def _scalar(value: Any, name: str) -> tuple[Any, tuple, int, int]:
-    return type(value), (value, 0), 0, -1
-
-
-def _numpy_scalar(value: Any, name: str) -> tuple[Any, tuple, int, int]:
-    if is_half(value.dtype):  # 16-bit floats travel as their bits
-        return ("scalar", value.dtype), (int(np.asarray(value).view(np.uint16)), 0), 0, -1
-    if value.dtype == np.bool_:
-        return ("scalar", value.dtype), (int(value), 0), 0, -1
-    return ("scalar", value.dtype), (value, 0), 0, -1
-
-
-def _array(value: Any, name: str) -> tuple[Any, tuple, int, int]:
-    arr = arguments.device_array(value, name)
-    if arr is None:
-        arguments.arg_type(value, name)  # raises a LaunchError naming the argument
-        return type(value), (value, 0), 0, -1
-    t = arr.type
-    key = arr.dtype.num if t.ndim == 1 and t.unit_stride else (arr.dtype.num, t.ndim, t.unit_stride)
-    if arr.dtype.num >= 256:  # a user-defined dtype (bfloat16): its num is not unique
-        key = (arr.dtype, t.ndim, t.unit_stride)
-    return key, arr.launch_values(), launcher.LIBRARY_BITS.get(arr.library, 0), arr.device
-
-
-#: the key of a 1-D unit-stride PyTorch tensor, by torch dtype (the one `_array` gives it)
-_torch_keys: dict[Any, Any] = {}
-
-
-def _torch_tensor(value: Any, name: str) -> tuple[Any, tuple, int, int]:
-    """A PyTorch tensor; a 1-D unit-stride one on the GPU without building a DeviceArray."""
-    key = _torch_keys.get(value.dtype)
-    if key is None or not value.is_cuda or value.dim() != 1 or (value.stride(0) != 1 and value.shape[0] > 1):
-        key, values, library, device = _array(value, name)
-        if value.dim() == 1 and isinstance(values[1], int):
-            _torch_keys[value.dtype] = key
-        return key, values, library, device
-    return key, (value.data_ptr(), value.shape[0]), launcher.TORCH, value.get_device() if _READ_DEVICES else 0
-
-
-def _cupy_array(value: Any, name: str) -> tuple[Any, tuple, int, int]:
-    # An unsupported dtype makes a new key, and the signature check on that miss rejects it.
-    if not value._c_contiguous or value.ndim != 1:
-        return _array(value, name)
-    data = value.data
-    return value.dtype.num, (data.ptr, value.size), launcher.CUPY, data.device_id if _READ_DEVICES else 0
-
-
-_classifiers: dict[type, Callable] = {int: _scalar, float: _scalar, bool: _scalar}
-#: whether the CuPy and PyTorch classifiers read their arrays' devices (set when the first is chosen:
-#: with one GPU every array is on device 0)
-_READ_DEVICES = True
-
-
-def _classify(value: Any, name: str) -> tuple[Any, tuple, int, int]:
-    """(type key, (pointer, length) or (scalar, unused), array-library bit, device or -1 for a
-    scalar) of one launch argument."""
-    classify = _classifiers.get(type(value)) or _classifier(type(value))
-    return classify(value, name)
-
-
-def _classifier(cls: type) -> Callable:
-    """How to classify launch arguments of class `cls`, chosen once per class."""
-    if issubclass(cls, np.generic):
-        found = _numpy_scalar
-    elif cls.__module__.split(".")[0] == "cupy" and cls.__name__ == "ndarray":
-        found = _cupy_array
-    elif cls.__module__.split(".")[0] == "torch" and hasattr(cls, "data_ptr"):
-        found = _torch_tensor
-    else:
-        found = _array
-    if found in (_cupy_array, _torch_tensor):
-        global _READ_DEVICES
-        _READ_DEVICES = _many_devices()
-    _classifiers[cls] = found
-    return found
-
-
-def host_arg_type(value: Any, name: str) -> ArrayType | ScalarType:
-    """The type of an argument of an interpreted launch or of `compile()`: a NumPy array stands
-    for a device array of its dtype, rank and last-axis stride."""
-    if isinstance(value, np.ndarray):
-        if value.ndim == 0:
-            raise LaunchError(f"argument {name!r} is a 0-d array; pass a number, or an array of at least one dimension")
-        dtype = np.dtype(value.dtype)
-        if dtype not in SUPPORTED:
-            raise LaunchError(
-                f"argument {name!r} has dtype {dtype.name}, which is not supported; use one of "
-                + ", ".join(d.name for d in SUPPORTED)
-            )
-        unit = value.shape[-1] <= 1 or value.strides[-1] == value.itemsize
-        return ArrayType(dtype, value.ndim, unit)
-    if hasattr(value, "__cuda_array_interface__") or hasattr(value, "__dlpack_device__"):
-        return arguments.arg_type(value, name)
-    return arguments.scalar_arg_type(value, name)
 
 
 def jit(

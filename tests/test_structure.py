@@ -107,6 +107,52 @@ def test_stages_import_only_the_op_interface():
     )
 
 
+#: the module-level mutable state the package keeps on purpose, each with its reason
+KNOWN_STATE = {
+    ("coop_tiles.ops.base", "BY_PUBLIC"): "the op registry, filled once by @register at import",
+    ("coop_tiles.ops.base", "BY_STMT"): "the op registry, filled once by @register at import",
+    ("coop_tiles.lang.source", "_cache"): "parsed functions, a memo of a pure function",
+    ("coop_tiles.runtime.cache", "_totals"): "each cache directory's byte total, per process",
+    ("coop_tiles.examples.selective_scan", "_by_threads"): "an example's kernels by block size",
+}
+MUTATORS = {"append", "add", "update", "setdefault", "pop", "clear", "extend", "insert", "remove", "discard"}
+
+
+def module_state(path: Path) -> set[str]:
+    """Names of the module-level dicts, lists and sets `path` mutates anywhere, and its `global` names."""
+    tree = ast.parse(path.read_text())
+    containers = set()
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 else None
+        target = node.target if isinstance(node, ast.AnnAssign) and node.value is not None else target
+        value = getattr(node, "value", None)
+        made = isinstance(value, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp)) or (
+            isinstance(value, ast.Call) and getattr(value.func, "id", "") in ("dict", "list", "set")
+        )
+        if isinstance(target, ast.Name) and made:
+            containers.add(target.id)
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            found.update(node.names)
+        elif isinstance(node, (ast.Assign, ast.AugAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(target, ast.Subscript) and getattr(target.value, "id", None) in containers:
+                    found.add(target.value.id)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+            if getattr(node.func.value, "id", None) in containers:
+                found.add(node.func.value.id)
+    return found
+
+
+def test_no_module_level_mutable_registries():
+    """Argument classification and the rest keep their state in objects (`runtime/classify.py`'s
+    Classifier, one per kernel), not in module-level dicts or `global`s."""
+    state = {(m, name) for m, path in module_files().items() for name in module_state(path)}
+    assert state - set(KNOWN_STATE) == set(), f"module-level mutable state: {sorted(state - set(KNOWN_STATE))}"
+    assert set(KNOWN_STATE) <= state, f"gone, remove from KNOWN_STATE: {sorted(set(KNOWN_STATE) - state)}"
+
+
 def protocol_members(protocol: type) -> set[str]:
     """The attributes and methods a protocol of `ops/base.py` declares."""
     return set(getattr(protocol, "__annotations__", {})) | {

@@ -17,7 +17,7 @@ F32, I32 = np.zeros(1, np.float32), np.zeros(1, np.int32)
 
 
 def shims_of(kernel, *args, **constexprs):
-    from coop_tiles.jit import host_arg_type
+    from coop_tiles.runtime.arguments import host_arg_type
 
     names = [p for p in kernel.parsed.params if p not in kernel.parsed.constexprs]
     params = tuple((n, host_arg_type(v, n)) for n, v in zip(names, args))

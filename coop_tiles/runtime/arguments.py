@@ -8,8 +8,10 @@ array knows its device, which is the device a launch runs on.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any
 
 import numpy as np
@@ -18,8 +20,6 @@ from ..dtypes import SUPPORTED, bfloat16
 from ..errors import LaunchError
 from ..lang.types import ArrayType, ScalarType, type_of_python_scalar
 from . import launcher
-
-_TORCH_DTYPES: dict[Any, np.dtype] = {}
 
 
 @dataclass(frozen=True)
@@ -61,29 +61,33 @@ def _element_strides(byte_strides: Any, shape: tuple[int, ...], itemsize: int) -
     return tuple(s // itemsize for s in byte_strides)
 
 
-def _torch_dtype(t) -> np.dtype:
-    dt = _TORCH_DTYPES.get(t.dtype)
-    if dt is None:
-        import torch
+@functools.cache
+def _torch_dtypes() -> Mapping[Any, np.dtype]:
+    """The NumPy dtype of each PyTorch dtype coop_tiles takes (built once: it imports torch)."""
+    import torch
 
-        table = {
-            torch.int8: np.int8,
-            torch.int16: np.int16,
-            torch.int32: np.int32,
-            torch.int64: np.int64,
-            torch.uint8: np.uint8,
-            torch.float16: np.float16,
-            torch.bfloat16: bfloat16,
-            torch.float32: np.float32,
-            torch.float64: np.float64,
-            torch.bool: np.bool_,
-        }
-        for attr, np_t in (("uint16", np.uint16), ("uint32", np.uint32), ("uint64", np.uint64)):
-            if hasattr(torch, attr):
-                table[getattr(torch, attr)] = np_t
-        if t.dtype not in table:
-            raise LaunchError(f"has PyTorch dtype {t.dtype}, which coop_tiles does not support")
-        dt = _TORCH_DTYPES[t.dtype] = np.dtype(table[t.dtype])
+    table = {
+        torch.int8: np.int8,
+        torch.int16: np.int16,
+        torch.int32: np.int32,
+        torch.int64: np.int64,
+        torch.uint8: np.uint8,
+        torch.float16: np.float16,
+        torch.bfloat16: bfloat16,
+        torch.float32: np.float32,
+        torch.float64: np.float64,
+        torch.bool: np.bool_,
+    }
+    for attr, np_t in (("uint16", np.uint16), ("uint32", np.uint32), ("uint64", np.uint64)):
+        if hasattr(torch, attr):
+            table[getattr(torch, attr)] = np_t
+    return MappingProxyType({t: np.dtype(d) for t, d in table.items()})
+
+
+def _torch_dtype(t) -> np.dtype:
+    dt = _torch_dtypes().get(t.dtype)
+    if dt is None:
+        raise LaunchError(f"has PyTorch dtype {t.dtype}, which coop_tiles does not support")
     return dt
 
 
@@ -147,7 +151,8 @@ def _from_dlpack(a) -> DeviceArray:
     return DeviceArray(int(view.ptr), np.dtype(view.dtype), shape, strides, "other", int(view.device_id))
 
 
-def _extractor(cls: type) -> Callable[[Any], DeviceArray] | None:
+def extractor(cls: type) -> Callable[[Any], DeviceArray] | None:
+    """How to read an array of class `cls` (None: `cls` is no device array)."""
     module = cls.__module__.split(".")[0]
     if module == "cupy" and cls.__name__ == "ndarray":
         return _from_cupy
@@ -160,15 +165,13 @@ def _extractor(cls: type) -> Callable[[Any], DeviceArray] | None:
     return None
 
 
-_extractors: dict[type, Callable[[Any], DeviceArray] | None] = {}
-
-
 def device_array(obj: Any, name: str) -> DeviceArray | None:
     """`obj` as a device array, None if it is not an array at all; LaunchError if it is unusable."""
-    cls = type(obj)
-    if cls not in _extractors:
-        _extractors[cls] = _extractor(cls)
-    extract = _extractors[cls]
+    return read_array(obj, name, extractor(type(obj)))
+
+
+def read_array(obj: Any, name: str, extract: Callable[[Any], DeviceArray] | None) -> DeviceArray | None:
+    """`device_array` with `extract`, `extractor(type(obj))`, already known (launch paths remember it)."""
     if extract is None:
         if isinstance(obj, np.ndarray):
             raise LaunchError(
@@ -205,3 +208,22 @@ def scalar_arg_type(obj: Any, name: str) -> ScalarType:
     if t.dtype.kind in "iu" and isinstance(obj, int) and not -(2**63) <= obj < 2**63:
         raise LaunchError(f"argument {name!r} = {obj} does not fit in int64")
     return t
+
+
+def host_arg_type(value: Any, name: str) -> ArrayType | ScalarType:
+    """The type of an argument of an interpreted launch or of `compile()`: a NumPy array stands
+    for a device array of its dtype, rank and last-axis stride."""
+    if isinstance(value, np.ndarray):
+        if value.ndim == 0:
+            raise LaunchError(f"argument {name!r} is a 0-d array; pass a number, or an array of at least one dimension")
+        dtype = np.dtype(value.dtype)
+        if dtype not in SUPPORTED:
+            raise LaunchError(
+                f"argument {name!r} has dtype {dtype.name}, which is not supported; use one of "
+                + ", ".join(d.name for d in SUPPORTED)
+            )
+        unit = value.shape[-1] <= 1 or value.strides[-1] == value.itemsize
+        return ArrayType(dtype, value.ndim, unit)
+    if hasattr(value, "__cuda_array_interface__") or hasattr(value, "__dlpack_device__"):
+        return arg_type(value, name)
+    return scalar_arg_type(value, name)
