@@ -1,6 +1,7 @@
 """The toolchain through cuda.core: TempStorage sizes from the LTO-IR compile, headers per op, readable
 NVRTC and nvJitLink failures, and the stage timings of a compile (no GPU needed)."""
 
+import inspect
 import re
 
 import numpy as np
@@ -8,6 +9,7 @@ import pytest
 from programs import reductions, scaled_cumsum, vector_add
 
 import coop_tiles as ct
+from coop_tiles import tile
 from coop_tiles.errors import CompileError
 from coop_tiles.runtime import compiler, toolchain
 from coop_tiles.runtime.cache import DiskCache
@@ -91,3 +93,80 @@ def test_cold_compile_times_its_stages_and_a_warm_one_skips_the_compilers(tmp_pa
     warm = ct.jit(scaled_cumsum.fn).compile(I32, np.zeros(1, np.float64), 1, 2.0, TILE=1536, arch="sm_90")
     assert set(warm.timings) == {"front end", "plan", "total"}
     assert warm.cubin == cold.cubin
+
+
+@ct.jit
+def load_store(x, y, n, TILE: ct.constexpr):
+    t = tile.load(x, 0, TILE, valid=n)
+    tile.store(y, 0, t + 1, valid=n)  # STORE
+
+
+def store_line() -> int:
+    lines = inspect.getsource(load_store.fn).splitlines()
+    first = load_store.fn.__code__.co_firstlineno - 1  # (the source starts at the decorator)
+    return first + next(i for i, text in enumerate(lines) if "# STORE" in text) + 1
+
+
+def test_a_shim_nvrtc_rejects_is_reported_at_its_ops_line(monkeypatch):
+    """A broken shim (here the store's) is a CompileError at the line of the op that wrote it."""
+    from coop_tiles.codegen.shims import ShimWriter
+
+    define = ShimWriter.define
+
+    def broken(self, call, code, body):
+        define(self, call, code, body + ("  this is not C++;\n" if call.name.startswith("coop_store") else ""))
+
+    monkeypatch.setattr(ShimWriter, "define", broken)
+    x = np.zeros(8, np.float32)
+    with pytest.raises(CompileError) as info:
+        load_store.compile(x, x, 8, TILE=512, arch="sm_90")
+    e = info.value
+    assert (e.loc.filename, e.loc.line) == (__file__, store_line())
+    assert re.search(r"in the shim of tile\.store \(coop_store_1, lines \d+-\d+ of the shims\)", e.message), e.message
+    assert f"{__file__}:{store_line()}" in str(e)
+    shims = compiler.shims_for(*_planned(load_store, x))
+    line = toolchain.shim_lines(e.details.log)[0]
+    assert shims.origin_of_line(line).shim == "coop_store_1"
+
+
+def _planned(kernel, x):
+    """(program, layouts, sig) of `kernel` over float32 arrays, TILE=512, for sm_90."""
+    from coop_tiles.runtime.arguments import host_arg_type
+
+    params = tuple((n, host_arg_type(v, n)) for n, v in zip(("x", "y", "n"), (x, x, 8)))
+    sig = Signature(params, (("TILE", 512),), None, "sm_90")
+    program = compiler.rewrite_stage(compiler.build_stage(kernel.fn, sig))
+    return program, compiler.layout_stage(program, sig), sig
+
+
+def test_a_link_failure_naming_a_shim_is_reported_at_its_ops_line():
+    x = np.zeros(8, np.float32)
+    shims = compiler.shims_for(*_planned(load_store, x))
+    e = CompileError("nvJitLink failed: ERROR_PTX_COMPILE (4)", log="ptxas error: in function 'coop_load_0'")
+    origin = compiler.failing_shim(e, shims)
+    assert origin.shim == "coop_load_0" and type(origin.stmt).__name__ == "TileLoad"
+    assert compiler.failing_shim(CompileError("nvJitLink failed", log="no shim named"), shims) is None
+
+
+def test_each_shims_lines_are_where_the_source_has_it():
+    x = np.zeros(8, np.float32)
+    for kernel in (load_store, scaled_cumsum):
+        program, layouts, sig = _planned(kernel, x) if kernel is load_store else _planned_cumsum()
+        shims = compiler.shims_for(program, layouts, sig)
+        lines = shims.source.splitlines()
+        assert [o.shim for o in shims.origins] == [c.name for c in shims.calls.values()]
+        for o in shims.origins:
+            text = "\n".join(lines[o.first - 1 : o.last])
+            assert f'extern "C" __device__ void {o.shim}(' in text and text.rstrip().endswith("}")
+            assert shims.origin_of_line(o.first) is o and shims.origin_of_line(o.last) is o
+        assert shims.origin_of_line(1) is None and shims.origin_of_line(len(lines)) is None  # header, entry
+
+
+def _planned_cumsum():
+    from coop_tiles.runtime.arguments import host_arg_type
+
+    args = (np.zeros(1, np.int32), np.zeros(1, np.float64), 1, 2.0)
+    params = tuple((n, host_arg_type(v, n)) for n, v in zip(("x", "y", "n", "alpha"), args))
+    sig = Signature(params, (("TILE", 4096),), None, "sm_90")
+    program = compiler.rewrite_stage(compiler.build_stage(scaled_cumsum.fn, sig))
+    return program, compiler.layout_stage(program, sig), sig

@@ -67,6 +67,17 @@ _LOWERED_PROBE = re.compile(r"coop_size_probeILj(\d+)ELj(\d+)EE")
 
 
 @dataclass(frozen=True)
+class ShimOrigin:
+    """Where a shim is in the translation unit (lines `first` to `last`, 1-based, its declarations
+    included) and the statement whose op wrote it: how a backend error is traced to the user's line."""
+
+    first: int
+    last: int
+    shim: str
+    stmt: ir.Stmt
+
+
+@dataclass(frozen=True)
 class ShimSource:
     source: str
     kernel_name: str
@@ -79,6 +90,15 @@ class ShimSource:
     headers: tuple[str, ...] = HEADERS
     #: bytes per program of the grid-wide state a chained scan needs (its entry's last parameter), or None
     chain_bytes: int | None = None
+    #: each shim's lines and statement, in source order
+    origins: tuple[ShimOrigin, ...] = ()
+
+    def origin_of_line(self, line: int) -> ShimOrigin | None:
+        """The shim whose lines hold `line` of the source (None: a line no op wrote)."""
+        return next((o for o in self.origins if o.first <= line <= o.last), None)
+
+    def origin_of_shim(self, name: str) -> ShimOrigin | None:
+        return next((o for o in self.origins if o.shim == name), None)
 
     @property
     def size_probes(self) -> tuple[str, ...]:
@@ -137,6 +157,10 @@ class ShimWriter:
         self.layouts = layouts
         self.threads = layouts.block_threads
         self.parts: list[str] = []
+        #: the shim name and statement of each of `parts`
+        self.part_origins: list[tuple[str, ir.Stmt]] = []
+        #: the statement whose op is writing now
+        self.writing: ir.Stmt | None = None
         self.storage_cids: list[int] = []
         self.headers: list[str] = list(HEADERS)
         #: set by a chained scan: bytes per program of grid-wide state (see `ShimSource.chain_bytes`)
@@ -218,6 +242,7 @@ class ShimWriter:
                 params.append(f"{cxx_name(a.var.type.dtype)}* {a.name}")
         params += ["unsigned char* smem", "long long soff"]
         self.parts.append(f'{code}extern "C" __device__ void {call.name}({", ".join(params)}) {{\n{body}}}\n')
+        self.part_origins.append((call.name, self.writing))
 
 
 def generate_shims(program: ir.Program, layouts: LayoutPlan, max_registers: int | None = None) -> ShimSource:
@@ -233,12 +258,13 @@ def generate_shims(program: ir.Program, layouts: LayoutPlan, max_registers: int 
     )
     if halves:
         writer.include(*HALF_HEADERS)
-    for s in program.walk():
-        if isinstance(s, ir.Collective):
-            calls[s.cid] = op_of(s).lower(s, writer)
-    for s in program.walk():
-        if isinstance(s, ir.Collective):
-            op_of(s).lower_after(s, program, writer)
+    collectives = [s for s in program.walk() if isinstance(s, ir.Collective)]
+    for s in collectives:
+        writer.writing = s
+        calls[s.cid] = op_of(s).lower(s, writer)
+    for s in collectives:
+        writer.writing = s
+        op_of(s).lower_after(s, program, writer)
     chain = writer.chain_bytes is not None
     kernel, body = f"coop_kernel_{program.name}", f"coop_body_{program.name}"
     flat = [p for var in program.params for p in kernel_params(var.name, var.type)]
@@ -257,17 +283,25 @@ def generate_shims(program: ir.Program, layouts: LayoutPlan, max_registers: int 
         "  extern __shared__ __align__(16) unsigned char coop_smem[];\n"
         f"  {body}({args});\n}}\n"
     )
-    source = "\n".join(
-        [
-            f"// coop_tiles shims for {program.name}",
-            include_lines(writer.headers),
-            FUNCTORS,
-            HALF_CONVERSIONS if halves else "",
-            SIZE_PROBE if writer.storage_cids else "",
-            *writer.parts,
-            entry,
-        ]
-    )
+    before = [
+        f"// coop_tiles shims for {program.name}",
+        include_lines(writer.headers),
+        FUNCTORS,
+        HALF_CONVERSIONS if halves else "",
+        SIZE_PROBE if writer.storage_cids else "",
+    ]
+    origins, line = [], 1 + sum(piece.count("\n") + 1 for piece in before)  # (the pieces are joined by newlines)
+    for part, (shim, stmt) in zip(writer.parts, writer.part_origins):
+        origins.append(ShimOrigin(line, line + part.count("\n"), shim, stmt))
+        line += part.count("\n") + 1
+    source = "\n".join([*before, *writer.parts, entry])
     return ShimSource(
-        source, kernel, body, tuple(writer.storage_cids), calls, tuple(writer.headers), writer.chain_bytes
+        source,
+        kernel,
+        body,
+        tuple(writer.storage_cids),
+        calls,
+        tuple(writer.headers),
+        writer.chain_bytes,
+        tuple(origins),
     )

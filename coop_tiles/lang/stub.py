@@ -11,13 +11,18 @@ from ..errors import TileTypeError
 _PUBLIC_PREFIX = {"coop_tiles.tile": "tile"}
 
 
+def public_name(fn: Callable) -> str:
+    """How users spell a public function: `tile.scan`, `ct.device_print`."""
+    return f"{_PUBLIC_PREFIX.get(fn.__module__, 'ct')}.{fn.__name__}"
+
+
 def stub(fn: Callable) -> Callable:
     """Keep `fn`'s signature and docstring; calling it outside a `@ct.jit` program raises."""
 
     @functools.wraps(fn)
     def outside(*args, **kwargs):
         raise TileTypeError(
-            f"{_PUBLIC_PREFIX.get(fn.__module__, 'ct')}.{fn.__name__}() can only be used inside a @ct.jit tile "
+            f"{public_name(fn)}() can only be used inside a @ct.jit tile "
             "program (run it with kernel[grid](...), or interpret=True to run it with NumPy)"
         )
 

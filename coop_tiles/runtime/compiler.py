@@ -8,6 +8,7 @@ shows the outputs `COOP_TILES_DUMP` asks for (`runtime/dump.py`).
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -17,12 +18,13 @@ from typing import Any
 
 from .._log import get_logger
 from ..codegen.numba_body import BodySource, generate_body, generate_combine
-from ..codegen.shims import ShimSource, generate_shims
+from ..codegen.shims import ShimOrigin, ShimSource, generate_shims
 from ..errors import CompileError
 from ..lang import ir
 from ..lang.frontend import build_program
 from ..lang.source import parse_function
-from ..ops.base import rewriting_ops
+from ..lang.stub import public_name
+from ..ops.base import op_of, rewriting_ops
 from ..planner import LayoutPlan, Plan, StorageNeed, finish_plan, plan_layouts
 from . import dump, toolchain
 from .cache import DiskCache, make_key
@@ -242,6 +244,19 @@ STAGES: tuple[Stage, ...] = (
 )
 
 
+def failing_shim(e: CompileError, shims: ShimSource | None) -> ShimOrigin | None:
+    """The shim a backend failure is about: the first line of the shims NVRTC's log points at, else
+    the first shim nvJitLink's message or log names; None when neither says."""
+    if shims is None:
+        return None
+    text = f"{e.message}\n{e.details.log or ''}"
+    for line in toolchain.shim_lines(text):
+        if (origin := shims.origin_of_line(line)) is not None:
+            return origin
+    named = (o for o in shims.origins if re.search(rf"\b{re.escape(o.shim)}\b", text))
+    return next(named, None)
+
+
 def show_interpreted_ir(kernel: str, key: object, program: ir.Program) -> None:
     """Dump the IR stage's output for an interpreted launch when COOP_TILES_DUMP asks for it (the
     interpreter runs that IR; no later stage runs)."""
@@ -274,6 +289,15 @@ def compile_kernel(
                 dump.write(fn.__name__, sig, stage.name, stage.suffix, stage.show(out[stage.name]))
         clock.done()
     except CompileError as e:
+        origin = failing_shim(e, out.get("shims"))
+        if origin is not None:  # at the line of the op that wrote the shim, through the helpers it was inlined from
+            if origin.stmt.loc is not None:
+                e.locate(origin.stmt.loc)
+            for site in reversed(origin.stmt.inlined):
+                e.add_call_site(site)
+            op = op_of(origin.stmt)
+            what = public_name(op.publics[0]) if op is not None and op.publics else type(origin.stmt).__name__
+            e.message += f" in the shim of {what} ({origin.shim}, lines {origin.first}-{origin.last} of the shims)"
         e.locate(parsed.loc(parsed.tree))
         e.message += " (generated code was rejected: this is a coop_tiles bug, please report it)"
         raise

@@ -10,6 +10,7 @@ toolkit), never a hard-coded path.
 from __future__ import annotations
 
 import functools
+import re
 import struct
 import threading
 from importlib import metadata
@@ -117,13 +118,24 @@ def import_cuda_core() -> None:
         import cuda.core  # noqa: F401
 
 
+#: the name NVRTC gives the shims' translation unit in its diagnostics (`coop_shims.cu(57): error: ...`)
+SHIM_FILE = "coop_shims.cu"
+_SHIM_LINE = re.compile(rf"{re.escape(SHIM_FILE)}\((\d+)\)|line (\d+) of {re.escape(SHIM_FILE)}")
+
+
+def shim_lines(log: str) -> list[int]:
+    """The lines of the shims' source an NVRTC log points at, in its order (an error inside a CUB
+    header points at the shim line that instantiated it: `detected during ... at line 57 of ...`)."""
+    return [int(a or b) for a, b in _SHIM_LINE.findall(log)]
+
+
 def nvrtc_compile(source: str, arch: str, name_expressions: tuple[str, ...] = ()) -> tuple[bytes, dict[str, str]]:
     """Compile the shim translation unit to LTO-IR for `arch` ("sm_90"); also returns NVRTC's
     lowered (mangled) name of each of `name_expressions`."""
     from cuda.core import Program, ProgramOptions
 
     options = ProgramOptions(
-        name="coop_shims.cu",
+        name=SHIM_FILE,
         arch=arch,
         std=CXX_STD,
         relocatable_device_code=True,
