@@ -89,7 +89,7 @@ class JITFunction(KernelBase):
         self._fast: Callable[..., bool] | None = None
         self._fast_knows_cupy = False
         self._hooks: list[Callable[[CompiledKernel, Any, int], None]] = []
-        self._classify = Classifier()  # launch arguments: type key, values, array library, device
+        self._classify = Classifier().classify  # launch arguments: type key, values, array library, device
         self._constexpr_names = [p for p in self.parsed.params if p in self.parsed.constexprs]
         self._constexpr_set = set(self._constexpr_names)
         self._runtime_names = [p for p in self.parsed.params if p not in self.parsed.constexprs]

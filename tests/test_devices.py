@@ -49,7 +49,7 @@ def test_dlpack_arrays_are_read_without_an_array_library():
     assert arr.ptr == host.ctypes.data
     assert (arr.dtype, arr.shape, arr.strides, arr.device) == (np.float32, (4, 3), (6, 2), 1)
     contiguous = np.zeros(5, np.int16)
-    key, values, library, device = Classifier()(FakeDLPackArray(contiguous, 0), "x")
+    key, values, library, device = Classifier().classify(FakeDLPackArray(contiguous, 0), "x")
     assert (key, values, library, device) == (np.dtype(np.int16).num, (contiguous.ctypes.data, 5), 0, 0)
 
 
@@ -78,7 +78,7 @@ def test_arrays_on_two_devices_are_a_located_launch_error():
 @pytest.mark.parametrize("many_devices", [False, True])
 def test_the_fast_path_leaves_mixed_devices_to_the_general_path(many_devices):
     """The generated fast path declines (the general path then reports the error) without preparing."""
-    fast = fastpath.make_fast_path(["x", "y"], ["T"], Classifier(), many_devices)
+    fast = fastpath.make_fast_path(["x", "y"], ["T"], Classifier().classify, many_devices)
     x, y = FakeDLPackArray(np.zeros(16, np.float32), 0), FakeDLPackArray(np.zeros(16, np.float32), 1)
 
     class NoKernels:

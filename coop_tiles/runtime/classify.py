@@ -42,7 +42,7 @@ def launch_device(devices: list[tuple[str, int]]) -> int:
 
 
 class Classifier:
-    """Classifies launch arguments (`__call__`), choosing how once per argument class."""
+    """Classifies launch arguments (`classify`), choosing how once per argument class."""
 
     def __init__(self) -> None:
         self._by_class: dict[type, Callable[[Any, str], Classified]] = {
@@ -57,7 +57,7 @@ class Classifier:
         #: chosen: with one GPU every array is on device 0)
         self._read_devices = True
 
-    def __call__(self, value: Any, name: str) -> Classified:
+    def classify(self, value: Any, name: str) -> Classified:
         """`value`, the launch argument `name`, classified (see `Classified`)."""
         classify = self._by_class.get(type(value)) or self._choose(type(value))
         return classify(value, name)
