@@ -209,7 +209,7 @@ def cache_root(monkeypatch, tmp_path):
 def fill(root: Path) -> dict[str, list[int]]:
     """Entries of three kinds, last used 5 h, 2 min and 10 s ago; returns each kind's file sizes."""
     cache = DiskCache(root)
-    items = [("kernel", 1, b"k" * 300, 5 * 3600), ("kernel", 2, b"k" * 10, 120), ("storage", 3, 16, 10)]
+    items = [("kernel", 1, b"k" * 300, 5 * 3600), ("kernel", 2, b"k" * 10, 120), ("shims", 3, 16, 10)]
     sizes: dict[str, list[int]] = {}
     now = time.time()
     for kind, i, value, age in items:
@@ -227,22 +227,26 @@ def run_cli(capsys, *argv: str) -> list[str]:
 
 def test_cache_info_list_and_clear(cache_root, capsys):
     sizes = fill(cache_root)
-    k1, k2, s3 = sizes["kernel"][0], sizes["kernel"][1], sizes["storage"][0]
+    k1, k2, s3 = sizes["kernel"][0], sizes["kernel"][1], sizes["shims"][0]
     assert all(size < 1024 for size in (k1, k2, s3))  # shown in bytes below
-    assert run_cli(capsys, "cache", "info") == [
+    info = run_cli(capsys, "cache", "info")
+    assert info[:3] == [
         f"cache directory: {cache_root} (COOP_TILES_CACHE_DIR moves it)",
         "size cap: 4.0 GiB (COOP_TILES_CACHE_MAX_BYTES; least recently used entries go first)",
         f"total: 3 entries, {k1 + k2 + s3} B",
-        "kind     entries  size",
-        f"kernel   2        {k1 + k2} B",
-        f"storage  1        {s3} B",
+    ]
+    assert [re.split(r"\s{2,}", line) for line in info[3:]] == [
+        ["kind", "entries", "size", "holds"],
+        ["kernel", "2", f"{k1 + k2} B", "compiled kernels (cubins)"],
+        ["shims", "1", f"{s3} B", "NVRTC output of the CUB shims, with their TempStorage sizes"],
+        ["autotune", "0", "0 B", "autotuning timings, one per kernel, key, device and config"],
     ]
     rows = [line.split() for line in run_cli(capsys, "cache", "list")]
     assert rows[0] == ["kind", "key", "size", "last", "used"]
     assert (
         rows[1:]
         == [  # most recently used first
-            ["storage", make_key(3)[:16], str(s3), "B", "10", "s", "ago"],
+            ["shims", make_key(3)[:16], str(s3), "B", "10", "s", "ago"],
             ["kernel", make_key(2)[:16], str(k2), "B", "2", "min", "ago"],
             ["kernel", make_key(1)[:16], str(k1), "B", "5", "h", "ago"],
         ]
@@ -253,6 +257,22 @@ def test_cache_info_list_and_clear(cache_root, capsys):
     assert run_cli(capsys, "cache", "list", "--kind", "kernel") == ["no entries of kind 'kernel'"]
     assert run_cli(capsys, "cache", "clear") == [f"removed 1 entries ({s3} B) from {cache_root}"]
     assert run_cli(capsys, "cache", "list") == ["no entries"]
+
+
+def test_cache_commands_take_the_kinds_cache_info_shows(cache_root, capsys):
+    (cache_root / "ltoir").mkdir()  # left by an older version
+    DiskCache(cache_root).put("kernel", make_key(1), b"k")
+    shown = [line.split()[0] for line in run_cli(capsys, "cache", "info")[4:]]
+    assert shown == ["kernel", "shims", "autotune", "ltoir"]
+    for kind in shown:
+        assert main(["cache", "list", "--kind", kind]) == 0
+    capsys.readouterr()
+    for action in ("list", "clear"):
+        assert main(["cache", action, "--kind", "storage"]) == 2
+        out, err = capsys.readouterr()
+        message = "python -m coop_tiles cache: unknown kind 'storage'; the kinds are " + ", ".join(shown)
+        assert (out, err) == ("", message + "\n")
+    assert len(DiskCache(cache_root).entries()) == 1  # nothing cleared
 
 
 @ct.jit
@@ -381,6 +401,7 @@ def test_a_cold_compile_is_logged_at_info_and_a_warm_one_says_so(cache_root, cap
     caplog.set_level(logging.INFO, logger="coop_tiles")
     out = np.zeros(1, np.int64)
     ct.jit(store_n.fn).compile(out, 1, arch="sm_90")
+    assert {e.kind for e in DiskCache(cache_root).entries()} == {"kernel", "shims"}  # kinds `cache info` shows
     messages = [r.getMessage() for r in caplog.records if r.name == "coop_tiles.compile"]
     assert messages[0] == "compiling store_n(out: array<int64, 1d>, n: int64 (python scalar)) for sm_90"
     assert re.fullmatch(r"compiled store_n for sm_90 in \d+\.\d\d s", messages[1]) and len(messages) == 2
