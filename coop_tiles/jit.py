@@ -20,6 +20,7 @@ from .lang.types import ArrayType, ScalarType
 from .ops.debug import check_debug_launch
 from .planner.layout import choose_block_threads
 from .runtime import arguments, blockdims, launcher
+from .runtime.arch import parse_arch
 from .runtime.cache import DiskCache
 from .runtime.compiler import compile_kernel
 from .runtime.fastpath import KernelBase, enable_c_launch, make_fast_path
@@ -141,9 +142,10 @@ class JITFunction(KernelBase):
         return Signature(*self._key(types, constexprs, arch))
 
     # ----- compiling -----------------------------------------------------------------------------
-    def compile(self, *args: Any, arch: str | None = None, **kwargs: Any) -> CompiledKernel:
+    def compile(self, *args: Any, arch: str | int | tuple[int, int] | None = None, **kwargs: Any) -> CompiledKernel:
         """Compile for these arguments without launching. NumPy arrays stand for device arrays of
-        their dtype; with an explicit `arch` (``"sm_90"``) no GPU is needed."""
+        their dtype; with an explicit `arch` (``"sm_90"``, ``"sm_90a"``, ``90`` or ``(9, 0)``) no GPU
+        is needed."""
         try:
             runtime, constexprs = self._bind(args, kwargs)
             names = [p for p in self.parsed.params if p not in self.parsed.constexprs]
@@ -157,6 +159,8 @@ class JITFunction(KernelBase):
                     f'{self.__name__}.compile(..., arch="sm_90")'
                 )
                 arch = launcher.device_arch(self.launch_device(dict(zip(names, runtime))))
+            else:
+                arch = parse_arch(arch)
             self._check_constexprs(constexprs)
             sig = Signature(*self._key(types, constexprs, arch))
             return self._compile(sig)
