@@ -12,7 +12,7 @@ import numpy as np
 
 from . import ops  # noqa: F401 - registers every tile op
 from .dtypes import SUPPORTED, is_half
-from .errors import LaunchError, SourceLocation, TileError
+from .errors import LaunchError, TileError, caller_location
 from .lang import interpreter
 from .lang.frontend import build_program
 from .lang.source import parse_function
@@ -25,22 +25,6 @@ from .runtime.cache import DiskCache
 from .runtime.compiler import compile_kernel
 from .runtime.fastpath import KernelBase, enable_c_launch, make_fast_path
 from .runtime.kernel import CompiledKernel, Signature
-
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-def caller_location() -> SourceLocation | None:
-    """Where the user's code called into coop_tiles: the first frame outside this package."""
-    frame = sys._getframe(1)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
-        frame = frame.f_back
-    if frame is None:
-        return None
-    import linecache
-
-    text = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
-    indent = len(text) - len(text.lstrip())
-    return SourceLocation(frame.f_code.co_filename, frame.f_lineno, indent, None, text)
 
 
 def located_at_caller(e: TileError) -> TileError:

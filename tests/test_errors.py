@@ -230,3 +230,21 @@ def test_an_arch_nvrtc_does_not_know_is_named_with_those_it_does():
         copy_tile.compile(X, 16, T=8, arch="sm_50")
     listed = ", ".join(f"sm_{n}" for n in archs)
     assert info.value.message == f"arch='sm_50': NVRTC {version} does not compile for sm_50; it compiles for {listed}"
+
+
+def test_a_tile_op_outside_a_program_is_located_at_its_call():
+    with pytest.raises(ct.TileTypeError) as info:
+
+        def helper(t, bias=tile.zeros(64, np.float32)):  # DEFAULT  # noqa: B008 - the mistake under test
+            return t + bias
+
+    outside = "can only be used inside a @ct.jit tile program (run it with kernel[grid](...), or interpret=True to "
+    outside += "run it with NumPy)"
+    here = test_a_tile_op_outside_a_program_is_located_at_its_call
+    assert info.value.message == "tile.zeros() " + outside
+    assert (info.value.loc.filename, info.value.loc.line) == (__file__, line_of(here, "# DEFAULT"))
+    assert str(info.value).startswith(f"{__file__}:{line_of(here, '# DEFAULT')}:")
+    with pytest.raises(ct.TileTypeError) as info:
+        ct.exp(1.0)  # CT
+    assert info.value.message == "ct.exp() " + outside
+    assert (info.value.loc.filename, info.value.loc.line) == (__file__, line_of(here, "# CT"))
