@@ -283,6 +283,21 @@ def unknown_tile_op(x, n, T: ct.constexpr):
     tile.store(x, 0, tile.cumsum(t))  # HERE
 
 
+def misspells_load(x, n, T: ct.constexpr):
+    t = tile.laod(x, 0, T)  # HERE
+    tile.store(x, 0, t)
+
+
+def load_from_ct(x, n, T: ct.constexpr):
+    t = ct.load(x, 0, T)  # HERE
+    tile.store(x, 0, t)
+
+
+def numpy_exp_of_a_tile(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    tile.store(x, 0, np.exp(t))  # HERE
+
+
 def calls_numpy(x, n, T: ct.constexpr):
     t = tile.load(x, 0, T)
     tile.store(x, 0, np.clip(t, 0, 1))  # HERE
@@ -1058,10 +1073,28 @@ CATALOGUE: list[Mistake] = [
         "unknown_tile_op",
         unknown_tile_op,
         SYNTAX,
-        "module 'coop_tiles.tile' has no attribute 'cumsum'",
+        "module 'coop_tiles.tile' has no attribute 'cumsum'; did you mean tile.scan?",
     ),
-    Mistake("numpy_call", calls_numpy, SYNTAX, "'clip' can't be called in a tile program"),
-    Mistake("math_call", calls_math, SYNTAX, "'exp' can't be called in a tile program"),
+    Mistake(
+        "misspelt_tile_op",
+        misspells_load,
+        SYNTAX,
+        "module 'coop_tiles.tile' has no attribute 'laod'; did you mean tile.load?",
+    ),
+    Mistake(
+        "tile_op_from_ct",
+        load_from_ct,
+        SYNTAX,
+        "module 'coop_tiles' has no attribute 'load'; did you mean tile.load?",
+    ),
+    Mistake("numpy_exp", numpy_exp_of_a_tile, SYNTAX, "'exp' can't be called in a tile program; use ct.exp"),
+    Mistake(
+        "numpy_call",
+        calls_numpy,
+        SYNTAX,
+        "'clip' can't be called in a tile program; use ct.minimum(ct.maximum(t, low), high)",
+    ),
+    Mistake("math_call", calls_math, SYNTAX, "'exp' can't be called in a tile program; use ct.exp"),
     Mistake(
         "kernel_call", calls_a_kernel, SYNTAX, "<coop_tiles kernel jitted_helper> can't be called in a tile program"
     ),

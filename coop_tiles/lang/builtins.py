@@ -9,6 +9,29 @@ from typing import Any
 
 from .stub import stub
 
+__all__ = [
+    "abs",
+    "cdiv",
+    "constexpr",
+    "cos",
+    "device_assert",
+    "device_print",
+    "exp",
+    "exp2",
+    "log",
+    "log1p",
+    "maximum",
+    "minimum",
+    "num_programs",
+    "program_id",
+    "sigmoid",
+    "sin",
+    "softplus",
+    "sqrt",
+    "static_print",
+    "where",
+]
+
 
 class constexpr:  # noqa: N801 - the contract spells it ct.constexpr
     """Annotation for a parameter whose value is baked into the compiled kernel.
