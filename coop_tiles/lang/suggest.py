@@ -41,7 +41,7 @@ def replacement(name: str) -> str | None:
 
 
 def did_you_mean(name: str) -> str:
-    """ "; did you mean tile.load?" for a name missing from `tile` or `ct` ("laod"), or ""."""
+    """Text to append for a name missing from `tile` or `ct` ("laod"): "; did you mean tile.load?", or ""."""
     found = replacement(name)
     if found is None:
         close = difflib.get_close_matches(name, list(public_names()), n=1, cutoff=0.75)
@@ -50,7 +50,13 @@ def did_you_mean(name: str) -> str:
 
 
 def instead_of(function: object) -> str:
-    """ "; use ct.exp" for a NumPy or math function with a coop_tiles counterpart (`np.exp`), or ""."""
+    """Text to append for a NumPy or math function with a coop_tiles counterpart: "; use ct.exp", or ""."""
     module = getattr(function, "__module__", None) or ""
     found = replacement(getattr(function, "__name__", "")) if module.split(".")[0] in ("numpy", "math") else None
     return f"; use {found}" if found else ""
+
+
+def did_you_mean_among(name: str, candidates: list[str]) -> str:
+    """Text to append when `name` looks like a misspelling of one of `candidates`: " (did you mean 'TILE'?)"."""
+    close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
