@@ -107,7 +107,8 @@ class SharedMemoryError(TileError):
 
 
 class TileAssertionError(TileError):
-    """A `ct.device_assert` whose condition does not hold (in the interpreter, or a debug launch)."""
+    """A `ct.static_assert` (when the program is built) or `ct.device_assert` (in the interpreter, or a
+    debug launch) whose condition does not hold."""
 
 
 class CompileError(TileError):

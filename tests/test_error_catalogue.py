@@ -990,6 +990,24 @@ def device_assert_fails(x, n, T: ct.constexpr):
     ct.device_assert(t >= ct.program_id(0), "t is below the program id")  # HERE
 
 
+def static_assert_fails(x, n, T: ct.constexpr):
+    ct.static_assert(T % 32 == 0, "T must be a multiple of 32")  # HERE
+    tile.store(x, 0, tile.load(x, 0, T))
+
+
+def static_assert_fails_without_message(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    ct.static_assert(t.size > 8)  # HERE
+
+
+def static_assert_of_a_runtime_value(x, n, T: ct.constexpr):
+    ct.static_assert(n > 0)  # HERE
+
+
+def static_assert_runtime_message(x, n, T: ct.constexpr):
+    ct.static_assert(T > 0, n)  # HERE
+
+
 # ================================================================================================
 # The catalogue
 # ================================================================================================
@@ -1666,6 +1684,31 @@ CATALOGUE: list[Mistake] = [
         "assertion failed in program (1, 0, 0): t is below the program id",
         grid=2,
         modes=(INTERPRET,),
+    ),
+    Mistake(
+        "static_assert_fails",
+        static_assert_fails,
+        ct.TileAssertionError,
+        "static assertion failed: T must be a multiple of 32",
+    ),
+    Mistake(
+        "static_assert_fails_without_message",
+        static_assert_fails_without_message,
+        ct.TileAssertionError,
+        "static assertion failed: t.size > 8",
+    ),
+    Mistake(
+        "static_assert_of_a_runtime_value",
+        static_assert_of_a_runtime_value,
+        VALUE,
+        "ct.static_assert checks a compile-time condition (of constexprs, tile sizes, dtypes), got a runtime "
+        "bool; check runtime values with ct.device_assert(cond, msg)",
+    ),
+    Mistake(
+        "static_assert_runtime_message",
+        static_assert_runtime_message,
+        TYPE,
+        "the message of ct.static_assert must be a string, got int64 (python scalar)",
     ),
 ]
 
