@@ -67,7 +67,7 @@ def show_version() -> int:
     import coop_tiles
     from coop_tiles.runtime import fastpath, launcher, toolchain
 
-    rows = [("coop_tiles", coop_tiles.__version__)]
+    rows = [("coop_tiles", coop_tiles.__version__), ("imported from", str(Path(coop_tiles.__file__).parent))]
     for dist in ("numba-cuda", "numba", "cuda-core", "cuda-bindings", "cupy-cuda13x", "cupy-cuda12x", "torch"):
         try:
             rows.append((dist, metadata.version(dist)))
@@ -81,9 +81,9 @@ def show_version() -> int:
     except Exception as e:  # a broken toolchain is what this command is for finding
         rows.append(("toolchain", f"not usable: {e}"))
     if fastpath.C_LAUNCH_MISSING is None:
-        rows.append(("C launch path", "built (used for launches with CuPy arrays)"))
+        rows.append(("C launch path", f"built: {fastpath.C_LAUNCH_FILE} (used for launches with CuPy arrays)"))
     else:
-        rows.append(("C launch path", f"not built ({fastpath.C_LAUNCH_MISSING}); launches go through Python"))
+        rows.append(("C launch path", f"not built: {fastpath.C_LAUNCH_MISSING}; launches go through Python"))
     reason = launcher.no_gpu_reason()
     if reason is None:
         device = launcher.current_device()

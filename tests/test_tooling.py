@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import re
@@ -10,6 +9,7 @@ import subprocess
 import sys
 import time
 from importlib import metadata
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
 import ml_dtypes
@@ -21,6 +21,7 @@ from coop_tiles import tile
 from coop_tiles.__main__ import main
 from coop_tiles.runtime import launcher
 from coop_tiles.runtime.cache import DiskCache, make_key
+from coop_tiles.runtime.extension import built_extension, missing_reason, other_packages
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -329,8 +330,13 @@ def test_version_names_the_toolchain_and_the_device(capsys):
     header = Path(cuda.pathfinder.find_nvidia_header_directory("cccl")) / "cub" / "version.cuh"
     cub = int(re.search(r"#define CUB_VERSION (\d+)", header.read_text()).group(1))
     assert rows["CUB (CCCL)"].startswith(f"{cub // 100000}.{cub // 100 % 1000}.{cub % 100} in ")
-    built = importlib.util.find_spec("coop_tiles.runtime._claunch") is not None
-    assert rows["C launch path"].startswith("built" if built else "not built (")
+    package = Path(ct.__file__).parent
+    assert rows["imported from"] == str(package)
+    built = built_extension(package)
+    if built is not None:
+        assert rows["C launch path"] == f"built: {built} (used for launches with CuPy arrays)"
+    else:  # where it was looked for, and why it is missing
+        assert rows["C launch path"].startswith("not built: ") and str(package / "runtime") in rows["C launch path"]
     if launcher.gpu_available():
         assert rows["device"].endswith(")") and "(sm_" in rows["device"]
     else:
@@ -385,11 +391,55 @@ def test_coop_tiles_log_installs_a_stderr_handler():
 
 def test_a_missing_c_launch_path_is_logged_as_a_warning():
     code = "import sys; sys.modules['coop_tiles.runtime._claunch'] = None; import coop_tiles"
-    assert python_with_env(code, COOP_TILES_LOG="warning").stderr == (
-        "[coop_tiles WARNING] the C launch path (coop_tiles.runtime._claunch) is not built (import of "
-        "coop_tiles.runtime._claunch halted; None in sys.modules); launches go through the Python fast path, "
-        "which costs more host time per launch. Reinstall with a C compiler present to build it\n"
+    stderr = python_with_env(code, COOP_TILES_LOG="warning").stderr
+    head = "[coop_tiles WARNING] the C launch path (coop_tiles.runtime._claunch) is not built: "
+    tail = ". Launches go through the Python fast path, which costs more host time per launch\n"
+    assert stderr.startswith(head) and stderr.endswith(tail), stderr
+    assert str(REPO / "coop_tiles" / "runtime") in stderr  # where it was looked for
+
+
+def fake_package(root: Path, checkout: bool = False, built: bool = False) -> Path:
+    """A coop_tiles package directory under `root` (in a checkout: beside setup.py and pyproject.toml)."""
+    package = root / "coop_tiles"
+    (package / "runtime").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    if checkout:
+        (root / "setup.py").write_text("")
+        (root / "pyproject.toml").write_text("")
+    if built:
+        (package / "runtime" / f"_claunch{EXTENSION_SUFFIXES[0]}").write_bytes(b"")
+    return package
+
+
+def test_a_missing_c_launch_path_says_what_was_imported_and_what_builds_it(tmp_path):
+    checkout = fake_package(tmp_path / "repo", checkout=True)
+    installed = fake_package(tmp_path / "site", built=True)
+    error = "No module named 'coop_tiles.runtime._claunch'"
+    build = "`pip install -e .` (or `python setup.py build_ext --inplace`)"
+    said = f"coop_tiles was imported from the source checkout {tmp_path}/repo, which has no _claunch extension in "
+    said += f"{checkout}/runtime"
+    assert missing_reason(error, checkout, [installed]) == (
+        f"{said}; the checkout comes first on sys.path (as the current directory does with `python -m`), before the "
+        f"installed coop_tiles at {installed}, which has one: run from another directory, or build it in the "
+        f"checkout with {build}"
     )
+    assert missing_reason(error, checkout, []) == f"{said}; build it there with {build}, which needs a C compiler"
+    bare = fake_package(tmp_path / "bare")
+    assert missing_reason(error, bare, [installed]) == (
+        f"no _claunch extension in {bare}/runtime; reinstall coop_tiles with a C compiler present to build it"
+    )
+    extension = installed / "runtime" / f"_claunch{EXTENSION_SUFFIXES[0]}"
+    assert missing_reason("undefined symbol: x", installed, []) == (
+        f"{extension} did not load: undefined symbol: x; rebuild it with {build} in {tmp_path}/site"
+    )
+
+
+def test_other_coop_tiles_packages_are_those_found_past_the_imported_one(tmp_path, monkeypatch):
+    first = fake_package(tmp_path / "first", checkout=True)
+    second = fake_package(tmp_path / "second", built=True)
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "first"), str(tmp_path / "second")])
+    others = other_packages(first)
+    assert second.resolve() in others and first.resolve() not in others
 
 
 @ct.jit
