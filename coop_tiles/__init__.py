@@ -35,29 +35,38 @@ from .lang.builtins import (
     cos,
     device_assert,
     device_print,
+    erf,
     exp,
     exp2,
     log,
     log1p,
+    log2,
     maximum,
     minimum,
     num_programs,
     program_id,
+    rsqrt,
     sigmoid,
     sin,
     softplus,
     sqrt,
+    static_assert,
     static_print,
+    tanh,
     where,
 )
 from .lang.combine import CombineFunction, combine
 from .runtime.autotune import Autotuner, Config, autotune
 from .runtime.kernel import CompiledKernel
 
-#: 16-bit floats: `ct.bfloat16` is ml_dtypes' bfloat16 scalar type (NumPy arrays of it in the
-#: interpreter, torch.bfloat16 tensors on the GPU); `ct.float16` is NumPy's.
+#: The dtypes, as Triton and NumPy users spell them: NumPy's scalar types (`ct.int32` is
+#: `np.int32`), except `ct.bfloat16`, which is ml_dtypes' (NumPy arrays of it in the interpreter,
+#: torch.bfloat16 tensors on the GPU).
+int8, int16, int32, int64 = _np.int8, _np.int16, _np.int32, _np.int64
+uint8, uint16, uint32, uint64 = _np.uint8, _np.uint16, _np.uint32, _np.uint64
+float16, float32, float64 = _np.float16, _np.float32, _np.float64
 bfloat16 = _ml_dtypes.bfloat16
-float16 = _np.float16
+bool_ = _np.bool_
 
 __version__ = "0.1.0"
 
@@ -79,29 +88,45 @@ __all__ = [
     "abs",
     "autotune",
     "bfloat16",
+    "bool_",
     "cdiv",
     "combine",
     "constexpr",
     "cos",
     "device_assert",
     "device_print",
+    "erf",
     "exp",
     "exp2",
     "float16",
+    "float32",
+    "float64",
+    "int16",
+    "int32",
+    "int64",
+    "int8",
     "jit",
     "log",
     "log1p",
+    "log2",
     "maximum",
     "minimum",
     "num_programs",
     "ops",
     "program_id",
+    "rsqrt",
     "sigmoid",
     "sin",
     "softplus",
     "sqrt",
+    "static_assert",
     "static_print",
+    "tanh",
     "testing",
     "tile",
+    "uint16",
+    "uint32",
+    "uint64",
+    "uint8",
     "where",
 ]

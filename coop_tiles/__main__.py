@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
 
-from coop_tiles.runtime.cache import MAX_BYTES_ENV, DiskCache, Entry, format_bytes, max_bytes
+from coop_tiles.runtime.cache import KINDS, MAX_BYTES_ENV, DiskCache, Entry, format_bytes, max_bytes
 
 AUTOTUNE = "autotune"
 
@@ -50,7 +50,7 @@ def parser() -> argparse.ArgumentParser:
     actions.add_parser("info", help="location, size cap, entries and bytes by kind").set_defaults(run=cache_info)
     for name, run, text in (("list", cache_list, "list entries"), ("clear", cache_clear, "remove entries")):
         action = actions.add_parser(name, help=f"{text} (all, or of one kind)")
-        action.add_argument("--kind", help="only this kind: kernel, ltoir, storage, autotune")
+        action.add_argument("--kind", help=f"only this kind: {', '.join(KINDS)} (as `cache info` shows them)")
         action.set_defaults(run=run)
 
     tune = commands.add_parser("tune", help="autotuning results kept in the disk cache")
@@ -67,7 +67,7 @@ def show_version() -> int:
     import coop_tiles
     from coop_tiles.runtime import fastpath, launcher, toolchain
 
-    rows = [("coop_tiles", coop_tiles.__version__)]
+    rows = [("coop_tiles", coop_tiles.__version__), ("imported from", str(Path(coop_tiles.__file__).parent))]
     for dist in ("numba-cuda", "numba", "cuda-core", "cuda-bindings", "cupy-cuda13x", "cupy-cuda12x", "torch"):
         try:
             rows.append((dist, metadata.version(dist)))
@@ -81,9 +81,9 @@ def show_version() -> int:
     except Exception as e:  # a broken toolchain is what this command is for finding
         rows.append(("toolchain", f"not usable: {e}"))
     if fastpath.C_LAUNCH_MISSING is None:
-        rows.append(("C launch path", "built (used for launches with CuPy arrays)"))
+        rows.append(("C launch path", f"built: {fastpath.C_LAUNCH_FILE} (used for launches with CuPy arrays)"))
     else:
-        rows.append(("C launch path", f"not built ({fastpath.C_LAUNCH_MISSING}); launches go through Python"))
+        rows.append(("C launch path", f"not built: {fastpath.C_LAUNCH_MISSING}; launches go through Python"))
     reason = launcher.no_gpu_reason()
     if reason is None:
         device = launcher.current_device()
@@ -117,16 +117,28 @@ def cache_info(args: argparse.Namespace) -> int:
     print(f"size cap: {format_bytes(max_bytes())} ({MAX_BYTES_ENV}; least recently used entries go first)")
     print(f"total: {len(entries)} entries, {format_bytes(sum(e.size for e in entries))}")
     rows = []
-    for kind in sorted({e.kind for e in entries}):
+    for kind in cache.kinds():
         of_kind = [e for e in entries if e.kind == kind]
-        rows.append((kind, str(len(of_kind)), format_bytes(sum(e.size for e in of_kind))))
-    if rows:
-        print(table(("kind", "entries", "size"), rows))
+        what = KINDS.get(kind, "left by another version of coop_tiles")
+        rows.append((kind, str(len(of_kind)), format_bytes(sum(e.size for e in of_kind)), what))
+    print(table(("kind", "entries", "size", "holds"), rows))
     return 0
 
 
+def unknown_kind(cache: DiskCache, kind: str | None) -> bool:
+    """Whether `--kind` names a kind `cache info` does not show (then said on stderr)."""
+    if kind is None or kind in cache.kinds():
+        return False
+    kinds = ", ".join(cache.kinds())
+    print(f"python -m coop_tiles cache: unknown kind {kind!r}; the kinds are {kinds}", file=sys.stderr)
+    return True
+
+
 def cache_list(args: argparse.Namespace) -> int:
-    entries = sorted(DiskCache().entries(args.kind), key=lambda e: -e.last_used)
+    cache = DiskCache()
+    if unknown_kind(cache, args.kind):
+        return 2
+    entries = sorted(cache.entries(args.kind), key=lambda e: -e.last_used)
     if not entries:
         print("no entries" + (f" of kind {args.kind!r}" if args.kind else ""))
         return 0
@@ -138,6 +150,8 @@ def cache_list(args: argparse.Namespace) -> int:
 
 def cache_clear(args: argparse.Namespace) -> int:
     cache = DiskCache()
+    if unknown_kind(cache, args.kind):
+        return 2
     count, freed = cache.remove(cache.entries(args.kind))
     what = f"{args.kind} entries" if args.kind else "entries"
     print(f"removed {count} {what} ({format_bytes(freed)}) from {cache.root}")

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import linecache
+import os
+import sys
 from dataclasses import dataclass, field
+
+_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 @dataclass(frozen=True)
@@ -22,6 +27,18 @@ class SourceLocation:
         stripped = self.text.rstrip()
         width = max(1, (self.end_col or len(stripped)) - self.col)
         return f"{head}\n    {stripped}\n    {' ' * self.col}{'^' * width}"
+
+
+def caller_location() -> SourceLocation | None:
+    """Where the user's code called into coop_tiles: the first frame outside this package."""
+    frame = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    text = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
+    indent = len(text) - len(text.lstrip())
+    return SourceLocation(frame.f_code.co_filename, frame.f_lineno, indent, None, text)
 
 
 @dataclass
@@ -90,7 +107,8 @@ class SharedMemoryError(TileError):
 
 
 class TileAssertionError(TileError):
-    """A `ct.device_assert` whose condition does not hold (in the interpreter, or a debug launch)."""
+    """A `ct.static_assert` (when the program is built) or `ct.device_assert` (in the interpreter, or a
+    debug launch) whose condition does not hold."""
 
 
 class CompileError(TileError):

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from . import ops  # noqa: F401 - registers every tile op
-from .errors import LaunchError, SourceLocation, TileError
+from .errors import LaunchError, TileError, caller_location
 from .lang import interpreter
 from .lang.frontend import build_program
 from .lang.source import parse_function
@@ -19,28 +19,13 @@ from .lang.types import ArrayType, ScalarType
 from .ops.debug import check_debug_launch
 from .planner.layout import choose_block_threads
 from .runtime import arguments, blockdims, launcher
+from .runtime.arch import parse_arch
 from .runtime.arguments import host_arg_type
 from .runtime.cache import DiskCache
 from .runtime.classify import Classifier, launch_device, many_devices
 from .runtime.compiler import compile_kernel, show_interpreted_ir
 from .runtime.fastpath import KernelBase, enable_c_launch, make_fast_path
 from .runtime.kernel import CompiledKernel, Signature
-
-_PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-def caller_location() -> SourceLocation | None:
-    """Where the user's code called into coop_tiles: the first frame outside this package."""
-    frame = sys._getframe(1)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
-        frame = frame.f_back
-    if frame is None:
-        return None
-    import linecache
-
-    text = linecache.getline(frame.f_code.co_filename, frame.f_lineno)
-    indent = len(text) - len(text.lstrip())
-    return SourceLocation(frame.f_code.co_filename, frame.f_lineno, indent, None, text)
 
 
 def located_at_caller(e: TileError) -> TileError:
@@ -143,9 +128,10 @@ class JITFunction(KernelBase):
         return Signature(*self._key(types, constexprs, arch))
 
     # ----- compiling -----------------------------------------------------------------------------
-    def compile(self, *args: Any, arch: str | None = None, **kwargs: Any) -> CompiledKernel:
+    def compile(self, *args: Any, arch: str | int | tuple[int, int] | None = None, **kwargs: Any) -> CompiledKernel:
         """Compile for these arguments without launching. NumPy arrays stand for device arrays of
-        their dtype; with an explicit `arch` (``"sm_90"``) no GPU is needed."""
+        their dtype; with an explicit `arch` (``"sm_90"``, ``"sm_90a"``, ``90`` or ``(9, 0)``) no GPU
+        is needed."""
         try:
             runtime, constexprs = self._bind(args, kwargs)
             names = [p for p in self.parsed.params if p not in self.parsed.constexprs]
@@ -159,6 +145,8 @@ class JITFunction(KernelBase):
                     f'{self.__name__}.compile(..., arch="sm_90")'
                 )
                 arch = launcher.device_arch(self.launch_device(dict(zip(names, runtime))))
+            else:
+                arch = parse_arch(arch)
             self._check_constexprs(constexprs)
             sig = Signature(*self._key(types, constexprs, arch))
             return self._compile(sig)

@@ -159,6 +159,19 @@ def elementwise_math(x, out, n, TILE: ct.constexpr):
 
 
 @ct.jit
+def triton_math(x, out, n, TILE: ct.constexpr):
+    """The math functions Triton users reach for, and a compile-time check of the tile size."""
+    ct.static_assert(TILE % 32 == 0, "TILE must be a multiple of 32")
+    base = ct.program_id(0) * TILE
+    v = n - base
+    t = tile.load(x, base, TILE, valid=v, other=1)
+    tile.store(out, base, ct.tanh(t - 1), valid=v)
+    tile.store(out, base + n, ct.erf(t - 1), valid=v)
+    tile.store(out, base + 2 * n, ct.rsqrt(t), valid=v)
+    tile.store(out, base + 3 * n, ct.log2(t), valid=v)
+
+
+@ct.jit
 def integer_ops(x, out, n, TILE: ct.constexpr):
     base = ct.program_id(0) * TILE
     v = n - base
@@ -572,6 +585,15 @@ def ref_elementwise_math(x, out, n, TILE):
         ]
     for k, r in enumerate(results):
         out[k * n : (k + 1) * n] = r
+    return [out]
+
+
+def ref_triton_math(x, out, n, TILE):
+    t = x[:n]
+    result = np.sin(t[:1]).dtype  # NumPy's dtype for a float function of x's dtype (float16 for int8)
+    functions = [lambda v: math.tanh(v - 1), lambda v: math.erf(v - 1), lambda v: 1 / math.sqrt(v), math.log2]
+    for k, f in enumerate(functions):
+        out[k * n : (k + 1) * n] = np.array([f(float(v)) for v in t]).astype(result)
     return [out]
 
 
@@ -1368,6 +1390,23 @@ def make_cases(seed: int = 0) -> list[Case]:
                 ref_elementwise_math,
                 rtol=2e-5 if np.dtype(dt) == np.float32 else 1e-12,
                 atol=1e-5,
+            )
+        )
+
+    for dt, rtol in [(np.float32, 2e-6), (np.float64, 1e-14), (np.float16, 1e-3), (np.int8, 1e-3)]:
+        n = 500
+        x = _rand(rng, n, dt, 0.05, 3.0) if np.dtype(dt).kind == "f" else _rand(rng, n, dt, 1, 100)
+        cases.append(
+            Case(
+                f"triton_math[{np.dtype(dt).name}]",
+                triton_math,
+                [x, np.zeros(4 * n, np.float32 if np.dtype(dt).itemsize < 4 else dt), n],
+                {"TILE": 256},
+                ct.cdiv(n, 256),
+                [1],
+                ref_triton_math,
+                rtol=rtol,
+                atol=1e-6 if np.dtype(dt) != np.float64 else 1e-14,
             )
         )
 

@@ -1,5 +1,6 @@
 """Autotuning with the timer replaced (no GPU): choice, per-config cache, second process, damage."""
 
+import inspect
 import logging
 import os
 import subprocess
@@ -199,3 +200,62 @@ def test_in_the_interpreter_the_first_config_runs_untimed(monkeypatch, how):
     expected = np.zeros(8, np.float32)
     expected[:4] = [x[i : i + 256].sum() for i in range(0, n, 256)]  # TILE=256: the first config's
     np.testing.assert_array_equal(out, expected)
+
+
+def line_of(fn, marker: str) -> int:
+    lines, first = inspect.getsourcelines(fn)
+    return first + next(i for i, text in enumerate(lines) if marker in text)
+
+
+ALLOWED = "a config sets block_threads and the ct.constexpr parameters of add_one (TILE)"
+
+
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (
+            ct.Config(num_warps=4, TILE=1024),
+            "Config(block_threads=None, TILE=1024, num_warps=4) sets num_warps: coop_tiles counts threads, not warps; "
+            "use block_threads=128 (num_warps * 32)",
+        ),
+        (
+            ct.Config(block_threads=128, TILES=1024),
+            "Config(block_threads=128, TILES=1024) sets 'TILES', which is not a parameter of add_one "
+            f"(did you mean 'TILE'?); {ALLOWED}",
+        ),
+        (
+            ct.Config(TILE=512, n=1000),
+            f"Config(block_threads=None, TILE=512, n=1000) sets 'n', a runtime parameter of add_one; {ALLOWED}",
+        ),
+    ],
+)
+def test_a_config_that_sets_no_constexpr_is_rejected_at_the_decorator(config, message):
+    def decorate():
+        @ct.autotune(configs=[CONFIGS[0], config])  # DECORATOR
+        @ct.jit
+        def add_one(x, out, n, TILE: ct.constexpr):
+            pass
+
+    with pytest.raises(ct.TileValueError) as info:
+        decorate()
+    assert info.value.message == message
+    assert (info.value.loc.filename, info.value.loc.line) == (__file__, line_of(decorate, "# DECORATOR"))
+
+
+@pytest.mark.parametrize("interpret", [True, False])
+def test_a_launch_that_passes_a_tuned_parameter_is_a_located_launch_error(interpret):
+    tuned = ct.autotune(configs=CONFIGS, key=["n"])(ct.jit(add_one.fn, interpret=interpret))
+    tuned.timer = NoTimer()
+    x = np.zeros(16, np.float32)
+
+    def launch():
+        tuned[1](x, x, 16, TILE=512)  # KEYWORD
+
+    def positional():
+        tuned[1](x, x, 16, 512)  # POSITIONAL
+
+    for how, marker in ((launch, "# KEYWORD"), (positional, "# POSITIONAL")):
+        with pytest.raises(ct.LaunchError) as info:
+            how()
+        assert info.value.message == "add_one is autotuned: its configs set 'TILE', so the launch must not pass it"
+        assert (info.value.loc.filename, info.value.loc.line) == (__file__, line_of(how, marker))

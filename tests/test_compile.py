@@ -109,3 +109,10 @@ def test_local_memory_counts_the_local_arrays_of_the_ptx():
     k = case.kernel.compile(*case.args, arch="sm_90", **case.constexprs)
     assert re.search(r"\.local \.align 4 \.b8\s+__local_depot\d+\[28\]", k.ptx)
     assert k.local_memory_bytes() in (28, 32)
+
+
+@pytest.mark.parametrize("arch, name", [(90, "sm_90"), ((9, 0), "sm_90"), ("sm_90a", "sm_90a")])
+def test_arch_may_be_a_number_a_pair_or_an_arch_name(arch, name):
+    x = np.zeros(1, np.float32)
+    k = vector_add.compile(x, x, x, 1, arch=arch, TILE=256)
+    assert k.arch == name and k.cubin[:4] == b"\x7fELF"

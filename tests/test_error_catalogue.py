@@ -283,6 +283,21 @@ def unknown_tile_op(x, n, T: ct.constexpr):
     tile.store(x, 0, tile.cumsum(t))  # HERE
 
 
+def misspells_load(x, n, T: ct.constexpr):
+    t = tile.laod(x, 0, T)  # HERE
+    tile.store(x, 0, t)
+
+
+def load_from_ct(x, n, T: ct.constexpr):
+    t = ct.load(x, 0, T)  # HERE
+    tile.store(x, 0, t)
+
+
+def numpy_exp_of_a_tile(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    tile.store(x, 0, np.exp(t))  # HERE
+
+
 def calls_numpy(x, n, T: ct.constexpr):
     t = tile.load(x, 0, T)
     tile.store(x, 0, np.clip(t, 0, 1))  # HERE
@@ -975,6 +990,24 @@ def device_assert_fails(x, n, T: ct.constexpr):
     ct.device_assert(t >= ct.program_id(0), "t is below the program id")  # HERE
 
 
+def static_assert_fails(x, n, T: ct.constexpr):
+    ct.static_assert(T % 32 == 0, "T must be a multiple of 32")  # HERE
+    tile.store(x, 0, tile.load(x, 0, T))
+
+
+def static_assert_fails_without_message(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    ct.static_assert(t.size > 8)  # HERE
+
+
+def static_assert_of_a_runtime_value(x, n, T: ct.constexpr):
+    ct.static_assert(n > 0)  # HERE
+
+
+def static_assert_runtime_message(x, n, T: ct.constexpr):
+    ct.static_assert(T > 0, n)  # HERE
+
+
 # ================================================================================================
 # The catalogue
 # ================================================================================================
@@ -1058,10 +1091,28 @@ CATALOGUE: list[Mistake] = [
         "unknown_tile_op",
         unknown_tile_op,
         SYNTAX,
-        "module 'coop_tiles.tile' has no attribute 'cumsum'",
+        "module 'coop_tiles.tile' has no attribute 'cumsum'; did you mean tile.scan?",
     ),
-    Mistake("numpy_call", calls_numpy, SYNTAX, "'clip' can't be called in a tile program"),
-    Mistake("math_call", calls_math, SYNTAX, "'exp' can't be called in a tile program"),
+    Mistake(
+        "misspelt_tile_op",
+        misspells_load,
+        SYNTAX,
+        "module 'coop_tiles.tile' has no attribute 'laod'; did you mean tile.load?",
+    ),
+    Mistake(
+        "tile_op_from_ct",
+        load_from_ct,
+        SYNTAX,
+        "module 'coop_tiles' has no attribute 'load'; did you mean tile.load?",
+    ),
+    Mistake("numpy_exp", numpy_exp_of_a_tile, SYNTAX, "'exp' can't be called in a tile program; use ct.exp"),
+    Mistake(
+        "numpy_call",
+        calls_numpy,
+        SYNTAX,
+        "'clip' can't be called in a tile program; use ct.minimum(ct.maximum(t, low), high)",
+    ),
+    Mistake("math_call", calls_math, SYNTAX, "'exp' can't be called in a tile program; use ct.exp"),
     Mistake(
         "kernel_call", calls_a_kernel, SYNTAX, "<coop_tiles kernel jitted_helper> can't be called in a tile program"
     ),
@@ -1633,6 +1684,31 @@ CATALOGUE: list[Mistake] = [
         "assertion failed in program (1, 0, 0): t is below the program id",
         grid=2,
         modes=(INTERPRET,),
+    ),
+    Mistake(
+        "static_assert_fails",
+        static_assert_fails,
+        ct.TileAssertionError,
+        "static assertion failed: T must be a multiple of 32",
+    ),
+    Mistake(
+        "static_assert_fails_without_message",
+        static_assert_fails_without_message,
+        ct.TileAssertionError,
+        "static assertion failed: t.size > 8",
+    ),
+    Mistake(
+        "static_assert_of_a_runtime_value",
+        static_assert_of_a_runtime_value,
+        VALUE,
+        "ct.static_assert checks a compile-time condition (of constexprs, tile sizes, dtypes), got a runtime "
+        "bool; check runtime values with ct.device_assert(cond, msg)",
+    ),
+    Mistake(
+        "static_assert_runtime_message",
+        static_assert_runtime_message,
+        TYPE,
+        "the message of ct.static_assert must be a string, got int64 (python scalar)",
     ),
 ]
 

@@ -2,6 +2,7 @@
 
 import inspect
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -189,3 +190,61 @@ def test_interpreter_reports_tile_conditions_as_the_compiler_does():
     with pytest.raises(ct.DivergenceError) as info:
         k[1](X, T=16)
     assert_located(info.value, k.fn, "# HERE", ct.DivergenceError, r"condition of this `if` is a tile")
+
+
+@ct.jit
+def copy_tile(x, n, T: ct.constexpr):
+    tile.store(x, 0, tile.load(x, 0, T))
+
+
+@pytest.mark.parametrize(
+    "arch, message",
+    [
+        (
+            "compute_90",
+            'arch=\'compute_90\' is not a GPU architecture; pass it as 90, "sm_90", "sm_90a" or (9, 0) '
+            '(did you mean "sm_90"?)',
+        ),
+        ("sm_9", 'arch=\'sm_9\' is not a GPU architecture; pass it as 90, "sm_90", "sm_90a" or (9, 0)'),
+        (-1, 'arch=-1 is not a GPU architecture; pass it as 90, "sm_90", "sm_90a" or (9, 0)'),
+        ((9, 0, 0), 'arch=(9, 0, 0) is not a GPU architecture; pass it as 90, "sm_90", "sm_90a" or (9, 0)'),
+    ],
+)
+def test_a_bad_arch_is_a_launch_error_before_anything_compiles(arch, message, monkeypatch):
+    monkeypatch.setattr(sys.modules["coop_tiles.jit"], "compile_kernel", lambda *a: pytest.fail("compiled"))
+    with pytest.raises(ct.LaunchError) as info:
+        copy_tile.compile(X, 16, T=8, arch=arch)  # ARCH
+    assert info.value.message == message
+    assert (info.value.loc.filename, info.value.loc.line) == (
+        __file__,
+        line_of(test_a_bad_arch_is_a_launch_error_before_anything_compiles, "# ARCH"),
+    )
+
+
+def test_an_arch_nvrtc_does_not_know_is_named_with_those_it_does():
+    from coop_tiles.runtime.arch import nvrtc_archs
+
+    version, archs = nvrtc_archs()
+    assert 90 in archs and 50 not in archs
+    with pytest.raises(ct.LaunchError) as info:
+        copy_tile.compile(X, 16, T=8, arch="sm_50")
+    listed = ", ".join(f"sm_{n}" for n in archs)
+    assert info.value.message == f"arch='sm_50': NVRTC {version} does not compile for sm_50; it compiles for {listed}"
+
+
+def test_a_tile_op_outside_a_program_is_located_at_its_call():
+    with pytest.raises(ct.TileTypeError) as info:
+
+        def helper(t, bias=tile.zeros(64, np.float32)):  # DEFAULT  # noqa: B008 - the mistake under test
+            return t + bias
+
+    outside = "can only be used inside a @ct.jit tile program (run it with kernel[grid](...), or interpret=True to "
+    outside += "run it with NumPy)"
+    here = test_a_tile_op_outside_a_program_is_located_at_its_call
+    assert info.value.message == "tile.zeros() " + outside
+    assert (info.value.loc.filename, info.value.loc.line) == (__file__, line_of(here, "# DEFAULT"))
+    assert str(info.value).startswith(f"{__file__}:{line_of(here, '# DEFAULT')}:")
+    with pytest.raises(ct.TileTypeError) as info:
+        ct.exp(1.0)  # CT
+    assert info.value.message == "ct.exp() " + outside
+    assert (info.value.loc.filename, info.value.loc.line) == (__file__, line_of(here, "# CT"))

@@ -1,5 +1,7 @@
 """The NumPy interpreter against sequential NumPy references, for every shared program."""
 
+import math
+
 import numpy as np
 import pytest
 from programs import CASES
@@ -128,3 +130,23 @@ def test_underscore_discards_tiles_and_scalars_of_one_unpacking():
     np.testing.assert_allclose(last, expected[-1:], rtol=1e-5)
     compiled = ct.jit(_discards).compile(a, b, h, last, np.float32(2.0), TILE=64, arch="sm_90")
     assert compiled.cubin
+
+
+def test_dtype_aliases_name_numpy_types_in_programs_too():
+    import ml_dtypes
+
+    for name in [f"{k}{bits}" for k in ("int", "uint") for bits in (8, 16, 32, 64)] + ["float16", "float32", "float64"]:
+        assert getattr(ct, name) is getattr(np, name), name
+    assert ct.bool_ is np.bool_ and ct.bfloat16 is ml_dtypes.bfloat16
+
+    @ct.jit(interpret=True)
+    def k(y, T: ct.constexpr):
+        t = tile.arange(T, dtype=ct.int16).astype(ct.float32) * ct.float32(0.5)
+        tile.store(y, 0, t)
+        y[0] = ct.erf(0.5) + ct.rsqrt(4.0) + ct.tanh(1.0) + ct.log2(8.0)  # folded at compile time
+
+    y = np.zeros(8, np.float32)
+    k[1](y, T=8)
+    expected = np.arange(8, dtype=np.float32) * 0.5
+    expected[0] = math.erf(0.5) + 0.5 + math.tanh(1.0) + 3.0
+    np.testing.assert_array_equal(y, expected)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import re
@@ -10,6 +9,7 @@ import subprocess
 import sys
 import time
 from importlib import metadata
+from importlib.machinery import EXTENSION_SUFFIXES
 from pathlib import Path
 
 import ml_dtypes
@@ -21,6 +21,7 @@ from coop_tiles import tile
 from coop_tiles.__main__ import main
 from coop_tiles.runtime import launcher
 from coop_tiles.runtime.cache import DiskCache, make_key
+from coop_tiles.runtime.extension import built_extension, missing_reason, other_packages
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -209,7 +210,7 @@ def cache_root(monkeypatch, tmp_path):
 def fill(root: Path) -> dict[str, list[int]]:
     """Entries of three kinds, last used 5 h, 2 min and 10 s ago; returns each kind's file sizes."""
     cache = DiskCache(root)
-    items = [("kernel", 1, b"k" * 300, 5 * 3600), ("kernel", 2, b"k" * 10, 120), ("storage", 3, 16, 10)]
+    items = [("kernel", 1, b"k" * 300, 5 * 3600), ("kernel", 2, b"k" * 10, 120), ("shims", 3, 16, 10)]
     sizes: dict[str, list[int]] = {}
     now = time.time()
     for kind, i, value, age in items:
@@ -227,22 +228,26 @@ def run_cli(capsys, *argv: str) -> list[str]:
 
 def test_cache_info_list_and_clear(cache_root, capsys):
     sizes = fill(cache_root)
-    k1, k2, s3 = sizes["kernel"][0], sizes["kernel"][1], sizes["storage"][0]
+    k1, k2, s3 = sizes["kernel"][0], sizes["kernel"][1], sizes["shims"][0]
     assert all(size < 1024 for size in (k1, k2, s3))  # shown in bytes below
-    assert run_cli(capsys, "cache", "info") == [
+    info = run_cli(capsys, "cache", "info")
+    assert info[:3] == [
         f"cache directory: {cache_root} (COOP_TILES_CACHE_DIR moves it)",
         "size cap: 4.0 GiB (COOP_TILES_CACHE_MAX_BYTES; least recently used entries go first)",
         f"total: 3 entries, {k1 + k2 + s3} B",
-        "kind     entries  size",
-        f"kernel   2        {k1 + k2} B",
-        f"storage  1        {s3} B",
+    ]
+    assert [re.split(r"\s{2,}", line) for line in info[3:]] == [
+        ["kind", "entries", "size", "holds"],
+        ["kernel", "2", f"{k1 + k2} B", "compiled kernels (cubins)"],
+        ["shims", "1", f"{s3} B", "NVRTC output of the CUB shims, with their TempStorage sizes"],
+        ["autotune", "0", "0 B", "autotuning timings, one per kernel, key, device and config"],
     ]
     rows = [line.split() for line in run_cli(capsys, "cache", "list")]
     assert rows[0] == ["kind", "key", "size", "last", "used"]
     assert (
         rows[1:]
         == [  # most recently used first
-            ["storage", make_key(3)[:16], str(s3), "B", "10", "s", "ago"],
+            ["shims", make_key(3)[:16], str(s3), "B", "10", "s", "ago"],
             ["kernel", make_key(2)[:16], str(k2), "B", "2", "min", "ago"],
             ["kernel", make_key(1)[:16], str(k1), "B", "5", "h", "ago"],
         ]
@@ -253,6 +258,22 @@ def test_cache_info_list_and_clear(cache_root, capsys):
     assert run_cli(capsys, "cache", "list", "--kind", "kernel") == ["no entries of kind 'kernel'"]
     assert run_cli(capsys, "cache", "clear") == [f"removed 1 entries ({s3} B) from {cache_root}"]
     assert run_cli(capsys, "cache", "list") == ["no entries"]
+
+
+def test_cache_commands_take_the_kinds_cache_info_shows(cache_root, capsys):
+    (cache_root / "ltoir").mkdir()  # left by an older version
+    DiskCache(cache_root).put("kernel", make_key(1), b"k")
+    shown = [line.split()[0] for line in run_cli(capsys, "cache", "info")[4:]]
+    assert shown == ["kernel", "shims", "autotune", "ltoir"]
+    for kind in shown:
+        assert main(["cache", "list", "--kind", kind]) == 0
+    capsys.readouterr()
+    for action in ("list", "clear"):
+        assert main(["cache", action, "--kind", "storage"]) == 2
+        out, err = capsys.readouterr()
+        message = "python -m coop_tiles cache: unknown kind 'storage'; the kinds are " + ", ".join(shown)
+        assert (out, err) == ("", message + "\n")
+    assert len(DiskCache(cache_root).entries()) == 1  # nothing cleared
 
 
 @ct.jit
@@ -309,8 +330,13 @@ def test_version_names_the_toolchain_and_the_device(capsys):
     header = Path(cuda.pathfinder.find_nvidia_header_directory("cccl")) / "cub" / "version.cuh"
     cub = int(re.search(r"#define CUB_VERSION (\d+)", header.read_text()).group(1))
     assert rows["CUB (CCCL)"].startswith(f"{cub // 100000}.{cub // 100 % 1000}.{cub % 100} in ")
-    built = importlib.util.find_spec("coop_tiles.runtime._claunch") is not None
-    assert rows["C launch path"].startswith("built" if built else "not built (")
+    package = Path(ct.__file__).parent
+    assert rows["imported from"] == str(package)
+    built = built_extension(package)
+    if built is not None:
+        assert rows["C launch path"] == f"built: {built} (used for launches with CuPy arrays)"
+    else:  # where it was looked for, and why it is missing
+        assert rows["C launch path"].startswith("not built: ") and str(package / "runtime") in rows["C launch path"]
     if launcher.gpu_available():
         assert rows["device"].endswith(")") and "(sm_" in rows["device"]
     else:
@@ -365,11 +391,55 @@ def test_coop_tiles_log_installs_a_stderr_handler():
 
 def test_a_missing_c_launch_path_is_logged_as_a_warning():
     code = "import sys; sys.modules['coop_tiles.runtime._claunch'] = None; import coop_tiles"
-    assert python_with_env(code, COOP_TILES_LOG="warning").stderr == (
-        "[coop_tiles WARNING] the C launch path (coop_tiles.runtime._claunch) is not built (import of "
-        "coop_tiles.runtime._claunch halted; None in sys.modules); launches go through the Python fast path, "
-        "which costs more host time per launch. Reinstall with a C compiler present to build it\n"
+    stderr = python_with_env(code, COOP_TILES_LOG="warning").stderr
+    head = "[coop_tiles WARNING] the C launch path (coop_tiles.runtime._claunch) is not built: "
+    tail = ". Launches go through the Python fast path, which costs more host time per launch\n"
+    assert stderr.startswith(head) and stderr.endswith(tail), stderr
+    assert str(REPO / "coop_tiles" / "runtime") in stderr  # where it was looked for
+
+
+def fake_package(root: Path, checkout: bool = False, built: bool = False) -> Path:
+    """A coop_tiles package directory under `root` (in a checkout: beside setup.py and pyproject.toml)."""
+    package = root / "coop_tiles"
+    (package / "runtime").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    if checkout:
+        (root / "setup.py").write_text("")
+        (root / "pyproject.toml").write_text("")
+    if built:
+        (package / "runtime" / f"_claunch{EXTENSION_SUFFIXES[0]}").write_bytes(b"")
+    return package
+
+
+def test_a_missing_c_launch_path_says_what_was_imported_and_what_builds_it(tmp_path):
+    checkout = fake_package(tmp_path / "repo", checkout=True)
+    installed = fake_package(tmp_path / "site", built=True)
+    error = "No module named 'coop_tiles.runtime._claunch'"
+    build = "`pip install -e .` (or `python setup.py build_ext --inplace`)"
+    said = f"coop_tiles was imported from the source checkout {tmp_path}/repo, which has no _claunch extension in "
+    said += f"{checkout}/runtime"
+    assert missing_reason(error, checkout, [installed]) == (
+        f"{said}; the checkout comes first on sys.path (as the current directory does with `python -m`), before the "
+        f"installed coop_tiles at {installed}, which has one: run from another directory, or build it in the "
+        f"checkout with {build}"
     )
+    assert missing_reason(error, checkout, []) == f"{said}; build it there with {build}, which needs a C compiler"
+    bare = fake_package(tmp_path / "bare")
+    assert missing_reason(error, bare, [installed]) == (
+        f"no _claunch extension in {bare}/runtime; reinstall coop_tiles with a C compiler present to build it"
+    )
+    extension = installed / "runtime" / f"_claunch{EXTENSION_SUFFIXES[0]}"
+    assert missing_reason("undefined symbol: x", installed, []) == (
+        f"{extension} did not load: undefined symbol: x; rebuild it with {build} in {tmp_path}/site"
+    )
+
+
+def test_other_coop_tiles_packages_are_those_found_past_the_imported_one(tmp_path, monkeypatch):
+    first = fake_package(tmp_path / "first", checkout=True)
+    second = fake_package(tmp_path / "second", built=True)
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "first"), str(tmp_path / "second")])
+    others = other_packages(first)
+    assert second.resolve() in others and first.resolve() not in others
 
 
 @ct.jit
@@ -381,6 +451,7 @@ def test_a_cold_compile_is_logged_at_info_and_a_warm_one_says_so(cache_root, cap
     caplog.set_level(logging.INFO, logger="coop_tiles")
     out = np.zeros(1, np.int64)
     ct.jit(store_n.fn).compile(out, 1, arch="sm_90")
+    assert {e.kind for e in DiskCache(cache_root).entries()} == {"kernel", "shims"}  # kinds `cache info` shows
     messages = [r.getMessage() for r in caplog.records if r.name == "coop_tiles.compile"]
     assert messages[0] == "compiling store_n(out: array<int64, 1d>, n: int64 (python scalar)) for sm_90"
     assert re.fullmatch(r"compiled store_n for sm_90 in \d+\.\d\d s", messages[1]) and len(messages) == 2

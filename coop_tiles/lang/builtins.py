@@ -9,6 +9,34 @@ from typing import Any
 
 from .stub import stub
 
+__all__ = [
+    "abs",
+    "cdiv",
+    "constexpr",
+    "cos",
+    "device_assert",
+    "device_print",
+    "erf",
+    "exp",
+    "exp2",
+    "log",
+    "log1p",
+    "log2",
+    "maximum",
+    "minimum",
+    "num_programs",
+    "program_id",
+    "rsqrt",
+    "sigmoid",
+    "sin",
+    "softplus",
+    "sqrt",
+    "static_assert",
+    "static_print",
+    "tanh",
+    "where",
+]
+
 
 class constexpr:  # noqa: N801 - the contract spells it ct.constexpr
     """Annotation for a parameter whose value is baked into the compiled kernel.
@@ -53,8 +81,18 @@ def log1p(x: Any) -> Any:
 
 
 @stub
+def log2(x: Any) -> Any:
+    """Element-wise base-2 logarithm."""
+
+
+@stub
 def sqrt(x: Any) -> Any:
     """Element-wise square root."""
+
+
+@stub
+def rsqrt(x: Any) -> Any:
+    """Element-wise 1 / sqrt(x) (a correctly rounded square root, then a division)."""
 
 
 @stub
@@ -70,6 +108,16 @@ def sin(x: Any) -> Any:
 @stub
 def cos(x: Any) -> Any:
     """Element-wise cosine."""
+
+
+@stub
+def tanh(x: Any) -> Any:
+    """Element-wise hyperbolic tangent."""
+
+
+@stub
+def erf(x: Any) -> Any:
+    """Element-wise error function, 2/sqrt(pi) * integral of e**-t**2 from 0 to x (as math.erf)."""
 
 
 @stub
@@ -98,6 +146,13 @@ def where(cond: Any, a: Any, b: Any) -> Any:
 
 
 @stub
+def static_assert(cond: Any, msg: str = "") -> None:
+    """Check a compile-time condition (constexprs, tile sizes, dtypes) when the program is built:
+    ``ct.static_assert(TILE % 32 == 0, "TILE must be a multiple of 32")``. A false one is a
+    `TileAssertionError` at its line, in the interpreter and the compiler alike."""
+
+
+@stub
 def static_print(*values: Any) -> None:
     """Print at compile time, once per specialisation: constants as Python prints them, runtime
     values as their types (``ct.static_print("t is", t, "TILE =", TILE)`` prints
@@ -119,5 +174,24 @@ def device_assert(cond: Any, msg: str = "") -> None:
 
 #: the public element-wise functions, by their op name in `coop_tiles.ops.elementwise`
 ELEMENTWISE_FUNCTIONS = {
-    f.__name__: f for f in (exp, exp2, log, log1p, sqrt, abs, sin, cos, sigmoid, softplus, minimum, maximum, where)
+    f.__name__: f
+    for f in (
+        exp,
+        exp2,
+        log,
+        log1p,
+        log2,
+        sqrt,
+        rsqrt,
+        abs,
+        sin,
+        cos,
+        tanh,
+        erf,
+        sigmoid,
+        softplus,
+        minimum,
+        maximum,
+        where,
+    )
 }

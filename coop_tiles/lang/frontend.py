@@ -26,6 +26,7 @@ from ..ops.elementwise import ELEMENTWISE
 from . import ir
 from .combine import CombineFunction
 from .source import ParsedFunction, parse_function
+from .suggest import did_you_mean, instead_of
 from .types import (
     BOOL,
     INT64,
@@ -609,7 +610,8 @@ def _expr_attribute(b: Builder, e: ast.Attribute) -> Any:
             return Const(getattr(base.value, e.attr))
         except AttributeError:
             what = f"module {base.value.__name__!r}" if inspect.ismodule(base.value) else repr(base.value)
-            raise TileSyntaxError(f"{what} has no attribute {e.attr!r}") from None
+            ours = inspect.ismodule(base.value) and base.value.__name__ in ("coop_tiles", "coop_tiles.tile")
+            raise TileSyntaxError(f"{what} has no attribute {e.attr!r}{did_you_mean(e.attr) if ours else ''}") from None
     if isinstance(base, (ir.Var, ir.Lit)):
         t = base.type
         if e.attr == "dtype":
@@ -707,7 +709,8 @@ def _expr_call(b: Builder, e: ast.Call) -> Any:
     if isinstance(target, CombineFunction):
         raise TileTypeError(f"@ct.combine function {target.__name__} is called by tile.scan/tile.reduce (op=...)")
     if getattr(target, "__module__", "") and target.__module__.startswith(("numpy", "coop_tiles", "math")):
-        raise TileSyntaxError(f"{getattr(target, '__qualname__', target)!r} can't be called in a tile program")
+        name = getattr(target, "__qualname__", target)
+        raise TileSyntaxError(f"{name!r} can't be called in a tile program{instead_of(target)}")
     if inspect.isfunction(target):
         return b.inline(target, args, kwargs, e)
     raise TileSyntaxError(f"{getattr(target, '__qualname__', target)!r} can't be called in a tile program")

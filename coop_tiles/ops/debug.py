@@ -1,7 +1,10 @@
-"""Debugging inside programs: `ct.static_print`, `ct.device_print` and `ct.device_assert`.
+"""Debugging inside programs: `ct.static_print`, `ct.static_assert`, `ct.device_print` and
+`ct.device_assert`.
 
 - `static_print` emits no code: the front end records one line per call in the program it
   builds (`ir.Program.static_prints`); `jit.py` prints them once per specialisation.
+- `static_assert` emits no code either: a false compile-time condition stops the front end
+  with a `TileAssertionError` at its line (so both modes raise it).
 - `device_print` prints one line per program instance, the same in the interpreter and on the
   GPU: ``pid (x, y, z) prefix v1 v2 ...`` (as Python's ``print`` joins them), a tile as
   ``[e0 e1 ...]``, integers in decimal, floats as C's and Python's ``%g`` (a NaN as ``nan``),
@@ -25,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..dtypes import bfloat16, bool_, cxx_name, float16, is_float
-from ..errors import LaunchError, TileAssertionError, TileTypeError
+from ..errors import LaunchError, TileAssertionError, TileTypeError, TileValueError
 from ..lang import builtins as ct
 from ..lang import ir
 from ..lang.types import TileType
@@ -125,6 +128,24 @@ class StaticPrint(TileOp):
 
     def build(self, b, public, *values):
         b.static_prints.append(" ".join(_static_text(v) for v in values))
+        return Const(None)
+
+
+# ----- ct.static_assert -----------------------------------------------------------------------
+@register
+class StaticAssert(TileOp):
+    publics = (ct.static_assert,)
+
+    def build(self, b, public, cond, msg):
+        if not (isinstance(msg, Const) and isinstance(msg.value, str)):
+            raise TileTypeError(f"the message of ct.static_assert must be a string, got {describe(msg)}")
+        if not isinstance(cond, Const):
+            raise TileValueError(
+                "ct.static_assert checks a compile-time condition (of constexprs, tile sizes, dtypes), got a "
+                f"runtime {describe(cond)}; check runtime values with ct.device_assert(cond, msg)"
+            )
+        if not cond.value:
+            raise TileAssertionError(f"static assertion failed: {msg.value or _condition_text(b.current)}")
         return Const(None)
 
 
@@ -315,9 +336,10 @@ class DeviceAssertOp(TileOp):
 
 
 def _condition_text(call: Any) -> str:
-    """The source of a `ct.device_assert` call's condition: the message when none is given."""
+    """The source of a `ct.device_assert` or `ct.static_assert` call's condition: the message when
+    none is given."""
     if not isinstance(call, ast.Call):
-        return "ct.device_assert"
+        return "the assertion"
     node = call.args[0] if call.args else next(k.value for k in call.keywords if k.arg == "cond")
     return ast.unparse(node)
 

@@ -8,6 +8,7 @@ the statement's compute dtype first; 16-bit floats are computed on in float32 an
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +34,17 @@ def _sigmoid(x):
 def _softplus(x):
     # log(1 + e^x), and x itself past 20 (as PyTorch and Mamba do)
     return np.where(x > 20, x, np.log1p(np.exp(np.minimum(x, 20))))
+
+
+def _rsqrt(x):
+    return 1 / np.sqrt(x)
+
+
+def _erf(x):
+    """math.erf per element (NumPy has no erf), typed as NumPy types its float functions (np.sin)."""
+    dtype = np.sin(np.zeros_like(x)).dtype
+    values = np.frompyfunc(math.erf, 1, 1)(x)
+    return np.asarray(values, dtype) if np.ndim(x) else dtype.type(values)
 
 
 def _infix(symbol: str, boolean: bool = False, fn: Callable | None = None) -> Callable:
@@ -73,9 +85,13 @@ _TABLE = [
     ElementOp("exp2", np.exp2, lambda xs, lit: f"math.exp2({xs[0]})"),
     ElementOp("log", np.log, lambda xs, lit: f"math.log({xs[0]})"),
     ElementOp("log1p", np.log1p, lambda xs, lit: f"math.log1p({xs[0]})"),
+    ElementOp("log2", np.log2, lambda xs, lit: f"math.log2({xs[0]})"),
     ElementOp("sqrt", np.sqrt, lambda xs, lit: f"math.sqrt({xs[0]})"),
+    ElementOp("rsqrt", _rsqrt, lambda xs, lit: f"({lit(1)} / math.sqrt({xs[0]}))"),
     ElementOp("sin", np.sin, lambda xs, lit: f"math.sin({xs[0]})"),
     ElementOp("cos", np.cos, lambda xs, lit: f"math.cos({xs[0]})"),
+    ElementOp("tanh", np.tanh, lambda xs, lit: f"math.tanh({xs[0]})"),
+    ElementOp("erf", _erf, lambda xs, lit: f"math.erf({xs[0]})"),
     ElementOp("abs", np.abs, lambda xs, lit: f"abs({xs[0]})"),
     ElementOp("sigmoid", _sigmoid, lambda xs, lit: f"({lit(1)} / ({lit(1)} + math.exp(-{xs[0]})))"),
     ElementOp(

@@ -16,7 +16,8 @@ from typing import Any
 
 from .. import testing
 from .._log import get_logger
-from ..errors import TileError
+from ..errors import LaunchError, TileError, TileTypeError, TileValueError
+from ..lang.suggest import did_you_mean_among
 from . import launcher, toolchain
 from .cache import DiskCache, make_key
 
@@ -95,7 +96,43 @@ class Autotuner:
         for name in (*self.key, *self.reset, *self.restore):
             if name not in params:
                 raise TileError(f"ct.autotune names {name!r}, which is not a parameter of {self.kernel.__name__}")
+        for config in self.configs:
+            self._check_config(config)
         self.__name__ = self.kernel.__name__
+        #: the parameters the configs set, which a launch must leave to them
+        self.tuned = frozenset(name for config in self.configs for name, _ in config.constexprs)
+
+    def _check_config(self, config: Any) -> None:
+        """A config sets `block_threads` and constexpr parameters of the kernel, nothing else."""
+        if not isinstance(config, Config):
+            raise TileTypeError(f"ct.autotune takes a list of ct.Config, got {config!r}")
+        params = self.kernel.parsed.params
+        kernel, constexprs = self.kernel.__name__, [p for p in params if p in self.kernel.parsed.constexprs]
+        for name, value in config.constexprs:
+            if name in constexprs:
+                continue
+            if name == "num_warps":
+                threads = f"block_threads={value * 32}" if isinstance(value, int) else "block_threads"
+                raise TileValueError(
+                    f"{config} sets num_warps: coop_tiles counts threads, not warps; use {threads} (num_warps * 32)"
+                )
+            allowed = f"block_threads and the ct.constexpr parameters of {kernel} ({', '.join(constexprs) or 'none'})"
+            if name in params:
+                what = f"{name!r}, a runtime parameter of {kernel}"
+            else:
+                what = f"{name!r}, which is not a parameter of {kernel}{did_you_mean_among(name, constexprs)}"
+            raise TileValueError(f"{config} sets {what}; a config sets {allowed}")
+
+    def check_launch(self, args: tuple, kwargs: dict) -> None:
+        """A LaunchError when the launch passes a parameter the configs set."""
+        given = set(self.kernel.parsed.params[: len(args)]) | set(kwargs)
+        clash = [name for name in self.kernel.parsed.params if name in given and name in self.tuned]
+        if clash:
+            names = ", ".join(repr(name) for name in clash)
+            raise LaunchError(
+                f"{self.__name__} is autotuned: its configs set {names}, so the launch must not pass "
+                f"{'it' if len(clash) == 1 else 'them'}"
+            )
 
     # ----- the key and the cache -------------------------------------------------------------------
     def _values(self, args: tuple, kwargs: dict) -> dict[str, Any]:
@@ -275,6 +312,10 @@ class Autotuner:
         def run(*args: Any, **kwargs: Any) -> None:
             from ..jit import located_at_caller
 
+            try:
+                self.check_launch(args, kwargs)
+            except TileError as e:
+                raise located_at_caller(e) from None
             interpret = self.kernel.interpreting()
             if interpret:  # nothing to time: the first config, in the interpreter
                 config = self.configs[0]
@@ -309,10 +350,13 @@ def autotune(
     """
 
     def wrap(kernel: Any) -> Autotuner:
-        from ..jit import JITFunction
+        from ..jit import JITFunction, located_at_caller
 
-        if not isinstance(kernel, JITFunction):
-            raise TileError("@ct.autotune goes above @ct.jit")
-        return Autotuner(kernel, list(configs), list(key), list(reset), list(restore), progress, warmup, reps)
+        try:
+            if not isinstance(kernel, JITFunction):
+                raise TileError("@ct.autotune goes above @ct.jit")
+            return Autotuner(kernel, list(configs), list(key), list(reset), list(restore), progress, warmup, reps)
+        except TileError as e:  # located at the decorator
+            raise located_at_caller(e) from None
 
     return wrap

@@ -43,6 +43,13 @@ _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 log = get_logger("cache")
 
+#: the kinds of entry coop_tiles writes, with what each holds (`python -m coop_tiles cache` lists them)
+KINDS = {
+    "kernel": "compiled kernels (cubins)",
+    "shims": "NVRTC output of the CUB shims, with their TempStorage sizes",
+    "autotune": "autotuning timings, one per kernel, key, device and config",
+}
+
 # Running byte total of each cache directory, per process (None: not listed yet).
 _totals: dict[Path, int] = {}
 _totals_lock = threading.Lock()
@@ -194,6 +201,10 @@ class DiskCache:
             return sorted(p for p in self.root.iterdir() if p.is_dir())
         except OSError:
             return []
+
+    def kinds(self) -> list[str]:
+        """The kinds `KINDS` names, then those of any other directory here (left by another version)."""
+        return [*KINDS, *sorted(p.name for p in self._kind_dirs() if p.name not in KINDS)]
 
     def entries(self, kind: str | None = None) -> list[Entry]:
         """Every entry (of one kind, if given), in no particular order."""

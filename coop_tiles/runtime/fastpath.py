@@ -172,16 +172,24 @@ class _PythonKernelBase:
 
 #: why the C launch path is not available (None when it is), for the log and `--version`
 C_LAUNCH_MISSING: str | None = None
+#: the file the C launch path was loaded from (None when it was not)
+C_LAUNCH_FILE: str | None = None
 try:
     from ._claunch import KernelBase
     from ._claunch import current_context as current_context
-except ImportError as e:  # built without a C compiler: kernel[grid] is Python
+
+    C_LAUNCH_FILE = sys.modules[KernelBase.__module__].__file__
+except ImportError as e:  # not built (no C compiler, or a checkout never built in place): kernel[grid] is Python
+    from pathlib import Path
+
+    from .extension import missing_reason, other_packages
     from .launcher import current_context
 
     KernelBase = _PythonKernelBase
-    C_LAUNCH_MISSING = str(e)
+    _package = Path(__file__).resolve().parent.parent
+    C_LAUNCH_MISSING = missing_reason(str(e), _package, other_packages(_package))
     get_logger("launch").warning(
-        "the C launch path (coop_tiles.runtime._claunch) is not built (%s); launches go through the Python "
-        "fast path, which costs more host time per launch. Reinstall with a C compiler present to build it",
-        e,
+        "the C launch path (coop_tiles.runtime._claunch) is not built: %s. Launches go through the Python "
+        "fast path, which costs more host time per launch",
+        C_LAUNCH_MISSING,
     )
