@@ -8,6 +8,7 @@ mix of them.
 
 from __future__ import annotations
 
+import functools
 import statistics
 import sys
 from collections.abc import Callable, Sequence
@@ -33,6 +34,23 @@ DEFAULT_TOLERANCES = {
 SHOWN_MISMATCHES = 10
 #: the L2 flush buffer is this many times the device's L2 cache
 FLUSH_FACTOR = 2
+#: Reads the flush buffer (16-byte loads, a grid-stride loop), so the lines it leaves in L2 are
+#: clean: a flush that writes (a memset) leaves dirty lines whose write-back lands in the next
+#: timed call, charged to a kernel that only reads (about 9 us on an H100; issue 17). It writes
+#: only if the buffer, zeroed once, ever held another value: never, but the loads must stay.
+_FLUSH_READER = r"""
+extern "C" __global__ void coop_flush_read(const uint4* words, unsigned long long n, unsigned* sink) {
+  unsigned acc = 0;
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+       i += (unsigned long long)gridDim.x * blockDim.x) {
+    uint4 w = __ldcg(words + i);
+    acc |= w.x | w.y | w.z | w.w;
+  }
+  if (acc != 0) *sink = acc;
+}
+"""
+_FLUSH_THREADS = 256
+_FLUSH_BLOCKS_PER_SM = 8
 
 
 # ================================================================================================
@@ -51,8 +69,9 @@ def do_bench(
 
     As Triton's ``do_bench``: `warmup` and `rep` are budgets in milliseconds, turned into
     numbers of calls from the time of five calls; each timed call gets its own pair of events,
-    and before each one the L2 cache is flushed by writing a buffer twice its size (unless
-    ``flush_l2=False``). Returns the median, or with `quantiles` (fractions in [0, 1]) the list
+    and before each one the L2 cache is flushed by reading a buffer twice its size (unless
+    ``flush_l2=False``): unlike Triton's memset, a read leaves no dirty lines whose write-back
+    would be charged to the timed call. Returns the median, or with `quantiles` (fractions in [0, 1]) the list
     of those quantiles of the per-call times, in order (always a list). ``setup()``, when
     given, runs before every call, outside the timed interval (to reset an output `fn`
     accumulates into).
@@ -104,6 +123,20 @@ def current_stream() -> int:
     return launcher.current_stream(libraries, device.device_id)
 
 
+@functools.cache
+def _flush_reader(device_id: int) -> Any:
+    """The flush buffer's reader compiled for `device_id` (NVRTC through cuda.core), as a driver handle."""
+    from cuda.core import Program, ProgramOptions
+
+    from .runtime import launcher, toolchain
+
+    toolchain.import_cuda_core()
+    with launcher.on_device(device_id):
+        options = ProgramOptions(arch=launcher.device_arch(device_id))
+        code = Program(_FLUSH_READER, "c++", options).compile("cubin")
+        return code.get_kernel("coop_flush_read").handle
+
+
 class _EventTimer:
     """CUDA events and the L2 flush buffer for timing calls on one stream, through the driver
     API so that it works the same under any array library."""
@@ -113,15 +146,21 @@ class _EventTimer:
 
         self.driver, self.stream = driver, stream
         self.events: list[Any] = []
-        self.flush_words = self.buffer = 0
+        self.flush_chunks = self.buffer = 0
         if flush_l2:
             from .runtime import launcher
 
+            device_id = launcher.current_device().device_id
             attr = driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE
-            l2 = self._check(driver.cuDeviceGetAttribute(attr, launcher.current_device().device_id), "L2 size query")
-            self.flush_words = max(1, FLUSH_FACTOR * int(l2) // 4)
-            self.buffer = self._check(driver.cuMemAlloc(4 * self.flush_words), "allocating the L2 flush buffer")
-        self.flushes = 0
+            l2 = self._check(driver.cuDeviceGetAttribute(attr, device_id), "L2 size query")
+            self.flush_chunks = max(1, FLUSH_FACTOR * int(l2) // 16)
+            # the 16-byte chunks, then the reader's never-written word
+            self.buffer = self._check(driver.cuMemAlloc(16 * self.flush_chunks + 16), "allocating the L2 flush buffer")
+            self._check(driver.cuMemsetD32Async(self.buffer, 0, 4 * self.flush_chunks, stream), "zeroing the buffer")
+            self.reader = _flush_reader(device_id)
+            attr = driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
+            sms = self._check(driver.cuDeviceGetAttribute(attr, device_id), "SM count query")
+            self.flush_blocks = int(sms) * _FLUSH_BLOCKS_PER_SM
 
     def _check(self, result: Any, what: str) -> Any:
         err = result[0] if isinstance(result, tuple) else result
@@ -138,10 +177,14 @@ class _EventTimer:
         if setup is not None:
             setup()
         if self.buffer:
-            self.flushes += 1  # a different value each time, so no write is skipped
-            self._check(
-                self.driver.cuMemsetD32Async(self.buffer, self.flushes, self.flush_words, self.stream), "L2 flush"
+            import ctypes
+
+            args = (int(self.buffer), self.flush_chunks, int(self.buffer) + 16 * self.flush_chunks)
+            types = (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p)
+            launch = self.driver.cuLaunchKernel(
+                self.reader, self.flush_blocks, 1, 1, _FLUSH_THREADS, 1, 1, 0, self.stream, (args, types), 0
             )
+            self._check(launch, "L2 flush")
 
     def _record(self, event: Any) -> None:
         self._check(self.driver.cuEventRecord(event, self.stream), "recording a CUDA event")
