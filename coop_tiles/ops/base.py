@@ -106,7 +106,7 @@ class BodyStart:
 
 
 # ----- what an op sees of each stage ---------------------------------------------------------------
-# The stages pass their own objects to the hooks (lang/frontend.py's Builder, lang/interpreter.py's
+# The stages pass their own objects to the hooks (lang/builder.py's Builder, lang/interpreter.py's
 # Frame, planner/layout.py's LayoutContext, codegen/shims.py's ShimWriter); ops know them only by
 # these protocols, so that no op module, and not this one, imports a stage (codegen/numba_body.py's
 # writer is `BodyWriting`).
