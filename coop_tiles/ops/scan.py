@@ -103,7 +103,7 @@ class Scan(TileOp):
     def thread0_reads(self, s: TileScan, threads: int) -> set[str]:
         # a carried scan's seed is thread 0's: it shares it with the block through the scan's own barrier
         carried = _carried(s, s.srcs[0].type.size, threads)
-        return {v.name for v in s.initial if isinstance(v, ir.Var)} if carried else set()
+        return {v.name for v in s.initial or () if isinstance(v, ir.Var)} if carried else set()
 
     def layout(self, s: TileScan, ctx) -> None:
         ctx.join_blocked([*s.srcs, *s.outs])
