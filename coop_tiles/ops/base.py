@@ -8,6 +8,8 @@ package. It owns the op's IR statement class and every rule about it:
 - `layout`: what it needs of its tiles' ThreadData layouts (planner);
 - `choose`: the CUB primitive and algorithm it runs as (planner);
 - `launch_check`: what it needs of the grid, checked at each launch (interpreter and launcher);
+- `options`, `forbids`: its options and the combinations the contract forbids (`ops/options.py`),
+  which the option matrix tries (tests);
 - `lower`: its C++ shim, written into the kernel's translation unit, and the `ShimCall` that
   the generated body makes (codegen renders the call; no op writes body code itself).
 """
@@ -21,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from ..lang import ir
+from .options import Forbidden, Option
 
 if TYPE_CHECKING:
     from ..codegen.shims import ShimWriter
@@ -93,6 +96,10 @@ class TileOp:
     publics: ClassVar[tuple[Callable, ...]] = ()
     #: the IR statement class the op emits (None: it only emits generic statements).
     stmt: ClassVar[type | None] = None
+    #: the options of its public functions and the values the option matrix tries (`ops/options.py`)
+    options: ClassVar[tuple[Option, ...]] = ()
+    #: the combinations of them the contract forbids, in the order `build` checks them
+    forbids: ClassVar[tuple[Forbidden, ...]] = ()
 
     def build(self, b: Builder, args: dict[str, Any], public: Callable) -> Any:
         raise NotImplementedError

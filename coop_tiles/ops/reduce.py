@@ -40,7 +40,7 @@ class Reduce(TileOp):
 
     def build(self, b, a, public):
         op_value = Const(_NAMED[public]) if public in _NAMED else a["op"]
-        op, srcs, dtypes = typed_op(b, op_value, a["t"], f"tile.{public.__name__}")
+        op, srcs, dtypes = typed_op(b, op_value, a["t"], f"tile.{public.__name__}", a["dtype"])
         outs = tuple(b.temp(ScalarType(dt)) for dt in dtypes)
         b.emit(TileReduce(outs, srcs, op if isinstance(op, str) else op.name, not isinstance(op, str)))
         return outs if len(outs) > 1 or not isinstance(a["t"], ir.Var) else outs[0]

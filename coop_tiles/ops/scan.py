@@ -44,7 +44,7 @@ class Scan(TileOp):
     in_place = True
 
     def build(self, b, a, public):
-        op, srcs, dtypes = typed_op(b, a["op"], a["t"], "tile.scan")
+        op, srcs, dtypes = typed_op(b, a["op"], a["t"], "tile.scan", a["dtype"])
         exclusive = b.constant(a["exclusive"], "exclusive", bool)
         return_total = b.constant(a["return_total"], "return_total", bool)
         chained = b.constant(a["chained"], "chained", bool)
