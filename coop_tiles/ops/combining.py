@@ -8,12 +8,24 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import accumulator, as_dtype, bool_, check_op, cxx_name, is_half, storage_dtype
+from ..dtypes import (
+    BITWISE_OPS,
+    accumulator,
+    as_dtype,
+    bitwise_on_float,
+    bool_,
+    check_op,
+    cxx_name,
+    is_float,
+    is_half,
+    storage_dtype,
+)
 from ..errors import TileTypeError, TileValueError
 from ..lang import ir
 from ..lang.combine import CombineFunction
 from ..lang.values import Const, describe, is_tile
 from .base import seq
+from .options import COMBINE, TILE, TUPLE, Forbidden, Option
 
 UFUNCS = {
     "add": np.add,
@@ -51,6 +63,38 @@ def half_dtype(name: str) -> str:
 
 
 BOOL_DTYPE = "dtype=bool: scans and reductions don't run on bool; pass an integer dtype"
+
+
+#: the options scans and reductions share (`ops/options.py`)
+OPTIONS = (
+    Option("t", (TILE, TUPLE)),
+    Option("op", (*UFUNCS, COMBINE)),
+    Option("dtype", (None, np.int64, np.float32, np.float16, np.bool_)),
+)
+
+
+def _dtype(choice: Any) -> np.dtype | None:
+    return None if choice.get("dtype") is None else np.dtype(choice["dtype"])
+
+
+#: what the contract forbids of them, in the order `typed_op` checks it
+FORBIDS = (
+    Forbidden(
+        lambda c: c.get("op") is COMBINE and c["dtype"] is not None, TileValueError, lambda public, c: COMBINE_DTYPE
+    ),
+    Forbidden(
+        lambda c: c["t"] is TUPLE and c.get("op") is not COMBINE,
+        TileTypeError,
+        lambda public, c: TUPLE_NEEDS_COMBINE.format(what=public),
+    ),
+    Forbidden(lambda c: is_half(_dtype(c)), TileValueError, lambda public, c: half_dtype(_dtype(c).name)),
+    Forbidden(lambda c: _dtype(c) == bool_, TileValueError, lambda public, c: BOOL_DTYPE),
+    Forbidden(
+        lambda c: c.get("op", "add") in BITWISE_OPS and _dtype(c) is not None and is_float(_dtype(c)),
+        TileTypeError,
+        lambda public, c: bitwise_on_float(c["op"], _dtype(c).name),
+    ),
+)
 
 
 def typed_op(

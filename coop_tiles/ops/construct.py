@@ -12,6 +12,7 @@ from ..lang import ir
 from ..lang.types import TileType
 from ..lang.values import Const
 from .base import TileOp, register
+from .options import Option
 
 
 @dataclass
@@ -29,6 +30,7 @@ class TileArange(ir.Stmt):
 class Full(TileOp):
     publics = (tile.full, tile.zeros)
     stmt = TileFull
+    options = (Option("dtype", (np.int32, np.float64, np.float16)),)
 
     def build(self, b, a, public):
         dt = as_dtype(b.constant(a["dtype"], "the dtype"))
@@ -45,6 +47,7 @@ class Full(TileOp):
 class Arange(TileOp):
     publics = (tile.arange,)
     stmt = TileArange
+    options = (Option("dtype", (np.int32, np.int64, np.float32)),)
 
     def build(self, b, a, public):
         dt = as_dtype(b.constant(a["dtype"], "the dtype"))

@@ -15,6 +15,7 @@ from ..lang import ir
 from ..lang.types import TileType
 from ..lang.values import Const
 from .base import ArrayArg, ShimCall, TileArg, TileOp, ValueArg, register, valid_arg, valid_count, valid_value
+from .options import COUNT, SCALAR, Option
 
 
 @dataclass
@@ -63,6 +64,7 @@ def touched_span(frame: Any, array: np.ndarray, offset: ir.Value, valid: ir.Valu
 class Load(TileOp):
     publics = (tile.load,)
     stmt = TileLoad
+    options = (Option("valid", (None, COUNT)), Option("other", (0, -7, SCALAR)))
 
     def build(self, b, a, public):
         array = one_d_array(b, a["a"], "tile.load's first argument")
@@ -142,6 +144,7 @@ def load_converted(program: ir.Program) -> None:
 class Store(TileOp):
     publics = (tile.store,)
     stmt = TileStore
+    options = (Option("valid", (None, COUNT)),)
 
     def build(self, b, a, public):
         array = one_d_array(b, a["a"], "tile.store's first argument")

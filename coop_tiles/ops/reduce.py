@@ -20,7 +20,7 @@ from ..lang.types import ScalarType
 from ..lang.values import Const
 from ..planner.layout import REENTRANT
 from .base import PARITY, OutArg, ShimCall, TileArg, TileOp, errstate, register
-from .combining import UFUNCS, combine_fold, item_code, typed_op
+from .combining import FORBIDS, OPTIONS, UFUNCS, combine_fold, item_code, typed_op
 
 _NAMED = {tile.sum: "add", tile.max: "max", tile.min: "min"}
 
@@ -37,6 +37,8 @@ class TileReduce(ir.Collective):
 class Reduce(TileOp):
     publics = (tile.reduce, tile.sum, tile.max, tile.min)
     stmt = TileReduce
+    options = OPTIONS
+    forbids = FORBIDS
 
     def build(self, b, a, public):
         op_value = Const(_NAMED[public]) if public in _NAMED else a["op"]

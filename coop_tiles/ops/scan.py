@@ -21,7 +21,10 @@ from ..lang.types import ScalarType, TileType
 from ..planner.layout import REENTRANT, SYNCS
 from . import chained as chain
 from .base import PARITY, OutArg, ShimCall, TileArg, TileOp, ValueArg, errstate, register
-from .combining import UFUNCS, combine_operands, combine_scan, item_code, typed_op
+from .combining import FORBIDS, OPTIONS, UFUNCS, combine_operands, combine_scan, item_code, typed_op
+from .options import COMBINE, SCALAR, Forbidden, Option
+
+EXCLUSIVE_NEEDS_INITIAL = "an exclusive scan with a @ct.combine function needs initial= (there is no identity)"
 
 
 @dataclass
@@ -42,6 +45,21 @@ class Scan(TileOp):
     publics = (tile.scan,)
     stmt = TileScan
     in_place = True
+    options = (
+        *OPTIONS,
+        Option("exclusive", (False, True)),
+        Option("initial", (None, SCALAR)),
+        Option("return_total", (False, True)),
+        Option("chained", (False, True), once=(True,)),
+    )
+    forbids = (
+        *FORBIDS,
+        Forbidden(
+            lambda c: c["exclusive"] and c["op"] is COMBINE and c["initial"] is None,
+            TileValueError,
+            lambda public, c: EXCLUSIVE_NEEDS_INITIAL,
+        ),
+    )
 
     def build(self, b, a, public):
         op, srcs, dtypes = typed_op(b, a["op"], a["t"], "tile.scan", a["dtype"])
@@ -54,7 +72,7 @@ class Scan(TileOp):
         if initial is not None:
             initial = combine_operands(b, initial, dtypes, "initial")
         elif exclusive and not isinstance(op, str):
-            raise TileValueError("an exclusive scan with a @ct.combine function needs initial= (there is no identity)")
+            raise TileValueError(EXCLUSIVE_NEEDS_INITIAL)
         size = srcs[0].type.size
         outs = tuple(b.temp(TileType(dt, size)) for dt in dtypes)
         totals = tuple(b.temp(ScalarType(dt)) for dt in dtypes) if return_total else None
