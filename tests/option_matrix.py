@@ -166,7 +166,8 @@ def keywords(s: Source, c: Combination, i: int, operands: tuple[str, ...], reali
     out = ""
     for name, value in c.choice:
         default = params[name].default
-        if name in operands or (not isinstance(value, Sample) and default is not inspect.Parameter.empty and _same(value, default)):
+        at_default = not isinstance(value, Sample) and default is not inspect.Parameter.empty and _same(value, default)
+        if name in operands or at_default:
             continue
         if value is COUNT:
             expr = f"{GRID * c.size - SHORT} - base{i}"
@@ -332,12 +333,14 @@ def _operands(c: Combination) -> tuple[list[np.ndarray], Callable, tuple]:
 
 
 def _acc_dtypes(c: Combination, k: int) -> list[np.dtype]:
+    """The results' dtypes: `dtype`'s, else the operands' (int32; also for a forbidden `dtype`, which
+    never runs)."""
     dt = c.options.get("dtype")
-    return [np.dtype(np.int32 if dt is None else dt)] * k
+    return [np.dtype(np.int32 if dt is None or c.rule is not None else dt)] * k
 
 
-def _identity(op: str, dt: np.dtype) -> Any:
-    if op in ("add", "or", "xor"):
+def _identity(op: Any, dt: np.dtype) -> Any:
+    if op is COMBINE or op in ("add", "or", "xor"):
         return dt.type(0)
     if op == "mul":
         return dt.type(1)
@@ -349,10 +352,14 @@ def _identity(op: str, dt: np.dtype) -> Any:
 
 
 def _operand_text(s: Source, c: Combination, i: int, data: list[np.ndarray]) -> str:
+    """Loads of the operand tiles; the operand as the call takes it (a tuple of two for `TUPLE`, the
+    second a copy of the first for a built-in op, which the contract forbids)."""
     names = [f"a{i}", f"b{i}"][: len(data)]
     for name, x in zip(names, data):
         s.line(f"{name} = tile.load({s.param(f'x{name}', x)}, base{i}, {c.size})")
-    return f"({', '.join(names)})" if c.options.get("t") is TUPLE else names[0]
+    if c.options.get("t") is not TUPLE:
+        return names[0]
+    return f"({names[0]}, {names[-1]})"
 
 
 def _combine_or_seed(s: Source, c: Combination, i: int, seed: tuple) -> Callable[[str, Any], str]:
@@ -381,7 +388,17 @@ def _scan(s: Source, c: Combination, i: int) -> None:
     if o["return_total"]:
         target += ", " + (f"({', '.join(totals)})" if k > 1 or o["t"] is TUPLE else totals[0])
     s.call(c, f"{target} = tile.scan({operands}{kw})")
-    # the reference: a sequential fold per tile, or over the whole array for a chained scan
+    ys, zs = _scan_reference(c, data, fold, seed, dts) if c.rule is None else ([data[0]] * k, [data[0]] * k)
+    for j in range(k):
+        s.line(f"tile.store({s.output(c, f'y{i}_{j}', np.zeros_like(ys[j]), ys[j])}, base{i}, {scanned[j]})")
+        if o["return_total"]:
+            s.line(f"{s.output(c, f'z{i}_{j}', np.zeros_like(zs[j]), zs[j])}[pid] = {totals[j]}")
+
+
+def _scan_reference(c: Combination, data: list[np.ndarray], fold: Callable, seed: tuple, dts: list[np.dtype]):
+    """(scanned arrays, totals by program): a sequential fold per tile, or over the whole array for a
+    chained scan."""
+    T, o = c.size, c.options
     xs = [x.astype(dt) for x, dt in zip(data, dts)]
     seeded = o["initial"] is not None
     start = tuple(dt.type(v) for v, dt in zip(seed, dts)) if seeded else None
@@ -400,10 +417,7 @@ def _scan(s: Source, c: Combination, i: int) -> None:
                 y[j] = v
         for z, v in zip(zs, acc):
             z[p] = v
-    for j in range(k):
-        s.line(f"tile.store({s.output(c, f'y{i}_{j}', np.zeros_like(ys[j]), ys[j])}, base{i}, {scanned[j]})")
-        if o["return_total"]:
-            s.line(f"{s.output(c, f'z{i}_{j}', np.zeros_like(zs[j]), zs[j])}[pid] = {totals[j]}")
+    return ys, zs
 
 
 @harness(tile.reduce, tile.sum, tile.max, tile.min, knows=("t", "op", "dtype"))
@@ -418,6 +432,14 @@ def _reduce(s: Source, c: Combination, i: int) -> None:
     results = [f"r{i}_{j}" for j in range(k)]
     target = f"({', '.join(results)})" if k > 1 or o["t"] is TUPLE else results[0]
     s.call(c, f"{target} = tile.{c.public.__name__}({operands}{kw})")
+    zs = _reduce_reference(c, data, fold, dts) if c.rule is None else [np.zeros(GRID, np.int32)] * k
+    for j in range(k):
+        s.line(f"{s.output(c, f'z{i}_{j}', np.zeros_like(zs[j]), zs[j])}[pid] = {results[j]}")
+
+
+def _reduce_reference(c: Combination, data: list[np.ndarray], fold: Callable, dts: list[np.dtype]):
+    """Each program's fold of its tile, in order."""
+    T = c.size
     xs = [x.astype(dt) for x, dt in zip(data, dts)]
     zs = [np.zeros(GRID, dt) for dt in dts]
     for p in range(GRID):
@@ -427,8 +449,7 @@ def _reduce(s: Source, c: Combination, i: int) -> None:
                 acc = tuple(dt.type(v) for v, dt in zip(fold(acc, tuple(x[j] for x in xs)), dts))
         for z, v in zip(zs, acc):
             z[p] = v
-    for j in range(k):
-        s.line(f"{s.output(c, f'z{i}_{j}', np.zeros_like(zs[j]), zs[j])}[pid] = {results[j]}")
+    return zs
 
 
 # ----- histogram, sort ---------------------------------------------------------------------------
@@ -624,6 +645,5 @@ def outcome(run: Callable[[Source], Any], c: Combination, cache: dict) -> tuple[
         return group_source(g), cache[g]
     run(alone_source(c))  # raises c's own failure
     raise AssertionError(
-        f"{c} runs alone but not in program {group_source(g).name} with {', '.join(map(str, GROUPS[g]))}: "
-        f"{cache[g]!r}"
+        f"{c} runs alone but not in program {group_source(g).name} with {', '.join(map(str, GROUPS[g]))}: {cache[g]!r}"
     )
