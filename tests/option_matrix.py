@@ -28,8 +28,11 @@ from __future__ import annotations
 import functools
 import inspect
 import linecache
+import multiprocessing
+import os
 import zlib
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -619,6 +622,21 @@ def interpret(s: Source) -> dict[str, np.ndarray]:
 
 def compile_source(s: Source) -> Any:
     return ct.jit(s.fn, block_threads=BLOCK).compile(*s.args(), arch=ARCH)
+
+
+def warm_cache(jobs: int = min(len(os.sched_getaffinity(0)), 8)) -> None:
+    """Compile every program into the disk cache in `jobs` processes at once: compiling is the matrix's
+    cost, and the tests' compiles then read the cubins. (Failures are left for the tests to report.)"""
+    if jobs > 1:
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            list(pool.map(_compile_quietly, range(len(GROUPS)), chunksize=4))
+
+
+def _compile_quietly(g: int) -> None:
+    try:
+        compile_source(group_source(g))
+    except Exception:  # noqa: BLE001, S110 - the test that compiles it reports it
+        pass
 
 
 def check(s: Source, c: Combination, got: dict[str, np.ndarray], against: dict[str, np.ndarray] | None = None) -> None:

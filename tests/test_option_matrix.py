@@ -2,8 +2,20 @@
 run in the interpreter against NumPy and compile to an sm_90 cubin; the forbidden ones raise their
 declared error, located at the call, in both modes."""
 
+import inspect
+
 import pytest
-from option_matrix import ALLOWED, FORBIDDEN, HARNESSES, alone_source, check, compile_source, interpret, outcome
+from option_matrix import (
+    ALLOWED,
+    FORBIDDEN,
+    HARNESSES,
+    alone_source,
+    check,
+    compile_source,
+    interpret,
+    outcome,
+    warm_cache,
+)
 
 import coop_tiles as ct
 from coop_tiles import tile
@@ -19,8 +31,13 @@ def test_interpreter_matches_numpy(c):
     check(source, c, got)
 
 
+@pytest.fixture(scope="module")
+def cubins_cached():
+    warm_cache()
+
+
 @pytest.mark.parametrize("c", ALLOWED, ids=str)
-def test_compiles_to_cubin(c):
+def test_compiles_to_cubin(c, cubins_cached):
     _, kernel = outcome(compile_source, c, _compiled)
     assert kernel.cubin[:4] == b"\x7fELF"
 
@@ -42,6 +59,6 @@ def test_every_op_and_option_is_in_the_matrix():
     for name in tile.__all__:
         public = getattr(tile, name)
         assert public in HARNESSES, f"tile.{name} has no harness in tests/option_matrix.py"
-        declared = {o.name for o in BY_PUBLIC[public].options} & set(__import__("inspect").signature(public).parameters)
+        declared = {o.name for o in BY_PUBLIC[public].options} & set(inspect.signature(public).parameters)
         unknown = declared - HARNESSES[public].knows
         assert not unknown, f"tile.{name}'s harness does not know the options {sorted(unknown)}"
