@@ -620,6 +620,15 @@ def interpret(s: Source) -> dict[str, np.ndarray]:
     return dict(zip(s.params, args))
 
 
+def run_on_gpu(s: Source) -> dict[str, np.ndarray]:
+    """The program's output arrays after a launch on the GPU (CuPy arrays), back on the host."""
+    import cupy as cp
+
+    args = [cp.asarray(a) if isinstance(a, np.ndarray) else a for a in s.args()]
+    ct.jit(s.fn, block_threads=BLOCK)[GRID](*args)
+    return {name: cp.asnumpy(a) if isinstance(a, cp.ndarray) else a for name, a in zip(s.params, args)}
+
+
 def compile_source(s: Source) -> Any:
     return ct.jit(s.fn, block_threads=BLOCK).compile(*s.args(), arch=ARCH)
 
