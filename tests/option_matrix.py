@@ -11,7 +11,8 @@ Every call runs in `GRID` programs, each on its own tile of `T` elements, `T` on
 tile that fills the block's items exactly and one that leaves padding (the two code paths of most
 shims). Which one a combination gets alternates with its samples (the parity of the sum of their
 indices), so every pair of sample values meets both sizes. A `COUNT` sample is `n - base` with
-`n = GRID * T - SHORT`: the whole tile in every program but the last.
+`n = (GRID - 1) * T - SHORT`: the whole tile and more in the first programs, part of it in the one
+before last, and a negative count (nothing) in the last.
 
 Allowed combinations of one op are packed into few programs (`GROUP` calls each; at most one call
 per program with a sample an option declares `once`, such as a chained scan), because compiling is
@@ -45,7 +46,7 @@ from coop_tiles.ops.options import COMBINE, COUNT, SCALAR, TILE, TUPLE, Forbidde
 
 BLOCK = 128
 SIZES = (512, 300)  # 4 items per thread exactly; 3 items per thread with 84 of padding
-GRID = 3
+GRID = 4
 SHORT = 37
 GROUP = 12
 ARCH = "sm_90"
@@ -56,7 +57,7 @@ ARCH = "sm_90"
 # ================================================================================================
 def show(value: Any) -> str:
     """A sample as it appears in a combination's name."""
-    if isinstance(value, Sample) or isinstance(value, str):
+    if isinstance(value, (Sample, str)):
         return str(value)
     if isinstance(value, type) and issubclass(value, np.generic):
         return np.dtype(value).name
@@ -101,6 +102,7 @@ def all_combinations() -> list[Combination]:
 
 
 def _index(samples: tuple, value: Any) -> int:
+    """Where `value` is among `samples` (by identity or same type and value: `0` is not `False`)."""
     return next(i for i, s in enumerate(samples) if s is value or (type(s) is type(value) and s == value))
 
 
@@ -119,9 +121,9 @@ class Output:
 class Source:
     """A generated tile program: its lines, its parameters with their values, and its constants."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, label: str):
         self.name = name
-        self.filename = f"<option matrix {name}>"
+        self.filename = f"<option matrix: {label}>"
         self.lines = [f"def {name}({{params}}):", "    pid = ct.program_id(0)"]
         self.params: dict[str, Any] = {}
         self.names: dict[str, Any] = {"ct": ct, "tile": tile, "np": np}
@@ -144,7 +146,9 @@ class Source:
         self.line(text)
         self.call_lines[str(c)] = len(self.lines)
 
-    def output(self, c: Combination, name: str, initial: np.ndarray, expected: np.ndarray, where=None) -> str:
+    def output(
+        self, c: Combination, name: str, initial: np.ndarray, expected: np.ndarray, where: np.ndarray | None = None
+    ) -> str:
         self.outputs.setdefault(str(c), []).append(Output(name, expected, where))
         return self.param(name, initial)
 
@@ -173,7 +177,7 @@ def keywords(s: Source, c: Combination, i: int, operands: tuple[str, ...], reali
         if name in operands or at_default:
             continue
         if value is COUNT:
-            expr = f"{GRID * c.size - SHORT} - base{i}"
+            expr = f"{(GRID - 1) * c.size - SHORT} - base{i}"
         elif isinstance(value, Sample):
             expr = realize(name, value)
         else:
@@ -183,13 +187,13 @@ def keywords(s: Source, c: Combination, i: int, operands: tuple[str, ...], reali
 
 
 def _same(a: Any, b: Any) -> bool:
-    return type(a) is type(b) and a == b or (a is None and b is None)
+    return type(a) is type(b) and a == b
 
 
 def counts(c: Combination) -> list[int]:
     """Each program's count of valid elements for a `COUNT` valid (else the whole tile)."""
     valid = c.options.get("valid")
-    n = GRID * c.size - SHORT
+    n = (GRID - 1) * c.size - SHORT
     return [int(np.clip(n - p * c.size, 0, c.size)) if valid is COUNT else c.size for p in range(GRID)]
 
 
@@ -324,7 +328,7 @@ def _operands(c: Combination) -> tuple[list[np.ndarray], Callable, tuple]:
     wide = o.get("dtype") is np.int64
     data = {
         "add": lambda: rng.integers(0, 2**27, n) if wide else rng.integers(-50, 50, n),
-        "mul": lambda: np.where(rng.random(n) < 1 / 64, 2, rng.choice([1, -1], n)),
+        "mul": lambda: np.where(rng.random(n) < 1 / 128, 2, rng.choice([1, -1], n)),
         "max": lambda: rng.integers(-1000, 1000, n),
         "min": lambda: rng.integers(-1000, 1000, n),
         "and": lambda: ~(1 << rng.integers(0, 28, n)),
@@ -598,16 +602,16 @@ GROUP_OF = {c: g for g, cs in enumerate(GROUPS) for c in cs}
 
 @functools.cache
 def group_source(g: int) -> Source:
-    return make_source(f"{GROUPS[g][0].public.__name__}_{g}", GROUPS[g])
+    return make_source(f"{GROUPS[g][0].public.__name__}_{g}", f"program {g}", GROUPS[g])
 
 
 @functools.cache
 def alone_source(c: Combination) -> Source:
-    return make_source(f"{c.public.__name__}_alone", [c])
+    return make_source(f"{c.public.__name__}_alone", str(c), [c])
 
 
-def make_source(name: str, cs: list[Combination]) -> Source:
-    s = Source(name)
+def make_source(name: str, label: str, cs: list[Combination]) -> Source:
+    s = Source(name, label)
     for i, c in enumerate(cs):
         HARNESSES[c.public].write(s, c, i)
     return s
