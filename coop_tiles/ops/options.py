@@ -20,8 +20,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from ..errors import TileError
 
 
@@ -78,8 +76,3 @@ def forbidden(forbids: tuple[Forbidden, ...], choice: Choice) -> Forbidden | Non
     """The first of the rules `forbids` that applies to `choice` (an op declares them in the order its
     `build` checks them, so this is the error `build` raises), or None when the contract allows it."""
     return next((rule for rule in forbids if rule.when(choice)), None)
-
-
-def dtype_name(value: Any) -> str:
-    """How an error message names a dtype sample."""
-    return np.dtype(value).name
