@@ -108,9 +108,14 @@ def check_op(op: str, dt: np.dtype) -> None:
             f"unknown operator {op!r}; expected one of {', '.join(SCAN_OPS)} or a @ct.combine function"
         )
     if op in BITWISE_OPS and is_float(dt):
-        raise TileTypeError(f"operator {op!r} needs an integer tile, got {dt.name}")
+        raise TileTypeError(bitwise_on_float(op, dt.name))
     if dt == bool_:
         raise TileTypeError("scans and reductions of bool tiles are not supported; convert with t.astype(np.int32)")
+
+
+def bitwise_on_float(op: str, dtype_name: str) -> str:
+    """The error of a bitwise scan or reduction over floats."""
+    return f"operator {op!r} needs an integer tile, got {dtype_name}"
 
 
 def identity(op: str, dt: np.dtype) -> object:

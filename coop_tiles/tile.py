@@ -79,6 +79,7 @@ def scan(
     initial: Any = None,
     return_total: bool = False,
     chained: bool = False,
+    dtype: Any = None,
 ) -> Any:
     """Block-wide scan of a tile, or of a tuple of tiles with a ``@ct.combine`` op (inclusive
     unless ``exclusive=True``).
@@ -96,28 +97,34 @@ def scan(
     ``total`` is the fold through this program's last element. It must run exactly once in every
     program (at the top level, not in a loop or an ``if``). Example, a whole-array cumsum:
     ``tile.store(y, base, tile.scan(t, chained=True), valid=n - base)``.
+
+    ``dtype`` (built-in ops): the tile is converted to it before the scan, which runs and returns in it,
+    as ``torch.cumsum(dtype=)`` does: ``tile.scan(t, dtype=np.int64)`` does not wrap where int32 would.
     """
 
 
 @stub
-def reduce(t: Any, op: Any = "add") -> Any:
+def reduce(t: Any, op: Any = "add", *, dtype: Any = None) -> Any:
     """Block-wide reduction of a tile (or a tuple of tiles with a ``@ct.combine`` op) to a
-    block-uniform scalar (or tuple); a non-commutative combine gives the in-order fold."""
+    block-uniform scalar (or tuple); a non-commutative combine gives the in-order fold. With
+    ``dtype`` (built-in ops) the tile is converted to it first, and the result has it (as
+    ``torch.sum(dtype=)``)."""
 
 
 @stub
-def sum(t: Any) -> Any:  # noqa: A001 - the contract spells it tile.sum
-    """``tile.reduce(t, "add")``: the sum in the tile's dtype (float32 for 16-bit floats)."""
+def sum(t: Any, *, dtype: Any = None) -> Any:  # noqa: A001 - the contract spells it tile.sum
+    """``tile.reduce(t, "add", dtype=dtype)``: the sum in the tile's dtype (float32 for 16-bit floats),
+    or in ``dtype``."""
 
 
 @stub
-def max(t: Any) -> Any:  # noqa: A001
-    """``tile.reduce(t, "max")``."""
+def max(t: Any, *, dtype: Any = None) -> Any:  # noqa: A001
+    """``tile.reduce(t, "max", dtype=dtype)``."""
 
 
 @stub
-def min(t: Any) -> Any:  # noqa: A001
-    """``tile.reduce(t, "min")``."""
+def min(t: Any, *, dtype: Any = None) -> Any:  # noqa: A001
+    """``tile.reduce(t, "min", dtype=dtype)``."""
 
 
 @stub

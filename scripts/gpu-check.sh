@@ -6,8 +6,9 @@
 #   bash scripts/gpu-check.sh --sanitize # the sanitizer sweep alone
 # The sanitizer sweep runs scripts/sanitize_cases.py (every test program whose plan has a tile in shared
 # memory, reuses shared bytes or runs collectives in a loop, one per kind of plan; issue 17's program; a
-# selective scan) under compute-sanitizer's racecheck, then memcheck, and fails on any hazard, any error
-# or any result that differs from its reference.
+# selective scan) under compute-sanitizer's racecheck, then memcheck, and every allowed combination of every
+# op's options (scripts/sanitize_matrix.py, tests/option_matrix.py) once under memcheck; it fails on any
+# hazard, any error or any result that differs from its reference.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/gpu-env.sh
@@ -56,6 +57,16 @@ sanitize() {  # racecheck and memcheck over the selection; logs in $out/sanitize
             echo "sanitize: $tool clean: $(grep -E 'SUMMARY:' "$log" | tr -s ' =' ' ' | paste -sd';')"
         fi
     done
+    # every allowed combination of every op's options once under memcheck (tests/option_matrix.py)
+    "$sanitizer" --tool memcheck --error-exitcode 86 --report-api-errors no \
+        python3 scripts/sanitize_matrix.py 2>&1 | tee "$out/sanitize-matrix.log"
+    rc=${PIPESTATUS[0]}
+    if [ "$rc" -ne 0 ] || ! grep -q "ERROR SUMMARY: 0 errors" "$out/sanitize-matrix.log"; then
+        echo "sanitize: the option matrix under memcheck failed (exit status $rc)"
+        failed=1
+    else
+        echo "sanitize: option matrix memcheck clean"
+    fi
     return "$failed"
 }
 

@@ -663,6 +663,15 @@ def return_total_not_bool(x, n, T: ct.constexpr):
     tile.store(x, 0, s)
 
 
+def scan_dtype_not_a_dtype(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    tile.store(x, 0, tile.scan(t, dtype="int33"))  # HERE
+
+
+def sum_dtype_at_run_time(x, n, T: ct.constexpr):
+    x[0] = tile.sum(tile.load(x, 0, T), dtype=n)  # HERE
+
+
 def unpacks_too_many(x, n, T: ct.constexpr):
     t = tile.load(x, 0, T)
     s, total, extra = tile.scan(t, return_total=True)  # HERE
@@ -1334,6 +1343,14 @@ CATALOGUE: list[Mistake] = [
     ),
     Mistake("initial_wrong_count", initial_wrong_count, TYPE, "initial must have 2 values, one per tile"),
     Mistake("return_total_not_bool", return_total_not_bool, VALUE, "return_total must be of type bool, got 1"),
+    Mistake("scan_dtype_not_a_dtype", scan_dtype_not_a_dtype, TYPE, "'int33' is not a dtype"),
+    Mistake(
+        "sum_dtype_at_run_time",
+        sum_dtype_at_run_time,
+        VALUE,
+        "dtype must be a compile-time constant (a literal, a ct.constexpr parameter, or an expression of them), "
+        "got a runtime int64 (python scalar)",
+    ),
     Mistake("unpack_too_many", unpacks_too_many, TYPE, "can't unpack 2 values into 3 names"),
     Mistake("unpack_a_tile", unpacks_a_tile, TYPE, "can't unpack tile<float32, 8> into 2 names"),
     Mistake("tuple_index_out_of_range", tuple_index_out_of_range, VALUE, "tuple index 2 out of range for a tuple of 2"),

@@ -12,6 +12,7 @@ from ..lang import ir
 from ..lang.values import Const
 from .base import ArrayArg, ShimCall, TileArg, TileOp, ValueArg, register, valid_arg, valid_value
 from .memory import offset_value, one_d_array, touched_span
+from .options import COUNT, Option
 
 #: array dtype -> the type CUDA's atomicAdd takes it as
 ATOMIC_TYPES = {
@@ -36,6 +37,7 @@ class TileAtomicAdd(ir.Collective, uses="array offset tile valid"):
 class AtomicAdd(TileOp):
     publics = (tile.atomic_add,)
     stmt = TileAtomicAdd
+    options = (Option("valid", (None, COUNT)),)
 
     def build(self, b, public, a, offset, t, *, valid):
         array = one_d_array(b, a, "tile.atomic_add's first argument")

@@ -8,6 +8,8 @@ package. It owns the op's IR statement class and every rule about it:
 - `layout`: what it needs of its tiles' ThreadData layouts (planner);
 - `choose`: the CUB primitive and algorithm it runs as (planner);
 - `launch_check`: what it needs of the grid, checked at each launch (interpreter and launcher);
+- `options`, `forbids`: its options and the combinations the contract forbids (`ops/options.py`),
+  which the option matrix tries (tests);
 - `lower`: its C++ shim, written into the kernel's translation unit, and the `ShimCall` that
   the generated body makes (codegen renders the call; no op writes body code itself);
 - `item_value`: for a tile made without a collective (a constructor), each item's value, as an
@@ -32,6 +34,7 @@ import numpy as np
 
 from ..lang import ir
 from .elementwise import ELEMENTWISE, ElementOp
+from .options import Forbidden, Option
 
 
 # ----- shim calls: what the body passes to a shim, described as data ----------------------------
@@ -223,6 +226,10 @@ class TileOp:
     publics: ClassVar[tuple[Callable, ...]] = ()
     #: the IR statement class the op emits (None: it only emits generic statements).
     stmt: ClassVar[type | None] = None
+    #: the options of its public functions and the values the option matrix tries (`ops/options.py`)
+    options: ClassVar[tuple[Option, ...]] = ()
+    #: the combinations of them the contract forbids, in the order `build` checks them
+    forbids: ClassVar[tuple[Forbidden, ...]] = ()
 
     def build(self, b: Building, public: Callable, /, *args: Any, **kwargs: Any) -> Any:
         """Check and type a call of `public`, emit its statement and return its result. An op

@@ -8,12 +8,24 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import accumulator, check_op, cxx_name, storage_dtype
+from ..dtypes import (
+    BITWISE_OPS,
+    accumulator,
+    as_dtype,
+    bitwise_on_float,
+    bool_,
+    check_op,
+    cxx_name,
+    is_float,
+    is_half,
+    storage_dtype,
+)
 from ..errors import TileTypeError, TileValueError
 from ..lang import ir
 from ..lang.combine import CombineFunction
 from ..lang.values import Const, describe, is_tile
 from .base import seq
+from .options import COMBINE, TILE, TUPLE, Forbidden, Option
 
 UFUNCS = {
     "add": np.add,
@@ -35,15 +47,71 @@ FUNCTORS = {
 }
 
 
-def typed_op(b: Any, op: Any, t: Any, what: str) -> tuple[str | ir.Combine, tuple[ir.Var, ...], tuple[np.dtype, ...]]:
-    """(op, source tiles, item dtypes) of a scan or reduction; built-in ops on 16-bit floats run
-    on float32 copies of the tile."""
+#: the errors of `dtype=` (the accumulator dtype of a scan or reduction)
+COMBINE_DTYPE = (
+    "dtype= converts the tile for a built-in op; a @ct.combine function runs in the dtypes of its tiles "
+    "(convert them with t.astype(...))"
+)
+TUPLE_NEEDS_COMBINE = "{what} of a tuple of tiles needs a @ct.combine function as op"
+
+
+def half_dtype(name: str) -> str:
+    return (
+        f"dtype={name}: built-in scans and reductions accumulate 16-bit floats in float32 and return float32; "
+        "pass dtype=np.float32"
+    )
+
+
+BOOL_DTYPE = "dtype=bool: scans and reductions don't run on bool; pass an integer dtype"
+
+
+#: the options scans and reductions share (`ops/options.py`)
+OPTIONS = (
+    Option("t", (TILE, TUPLE)),
+    Option("op", (*UFUNCS, COMBINE)),
+    Option("dtype", (None, np.int64, np.float32, np.float16, np.bool_)),
+)
+
+
+def _dtype(choice: Any) -> np.dtype | None:
+    return None if choice.get("dtype") is None else np.dtype(choice["dtype"])
+
+
+#: what the contract forbids of them, in the order `typed_op` checks it
+FORBIDS = (
+    Forbidden(
+        lambda c: c.get("op") is COMBINE and c["dtype"] is not None, TileValueError, lambda public, c: COMBINE_DTYPE
+    ),
+    Forbidden(
+        lambda c: c["t"] is TUPLE and c.get("op") is not COMBINE,
+        TileTypeError,
+        lambda public, c: TUPLE_NEEDS_COMBINE.format(what=public),
+    ),
+    Forbidden(lambda c: is_half(_dtype(c)), TileValueError, lambda public, c: half_dtype(_dtype(c).name)),
+    Forbidden(lambda c: _dtype(c) == bool_, TileValueError, lambda public, c: BOOL_DTYPE),
+    Forbidden(
+        lambda c: c.get("op", "add") in BITWISE_OPS and _dtype(c) is not None and is_float(_dtype(c)),
+        TileTypeError,
+        lambda public, c: bitwise_on_float(c["op"], _dtype(c).name),
+    ),
+)
+
+
+def typed_op(
+    b: Any, op: Any, t: Any, what: str, dtype: Any
+) -> tuple[str | ir.Combine, tuple[ir.Var, ...], tuple[np.dtype, ...]]:
+    """(op, source tiles, item dtypes) of a scan or reduction. A built-in op runs on the tile
+    converted to `dtype` when given (as `torch.cumsum(dtype=)`), else on the tile, 16-bit floats
+    converted to float32."""
     items = seq(t)
     if not items or not all(is_tile(v) for v in items):
         raise TileTypeError(f"{what} expects a tile or a tuple of tiles, got {describe(t)}")
     if len({v.type.size for v in items}) > 1:
         raise TileTypeError(f"{what} of tiles of different sizes: " + ", ".join(str(v.type) for v in items))
+    dtype = b.optional(dtype)
     if isinstance(op, Const) and isinstance(op.value, CombineFunction):
+        if dtype is not None:
+            raise TileValueError(COMBINE_DTYPE)
         dtypes = tuple(v.type.dtype for v in items)
         return b.combine(op.value, dtypes), tuple(items), dtypes
     if isinstance(op, Const) and callable(op.value) and hasattr(op.value, "__code__"):
@@ -56,12 +124,22 @@ def typed_op(b: Any, op: Any, t: Any, what: str) -> tuple[str | ir.Combine, tupl
             f"op must be one of {', '.join(repr(o) for o in UFUNCS)} or a @ct.combine function, got {describe(op)}"
         )
     if len(items) != 1 or not isinstance(t, ir.Var):
-        raise TileTypeError(f"{what} of a tuple of tiles needs a @ct.combine function as op")
+        raise TileTypeError(TUPLE_NEEDS_COMBINE.format(what=what))
     src = items[0]
-    acc = accumulator(src.type.dtype)
+    acc = accumulator(src.type.dtype) if dtype is None else accumulator_dtype(b, dtype)
     check_op(op.value, acc)
     src = b.convert(src, acc)
     return op.value, (src,), (acc,)
+
+
+def accumulator_dtype(b: Any, dtype: Any) -> np.dtype:
+    """The dtype a built-in op runs in when `dtype=` is given: any supported dtype but bool and 16-bit floats."""
+    dt = as_dtype(b.constant(dtype, "dtype"))
+    if is_half(dt):
+        raise TileValueError(half_dtype(dt.name))
+    if dt == bool_:
+        raise TileValueError(BOOL_DTYPE)
+    return dt
 
 
 def combine_operands(b: Any, value: Any, dtypes: tuple[np.dtype, ...], what: str) -> tuple[ir.Value, ...]:

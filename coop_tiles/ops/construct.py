@@ -13,6 +13,7 @@ from ..lang import ir
 from ..lang.types import TileType
 from ..lang.values import Const
 from .base import TileOp, register
+from .options import Option
 
 
 @dataclass
@@ -30,6 +31,7 @@ class TileArange(ir.Stmt, defs="out"):
 class Full(TileOp):
     publics = (tile.full, tile.zeros)
     stmt = TileFull
+    options = (Option("dtype", (np.int32, np.float64, np.float16)),)
 
     def build(self, b, public, size, value=None, *, dtype):  # (tile.zeros has no value: 0)
         dt = as_dtype(b.constant(dtype, "the dtype"))
@@ -49,6 +51,7 @@ class Full(TileOp):
 class Arange(TileOp):
     publics = (tile.arange,)
     stmt = TileArange
+    options = (Option("dtype", (np.int32, np.int64, np.float32)),)
 
     def build(self, b, public, size, dtype):
         dt = as_dtype(b.constant(dtype, "the dtype"))

@@ -22,10 +22,15 @@ from ..errors import TileTypeError, TileValueError
 from ..lang import ir
 from ..lang.types import TileType
 from .base import ShimCall, TileArg, TileOp, register, valid_arg, valid_count, valid_value
+from .options import COUNT, Forbidden, Option
 
 ALGORITHMS = {"atomic": "BLOCK_HISTO_ATOMIC", "sort": "BLOCK_HISTO_SORT"}
 SORT_MAX_BINS = 16
 SORT_MIN_ITEMS = 8
+
+
+def unknown_algorithm(algorithm: object) -> str:
+    return f"algorithm must be 'auto', 'atomic' or 'sort', got {algorithm!r}"
 
 
 @dataclass
@@ -48,6 +53,18 @@ def resolve_algorithm(algorithm: str, bins: int, items_per_thread: int) -> str:
 class Histogram(TileOp):
     publics = (tile.histogram,)
     stmt = TileHistogram
+    options = (
+        Option("bins", (5, 40)),
+        Option("valid", (None, COUNT)),
+        Option("algorithm", ("auto", *ALGORITHMS, "radix")),
+    )
+    forbids = (
+        Forbidden(
+            lambda c: c["algorithm"] not in ("auto", *ALGORITHMS),
+            TileValueError,
+            lambda public, c: unknown_algorithm(c["algorithm"]),
+        ),
+    )
 
     def build(self, b, public, t, bins, *, valid, algorithm):
         src = b.tile(t, "tile.histogram's argument")
@@ -61,7 +78,7 @@ class Histogram(TileOp):
             raise TileValueError(f"bins must be a positive int, got {bins}")
         algorithm = b.constant(algorithm, "algorithm", str)
         if algorithm not in ("auto", *ALGORITHMS):
-            raise TileValueError(f"algorithm must be 'auto', 'atomic' or 'sort', got {algorithm!r}")
+            raise TileValueError(unknown_algorithm(algorithm))
         out = b.temp(TileType(np.dtype(np.int32), bins))
         b.emit(TileHistogram(out, src, bins, valid_value(b, valid), algorithm))
         return out

@@ -15,6 +15,7 @@ from ..lang import ir
 from ..lang.types import TileType
 from ..lang.values import Const
 from .base import ArrayArg, ShimCall, TileArg, TileOp, ValueArg, register, valid_arg, valid_count, valid_value
+from .options import COUNT, SCALAR, Option
 from .transfer import choose_transfer, lower_transfer, prefer_vectorized
 
 
@@ -64,6 +65,7 @@ def touched_span(frame: Any, array: np.ndarray, offset: ir.Value, valid: ir.Valu
 class Load(TileOp):
     publics = (tile.load,)
     stmt = TileLoad
+    options = (Option("valid", (None, COUNT)), Option("other", (0, -7, SCALAR)))
 
     def build(self, b, public, a, offset, size, *, valid, other):
         array = one_d_array(b, a, "tile.load's first argument")
@@ -145,6 +147,7 @@ def load_converted(program: ir.Program) -> None:
 class Store(TileOp):
     publics = (tile.store,)
     stmt = TileStore
+    options = (Option("valid", (None, COUNT)),)
 
     def build(self, b, public, a, offset, t, *, valid):
         array = one_d_array(b, a, "tile.store's first argument")

@@ -20,7 +20,7 @@ from ..lang.types import ScalarType
 from ..lang.values import Const
 from ..planner.layout import REENTRANT
 from .base import PARITY, OutArg, ShimCall, TileArg, TileOp, errstate, register
-from .combining import UFUNCS, combine_fold, item_code, typed_op
+from .combining import FORBIDS, OPTIONS, UFUNCS, combine_fold, item_code, typed_op
 
 _NAMED = {tile.sum: "add", tile.max: "max", tile.min: "min"}
 
@@ -37,9 +37,12 @@ class TileReduce(ir.Collective, defs="outs", uses="srcs", attrs="op combine"):
 class Reduce(TileOp):
     publics = (tile.reduce, tile.sum, tile.max, tile.min)
     stmt = TileReduce
+    options = OPTIONS
+    forbids = FORBIDS
 
-    def build(self, b, public, t, op=None):  # (tile.sum, .max and .min have no op: their name says it)
-        op, srcs, dtypes = typed_op(b, Const(_NAMED[public]) if op is None else op, t, f"tile.{public.__name__}")
+    def build(self, b, public, t, op=None, *, dtype):  # (tile.sum, .max and .min have no op: their name says it)
+        op = Const(_NAMED[public]) if op is None else op
+        op, srcs, dtypes = typed_op(b, op, t, f"tile.{public.__name__}", dtype)
         outs = tuple(b.temp(ScalarType(dt)) for dt in dtypes)
         b.emit(TileReduce(outs, srcs, op if isinstance(op, str) else op.name, not isinstance(op, str)))
         return outs if len(outs) > 1 or not isinstance(t, ir.Var) else outs[0]

@@ -21,7 +21,10 @@ from ..lang.types import ScalarType, TileType
 from ..planner.layout import REENTRANT, SYNCS
 from . import chained as chain
 from .base import PARITY, OutArg, ShimCall, TileArg, TileOp, ValueArg, errstate, register
-from .combining import UFUNCS, combine_operands, combine_scan, item_code, typed_op
+from .combining import FORBIDS, OPTIONS, UFUNCS, combine_operands, combine_scan, item_code, typed_op
+from .options import COMBINE, SCALAR, Forbidden, Option
+
+EXCLUSIVE_NEEDS_INITIAL = "an exclusive scan with a @ct.combine function needs initial= (there is no identity)"
 
 
 @dataclass
@@ -41,9 +44,24 @@ class Scan(TileOp):
     publics = (tile.scan,)
     stmt = TileScan
     in_place = True
+    options = (
+        *OPTIONS,
+        Option("exclusive", (False, True)),
+        Option("initial", (None, SCALAR)),
+        Option("return_total", (False, True)),
+        Option("chained", (False, True), once=(True,)),
+    )
+    forbids = (
+        *FORBIDS,
+        Forbidden(
+            lambda c: c["exclusive"] and c["op"] is COMBINE and c["initial"] is None,
+            TileValueError,
+            lambda public, c: EXCLUSIVE_NEEDS_INITIAL,
+        ),
+    )
 
-    def build(self, b, public, t, op, *, exclusive, initial, return_total, chained):
-        op, srcs, dtypes = typed_op(b, op, t, "tile.scan")
+    def build(self, b, public, t, op, *, exclusive, initial, return_total, chained, dtype):
+        op, srcs, dtypes = typed_op(b, op, t, "tile.scan", dtype)
         exclusive = b.constant(exclusive, "exclusive", bool)
         return_total = b.constant(return_total, "return_total", bool)
         chained = b.constant(chained, "chained", bool)
@@ -53,7 +71,7 @@ class Scan(TileOp):
         if initial is not None:
             initial = combine_operands(b, initial, dtypes, "initial")
         elif exclusive and not isinstance(op, str):
-            raise TileValueError("an exclusive scan with a @ct.combine function needs initial= (there is no identity)")
+            raise TileValueError(EXCLUSIVE_NEEDS_INITIAL)
         size = srcs[0].type.size
         outs = tuple(b.temp(TileType(dt, size)) for dt in dtypes)
         totals = tuple(b.temp(ScalarType(dt)) for dt in dtypes) if return_total else None
@@ -112,7 +130,7 @@ class Scan(TileOp):
     def thread0_reads(self, s: TileScan, threads: int) -> set[str]:
         # a carried scan's seed is thread 0's: it shares it with the block through the scan's own barrier
         carried = _carried(s, s.srcs[0].type.size, threads)
-        return {v.name for v in s.initial if isinstance(v, ir.Var)} if carried else set()
+        return {v.name for v in s.initial or () if isinstance(v, ir.Var)} if carried else set()
 
     def layout(self, s: TileScan, ctx) -> None:
         ctx.join_blocked([*s.srcs, *s.outs])

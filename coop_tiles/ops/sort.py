@@ -26,6 +26,7 @@ from ..lang import ir
 from ..lang.combine import CombineFunction
 from ..lang.values import Const, is_tile
 from .base import ShimCall, TileArg, TileOp, register, seq, valid_arg, valid_count, valid_value
+from .options import COMBINE, COUNT, TILE, TUPLE, Forbidden, Option
 
 #: exponent and mantissa masks of each float width (bits), to find NaNs among stored bits
 _NAN_MASKS = {
@@ -34,6 +35,10 @@ _NAN_MASKS = {
     "float32": (0x7F800000, 0x007FFFFF),
     "float64": (0x7FF0000000000000, 0x000FFFFFFFFFFFFF),
 }
+
+
+RADIX_ONLY = "descending, begin_bit and end_bit belong to the radix sort; with compare= the comparison says the order"
+TUPLE_NEEDS_COMPARE = "sorting a tuple of key tiles needs a comparison: tile.sort(keys, compare=fn)"
 
 
 @dataclass
@@ -55,6 +60,25 @@ class TileSort(
 class Sort(TileOp):
     publics = (tile.sort,)
     stmt = TileSort
+    options = (
+        Option("keys", (TILE, TUPLE)),
+        Option("values", (None, TILE)),
+        Option("valid", (None, COUNT)),
+        Option("descending", (False, True)),
+        Option("begin_bit", (0, 4)),
+        Option("end_bit", (None, 20)),
+        Option("compare", (None, COMBINE)),
+    )
+    forbids = (
+        Forbidden(
+            lambda c: c["compare"] is not None and (c["descending"] or c["begin_bit"] or c["end_bit"] is not None),
+            TileValueError,
+            lambda public, c: RADIX_ONLY,
+        ),
+        Forbidden(
+            lambda c: c["compare"] is None and c["keys"] is TUPLE, TileTypeError, lambda public, c: TUPLE_NEEDS_COMPARE
+        ),
+    )
 
     def build(self, b, public, keys, values, *, valid, descending, begin_bit, end_bit, compare):
         compare = b.optional(compare)
@@ -77,15 +101,12 @@ class Sort(TileOp):
             if not (isinstance(compare, Const) and isinstance(compare.value, CombineFunction)):
                 raise TileTypeError(f"compare must be a @ct.combine function, got {compare}")
             if descending or begin_bit != 0 or end_bit is not None:
-                raise TileValueError(
-                    "descending, begin_bit and end_bit belong to the radix sort; with compare= the "
-                    "comparison says the order"
-                )
+                raise TileValueError(RADIX_ONLY)
             name = b.combine(compare.value, tuple(k.type.dtype for k in keys), compare=True).name
             bits = 0
         else:
             if len(keys) != 1 or not one_tile:
-                raise TileTypeError("sorting a tuple of key tiles needs a comparison: tile.sort(keys, compare=fn)")
+                raise TileTypeError(TUPLE_NEEDS_COMPARE)
             dt = keys[0].type.dtype
             if dt == bool_:
                 raise TileTypeError("tile.sort of a bool tile is not supported; convert it with t.astype(np.uint8)")
