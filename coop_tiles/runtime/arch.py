@@ -18,16 +18,21 @@ _SPELLING = re.compile(r"sm_(\d{2,3})a?")
 
 def parse_arch(value: Any) -> str:
     """`value` (``90``, ``"sm_90"``, ``"sm_90a"``, ``(9, 0)``) spelt as NVRTC takes it (``"sm_90"``),
-    or a LaunchError naming the accepted forms and, when NVRTC can say, the archs it compiles for."""
+    or a LaunchError naming the accepted forms. Only the spelling: whether NVRTC compiles for it is
+    asked when NVRTC is about to run (`check_supported`), not on every compile that the cache serves."""
     name = _spelling(value)
     if name is None:
         raise LaunchError(f"arch={value!r} is not a GPU architecture; pass it as {ACCEPTED}{_hint(value)}")
+    return name
+
+
+def check_supported(name: str) -> None:
+    """A LaunchError when NVRTC, as far as it can say, does not compile for arch `name` ("sm_90")."""
     number = int(_SPELLING.fullmatch(name).group(1))
     version, supported = nvrtc_archs()
     if supported and number not in supported:
         listed = ", ".join(f"sm_{n}" for n in supported)
-        raise LaunchError(f"arch={value!r}: NVRTC {version} does not compile for {name}; it compiles for {listed}")
-    return name
+        raise LaunchError(f"arch={name!r}: NVRTC {version} does not compile for {name}; it compiles for {listed}")
 
 
 def _spelling(value: Any) -> str | None:

@@ -27,6 +27,7 @@ from ..lang.stub import public_name
 from ..ops.base import op_of, rewriting_ops
 from ..planner import LayoutPlan, Plan, StorageNeed, finish_plan, plan_layouts
 from . import dump, toolchain
+from .arch import check_supported
 from .cache import DiskCache, make_key
 from .kernel import CompiledKernel, Signature
 
@@ -110,6 +111,7 @@ def nvrtc_stage(
     key = make_key("shims", shims.source, arch, toolchain.CXX_STD, toolchain.DEFINES, toolchain.versions())
     found = cache.get("shims", key)
     if found is None:
+        check_supported(arch)
         clock.compiling()
         with ThreadPoolExecutor(1) as pool, clock.stage("NVRTC"):
             toolchain.import_cuda_core()  # before the thread: Numba imports it too
