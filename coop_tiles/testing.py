@@ -8,6 +8,7 @@ mix of them.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import statistics
 import sys
@@ -161,6 +162,8 @@ class _EventTimer:
             attr = driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
             sms = self._check(driver.cuDeviceGetAttribute(attr, device_id), "SM count query")
             self.flush_blocks = int(sms) * _FLUSH_BLOCKS_PER_SM
+            chunks, sink = self.flush_chunks, int(self.buffer) + 16 * self.flush_chunks
+            self.flush_args = ((int(self.buffer), chunks, sink), (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p))
 
     def _check(self, result: Any, what: str) -> Any:
         err = result[0] if isinstance(result, tuple) else result
@@ -177,12 +180,8 @@ class _EventTimer:
         if setup is not None:
             setup()
         if self.buffer:
-            import ctypes
-
-            args = (int(self.buffer), self.flush_chunks, int(self.buffer) + 16 * self.flush_chunks)
-            types = (ctypes.c_void_p, ctypes.c_uint64, ctypes.c_void_p)
             launch = self.driver.cuLaunchKernel(
-                self.reader, self.flush_blocks, 1, 1, _FLUSH_THREADS, 1, 1, 0, self.stream, (args, types), 0
+                self.reader, self.flush_blocks, 1, 1, _FLUSH_THREADS, 1, 1, 0, self.stream, self.flush_args, 0
             )
             self._check(launch, "L2 flush")
 

@@ -25,6 +25,7 @@ by protocols (`Building`, `Running`, `Planning`, `Lowering`, `BodyWriting`).
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -326,9 +327,11 @@ def register(op_class: type[TileOp]) -> type[TileOp]:
     return op_class
 
 
-def _builder_params(op_class: type[TileOp]) -> list[inspect.Parameter]:
-    """The parameters of `op_class.build` after `self`, the front end and the public function."""
-    return list(inspect.signature(op_class.build).parameters.values())[3:]
+@functools.cache
+def _builder_params(op_class: type[TileOp]) -> tuple[inspect.Parameter, ...]:
+    """The parameters of `op_class.build` after `self`, the front end and the public function
+    (cached: the front end asks at every op call)."""
+    return tuple(inspect.signature(op_class.build).parameters.values())[3:]
 
 
 def _takes_operands(op_class: type[TileOp]) -> bool:
