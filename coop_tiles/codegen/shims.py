@@ -39,11 +39,6 @@ struct min { template <class T> __device__ __forceinline__ T operator()(const T&
 struct bit_and { template <class T> __device__ __forceinline__ T operator()(const T& a, const T& b) const { return static_cast<T>(a & b); } };
 struct bit_or { template <class T> __device__ __forceinline__ T operator()(const T& a, const T& b) const { return static_cast<T>(a | b); } };
 struct bit_xor { template <class T> __device__ __forceinline__ T operator()(const T& a, const T& b) const { return static_cast<T>(a ^ b); } };
-// Whether an integer is a histogram bin in [0, bins), whatever its signedness and width.
-template <class T> __device__ __forceinline__ bool in_bins(T x, long long bins) {
-  if constexpr (cuda::std::is_signed<T>::value) return x >= 0 && static_cast<long long>(x) < bins;
-  else return static_cast<unsigned long long>(x) < static_cast<unsigned long long>(bins);
-}
 }  // namespace coop
 """
 
@@ -163,6 +158,8 @@ class ShimWriter:
         self.writing: ir.Stmt | None = None
         self.storage_cids: list[int] = []
         self.headers: list[str] = list(HEADERS)
+        #: declarations that ops' shims share, each once (`helper`)
+        self.helpers: list[str] = []
         #: set by a chained scan: bytes per program of grid-wide state (see `ShimSource.chain_bytes`)
         self.chain_bytes: int | None = None
 
@@ -179,6 +176,12 @@ class ShimWriter:
 
     def choice(self, cid: int) -> CollectiveChoice:
         return self.layouts.collectives[cid]
+
+    def helper(self, code: str) -> None:
+        """Put `code`, a declaration an op's shims share (several shims of one op may need it), into
+        the translation unit once, before every shim."""
+        if code not in self.helpers:
+            self.helpers.append(code)
 
     def element_index(self, var: ir.Var) -> str:
         return element_index(self.layout(var), self.threads)
@@ -289,6 +292,7 @@ def generate_shims(program: ir.Program, layouts: LayoutPlan, max_registers: int 
         FUNCTORS,
         HALF_CONVERSIONS if halves else "",
         SIZE_PROBE if writer.storage_cids else "",
+        *writer.helpers,
     ]
     origins, line = [], 1 + sum(piece.count("\n") + 1 for piece in before)  # (the pieces are joined by newlines)
     for part, (shim, stmt) in zip(writer.parts, writer.part_origins):

@@ -114,15 +114,25 @@ def counts(frame, src: ir.Var, valid: ir.Value | None, bins: int) -> np.ndarray:
     return np.bincount(wide[(wide >= 0) & (wide < bins)].astype(np.int64), minlength=bins).astype(np.int32)
 
 
+#: whether an integer is a histogram bin in [0, bins), whatever its signedness and width
+IN_BINS = """\
+template <class T> __device__ __forceinline__ bool coop_in_bins(T x, long long bins) {
+  if constexpr (cuda::std::is_signed<T>::value) return x >= 0 && static_cast<long long>(x) < bins;
+  else return static_cast<unsigned long long>(x) < static_cast<unsigned long long>(bins);
+}
+"""
+
+
 def _bins(w, src: ir.Var, bins: int) -> str:
     """Each item's bin, or the spare bin `bins` for items not counted (out of range, or i >= valid)."""
     size, items, bin_t = src.type.size, w.layout(src).items_per_thread, _bin_type(bins)
+    w.helper(IN_BINS)
     return (
         w.items_ref("x", "in0", src, items)
         + w.clamp_valid(size)
         + f"  {bin_t} bin[{items}];\n"
         + f"  for (int i = 0; i < {items}; ++i)\n"
-        + f"    bin[i] = ({w.element_index(src)} < v && coop::in_bins(x[i], {bins})) ? {bin_t}(x[i])"
+        + f"    bin[i] = ({w.element_index(src)} < v && coop_in_bins(x[i], {bins})) ? {bin_t}(x[i])"
         + f" : {bin_t}({bins});\n"
     )
 
