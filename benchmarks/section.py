@@ -16,6 +16,8 @@ NEEDS = {
     "triton": "Triton (the baselines of benchmarks/_baselines.py)",
     "cub": "nvcc and the CUB headers (benchmarks/cub_baselines.cu, built at run time into benchmarks/.build/)",
     "mamba": "Mamba's CUDA sources in benchmarks/.mamba/ and ninja (benchmarks/_mamba_cuda.py)",
+    "mamba_triton": "Mamba's Triton selective_state_update in benchmarks/.mamba/triton/ and einops "
+    "(benchmarks/_mamba_triton.py)",
 }
 
 
