@@ -57,6 +57,7 @@ def test_softmax_layernorm_kernels_compile_without_gpu():
         t["softmax_fwd"].compile(f, f, 1, BLOCK=16384, arch="sm_90"),
         ct.jit(t["softmax_fwd"].fn, block_threads=1024).compile(h, h, 1, BLOCK=16384, arch="sm_90"),
         t["layer_norm_fwd"].compile(h, h, v, v, v, v, 1, 1e-5, BLOCK=4096, arch="sm_90"),
+        t["layer_norm_fwd"].compile(h, h, h[0], h[0], v, v, 1, 1e-5, BLOCK=16384, arch="sm_90"),  # bfloat16 w, b
         t["softmax_bwd"].compile(f, f, f, 1, BLOCK=4096, arch="sm_90"),
         t["layer_norm_bwd"].compile(f, f, v, v, v, f, v, v, 1, 1, ROWS=16, BLOCK=4096, arch="sm_90"),
     ]

@@ -17,9 +17,18 @@ import numpy as np
 import coop_tiles as ct
 from benchmarks.device import fill_nan, free_device_memory
 from benchmarks.kernels import tutorial
-from benchmarks.report import config_times_cell, correct_cell, failed_row, gbs_cell, rate_cell, speedup_cell, table_row
+from benchmarks.report import (
+    config_times_cell,
+    correct_cell,
+    failed_row,
+    gbs_cell,
+    rate_cell,
+    skipped_note,
+    speedup_cell,
+    table_row,
+)
 from benchmarks.section import Section
-from benchmarks.timing import cuda_time_ms, guarded, tune
+from benchmarks.timing import cuda_time_ms, guarded, tune_working
 
 SCAN2D_SHAPES = ((4096, 256), (4096, 2048), (65536, 32))
 SCAN2D_ELEMENTS = (2048, 4096, 8192)  # elements per program: BM = this / N rows (at least 1)
@@ -134,9 +143,9 @@ def _scan2d_row(shape: tuple[int, int], reverse: bool) -> dict:
     return {
         "copy_ms": copy_ms,
         "elements": m * n,
-        "coop": guarded(tune, configs, coop, reset, check),
+        "coop": guarded(tune_working, configs, coop, reset, check),
         "triton": guarded(
-            tune,
+            tune_working,
             triton_configs,
             lambda c: triton_rows_scan(x, y, rows_per_program=c[0], warps=c[1], reverse=reverse),
             reset,
@@ -180,14 +189,14 @@ def _chained_row(log2n: int) -> dict:
     return {
         "copy_ms": copy_ms,
         "forward": guarded(
-            tune,
+            tune_working,
             REVERSE_CHAINED_CONFIGS,
             launches(lambda: forward_kernel),
             reset,
             lambda c: bool(torch.equal(y, forward_expected)),
         ),
         "reverse": guarded(
-            tune,
+            tune_working,
             REVERSE_CHAINED_CONFIGS,
             launches(lambda: coop_kernels()["reverse_chained_cumsum"]),
             reset,
@@ -266,8 +275,9 @@ def scan2d_lines(results: dict | list) -> list[str]:
         lines += ["", "Every configuration, ms:", ""]
     for r in measured:
         lines.append(
-            f"- {r['shape']} {r['case']}: coop_tiles {config_times_cell(r['coop'], _bm_name)}; "
-            f"Triton {config_times_cell(r['triton'], _triton_name)}"
+            f"- {r['shape']} {r['case']}: coop_tiles {config_times_cell(r['coop'], _bm_name)}"
+            f"{skipped_note(r['coop'], _bm_name)}; Triton {config_times_cell(r['triton'], _triton_name)}"
+            f"{skipped_note(r['triton'], _triton_name)}"
         )
     lines += [
         "",
