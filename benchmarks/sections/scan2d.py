@@ -171,7 +171,9 @@ def _chained_row(log2n: int) -> dict:
     host = (np.random.default_rng(11).random(n, dtype=np.float32) < 1 / 32).astype(np.int32)
     x = torch.from_numpy(host).cuda()
     forward_expected = torch.from_numpy(np.cumsum(host, dtype=np.int64).astype(np.int32)).cuda()
-    reverse_expected = torch.from_numpy(np.cumsum(host[::-1], dtype=np.int64)[::-1].astype(np.int32)).cuda()
+    suffix = np.cumsum(host[::-1], dtype=np.int64)[::-1]  # a view with a negative stride: copied below
+    reverse_expected = torch.from_numpy(np.ascontiguousarray(suffix, dtype=np.int32)).cuda()
+    del suffix
     del host
     y = torch.empty_like(x)
     copy_ms = cuda_time_ms(lambda: y.copy_(x))
