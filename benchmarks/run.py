@@ -119,7 +119,7 @@ def _list_sections() -> str:
     lines = []
     for section in SECTIONS:
         needs = ", ".join(section.needs) or "coop_tiles only"
-        lines.append(f"{section.name:10} results '{section.key}'; needs {needs}")
+        lines.append(f"{section.name:12} results '{section.key}'; needs {needs}")
     lines += ["", *(f"{need}: {what}" for need, what in NEEDS.items())]
     return "\n".join(lines)
 
