@@ -19,9 +19,9 @@ L2 returns, and under a full memory system that trip is long. So a program's fir
 top-level `tile.load`s of unit-stride arrays before its chained scan, whose offset and valid
 count are plain arithmetic on parameters and the program id) are asked of L2 first, for the
 program id the block would have if tickets followed block indices (`prefetched_loads`; counted
-from the last block for a reverse scan): they
-almost always nearly do, and every resident block's tile is read by some resident block within
-microseconds, so the lines are in L2 when the real loads come. A prefetch is only a hint: a
+from the last block for a reverse scan): they almost always nearly do, and every resident block's
+tile is read by some resident block within microseconds, so the lines are in L2 when the real
+loads come. A prefetch is only a hint: a
 wrong guess costs a little bandwidth, never a wrong result. (On an H100, 2^28 int32, TILE 4096 x
 128 threads: 88% -> 95% of the copy bandwidth.)
 
