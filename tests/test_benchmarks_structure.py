@@ -374,6 +374,7 @@ def test_command_line():
         "timing",
         "compile_profile",
         "sum_probe",
+        "reverse_probe",
         "_mamba_cuda",
         "_mamba_triton",
     ],
