@@ -110,19 +110,20 @@ def test_the_non_commutative_combine_takes_the_later_element_on_the_left():
 
 def _warp_source(lanes: int) -> str:
     """A kernel scanning one int and one (int, int) pair per lane with `reverse_warp_scan` over logical warps of
-    `lanes` lanes: the pair under a non-commutative op (the later lane's first field wins unless it is 0)."""
+    `lanes` lanes: the pair under a non-commutative, associative op (composing affine maps `h -> a * h + b`, the
+    recurrence of Mamba's scans, in wrapping int32)."""
     return (
         "#include <cub/warp/warp_scan.cuh>\n" + REVERSE_LIBRARY + "struct pair { int a, b; };\n"
         "struct add { __device__ int operator()(int x, int y) const { return x + y; } };\n"
-        "struct last { __device__ pair operator()(const pair& l, const pair& r) const {\n"
-        "  return pair{r.a != 0 ? r.a : l.a, l.b * 3 + r.b}; } };\n"
+        "struct affine { __device__ pair operator()(const pair& l, const pair& r) const {\n"
+        "  return pair{int(unsigned(l.a) * unsigned(r.a)), int(unsigned(r.a) * unsigned(l.b) + unsigned(r.b))}; } };\n"
         f'extern "C" __global__ void warp_scan_{lanes}(const int* x, int* inc, int* exc, int* pa, int* pb) {{\n'
         f"  __shared__ typename cub::WarpScan<int, {lanes}>::TempStorage ti[32];\n"
         f"  __shared__ typename cub::WarpScan<pair, {lanes}>::TempStorage tp[32];\n"
         f"  const int i = blockIdx.x * blockDim.x + threadIdx.x, g = threadIdx.x / {lanes};\n"
-        "  int in, ex; pair p{x[i], x[i] & 7}, pin, pex;\n"
+        "  int in, ex; pair p{(x[i] & 3) - 1, x[i]}, pin, pex;\n"
         f"  {reverse_warp_scan('int', lanes, 'add', 'ti[g]', 'x[i]', 'in', 'ex')}\n"
-        f"  {reverse_warp_scan('pair', lanes, 'last', 'tp[g]', 'p', 'pin', 'pex')}\n"
+        f"  {reverse_warp_scan('pair', lanes, 'affine', 'tp[g]', 'p', 'pin', 'pex')}\n"
         "  inc[i] = in; exc[i] = ex; pa[i] = pin.a; pb[i] = pin.b;\n"
         "}\n"
     )
@@ -163,9 +164,9 @@ def _warp_reference(x: np.ndarray, lanes: int):
             exc[i] = acc
             acc += int(x[i])
             inc[i] = acc
-            item = (int(x[i]), int(x[i]) & 7)
-            pair = item if pair is None else (item[0] if item[0] != 0 else pair[0], pair[1] * 3 + item[1])
-            pa[i], pb[i] = pair[0], np.int64(pair[1]).astype(np.int32)
+            item = ((int(x[i]) & 3) - 1, int(x[i]))
+            pair = item if pair is None else (pair[0] * item[0], item[0] * pair[1] + item[1])
+            pa[i], pb[i] = (np.int64(v % 2**32).astype(np.uint32).astype(np.int32) for v in pair)
     return inc, exc, pa, pb
 
 
