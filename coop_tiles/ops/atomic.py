@@ -143,7 +143,7 @@ class Atomic(TileOp):
                 (),
                 offset_value(b, offset_or_index, "the offset"),
             )
-            value = b.convert(b.runtime(t, "the value"), dt)
+            value = value_of(b, t, None, dt, "the value")
             if not is_tile_value(value):  # a scalar is a tile of one element
                 one = b.temp(TileType(dt, 1))
                 b.emit(TileFull(one, value))

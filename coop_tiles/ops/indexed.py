@@ -77,12 +77,12 @@ def index_tiles(b: Any, a: Any, index: Any, what: str) -> tuple[ir.Var, tuple[ir
     return array, tiles
 
 
-def value_of(b: Any, v: Any, index: ir.Var, dtype: np.dtype, what: str) -> ir.Value:
-    """A tile of `index`'s size, or a scalar (every element gets it), converted to `dtype`."""
+def value_of(b: Any, v: Any, index: ir.Var | None, dtype: np.dtype, what: str) -> ir.Value:
+    """A tile (of `index`'s size, when given), or a scalar (every element gets it), converted to `dtype`."""
     value = b.runtime(v, what)
     if isinstance(value.type, ArrayType):
         raise TileTypeError(f"{what} must be a tile or a scalar, got {value.type}")
-    if is_tile_value(value) and value.type.size != index.type.size:
+    if index is not None and is_tile_value(value) and value.type.size != index.type.size:
         raise TileTypeError(f"{what} has {value.type.size} elements and the index {index.type.size}")
     return b.convert(value, dtype)
 
