@@ -34,6 +34,7 @@ EXPECTED = (
     "segsort",
     "chained",
     "mamba",
+    "gather",
 )
 
 
@@ -206,6 +207,18 @@ def fake_results(scale: float = 1.0) -> dict:
             "triton": _tune(2.0 * s, (128, 4)),
         },
     ]
+    gather = [
+        {
+            "case": "gather",
+            "n": "2^26",
+            "elements": 1 << 26,
+            "copy_ms": 0.2 * s,
+            "coop": _tune(0.5 * s, 4096),
+            "torch": _tune(0.6 * s, "take (int64 index)"),
+            "torch2": {"error": "RuntimeError: x"},
+        },
+        {"case": "scatter", "n": "2^26", "elements": 1 << 26, "error": "MemoryError: out of memory"},
+    ]
     return {
         "bandwidth": bandwidth,
         "launches": launches,
@@ -218,6 +231,7 @@ def fake_results(scale: float = 1.0) -> dict:
         "segsort": segsort,
         "chained": chained,
         "mamba": mamba,
+        "gather": gather,
     }
 
 

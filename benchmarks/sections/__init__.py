@@ -9,9 +9,9 @@ import importlib
 
 from benchmarks.section import Section
 
-#: the sections, as `--only` names them and in the order a run measures them. Issues 7's, 8's and 11's sections (the
-#: guarded ones) come last: each records its own failures, but a kernel that faults leaves the CUDA context unusable
-#: for whatever follows.
+#: the sections, as `--only` names them and in the order a run measures them. Issues 7's, 8's, 11's and 19's
+#: sections (the guarded ones) come last: each records its own failures, but a kernel that faults leaves the CUDA
+#: context unusable for whatever follows.
 NAMES = (
     "bandwidth",
     "launch",
@@ -24,6 +24,7 @@ NAMES = (
     "segsort",
     "chained",
     "mamba",
+    "gather",
 )
 #: the order of the sections in docs/benchmarks.md
 DOCUMENT_ORDER = (
@@ -38,6 +39,7 @@ DOCUMENT_ORDER = (
     "segsort",
     "chained",
     "mamba",
+    "gather",
 )
 
 SECTIONS: tuple[Section, ...] = tuple(importlib.import_module(f"{__name__}.{name}").SECTION for name in NAMES)
