@@ -162,7 +162,7 @@ class Atomic(TileOp):
             at, kept = self.span(frame, s, array, keep)
         value = frame.get(s.value)
         with np.errstate(all="ignore"):
-            UFUNCS[s.op].at(array, at, value[kept] if is_tile_value(s.value) else value)
+            UFUNCS[s.op].at(array, at, np.ravel(value)[kept] if is_tile_value(s.value) else value)
 
     @staticmethod
     def span(frame, s: TileAtomic, array: np.ndarray, keep: np.ndarray) -> tuple[tuple[np.ndarray], np.ndarray]:

@@ -439,8 +439,9 @@ def mask_value(b: Any, v: Any, like: ir.Var) -> ir.Var | None:
 
 
 def mask_array(frame: Any, mask: ir.Var | None, size: int) -> np.ndarray:
-    """The interpreter's mask: which of `size` elements are selected (all when there is no mask)."""
-    return np.ones(size, bool) if mask is None else np.asarray(frame.get(mask), bool)
+    """The interpreter's mask: which of `size` elements are selected, element by element in row-major
+    order (all when there is no mask)."""
+    return np.ones(size, bool) if mask is None else np.asarray(frame.get(mask), bool).ravel()
 
 
 def mask_arg(mask: ir.Var | None) -> tuple[TileArg, ...]:

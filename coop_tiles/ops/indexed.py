@@ -98,7 +98,7 @@ def positions(
     element is kept where `keep` holds; one outside the array raises `TileIndexError` naming it
     (`what`: the op) or, with `what` None, is dropped. (A uint64 index past int64's range wraps to a
     negative one: outside too.)"""
-    given = [np.asarray(frame.get(t)) for t in index]
+    given = [np.asarray(frame.get(t)).ravel() for t in index]  # (element by element, whatever the shape)
     idx = [i.astype(np.int64) for i in given]
     inside = np.ones(len(keep), bool)
     for i, n in zip(idx, array.shape):
@@ -165,7 +165,7 @@ class Gather(TileOp):
         at, kept = positions(frame, array, s.index, keep, "tile.gather")
         out = np.full(s.out.type.size, frame.get(s.other), dtype=s.out.type.dtype)
         out[kept] = array[at]
-        frame.env[s.out.name] = out
+        frame.env[s.out.name] = out.reshape(np.shape(frame.get(s.index[0])))  # the index's shape
 
     def global_access(self, s: TileGather):
         return s.array, False
@@ -209,7 +209,7 @@ class Scatter(TileOp):
         keep = mask_array(frame, s.mask, s.index[0].type.size)
         at, kept = positions(frame, array, s.index, keep, None)
         value = frame.get(s.value)
-        array[at] = value[kept] if is_tile_value(s.value) else value
+        array[at] = np.ravel(value)[kept] if is_tile_value(s.value) else value
 
     def global_access(self, s: TileScatter):
         return s.array, True
