@@ -94,6 +94,11 @@ class TileValueError(TileError):
     """A value that is of the right kind but not allowed (a non-constexpr tile size, an unknown op)."""
 
 
+class TileIndexError(TileError):
+    """An index tile of `tile.gather` pointing outside the array, found by the interpreter (compiled code
+    reads `other` there instead)."""
+
+
 class DivergenceError(TileError):
     """A tile collective reached under control flow that is not block-uniform."""
 

@@ -17,6 +17,10 @@ __all__ = [
     "load",
     "store",
     "atomic_add",
+    "atomic_max",
+    "atomic_min",
+    "gather",
+    "scatter",
     "full",
     "zeros",
     "arange",
@@ -49,10 +53,44 @@ def store(a: Any, offset: int, t: Any, *, valid: int | None = None) -> None:
 
 
 @stub
-def atomic_add(a: Any, offset: int, t: Any, *, valid: int | None = None) -> None:
-    """Atomically add tile ``t`` (converted to ``a``'s dtype) to ``a[offset:]`` element by element,
-    skipping elements ``i >= valid``: the way per-program results merge into a global one.
-    ``a`` is a 1-D array or view of int32, uint32, int64, uint64, float32 or float64."""
+def atomic_add(a: Any, offset_or_index: Any, t: Any, *, valid: int | None = None, mask: Any = None) -> None:
+    """Atomically add ``t`` (converted to ``a``'s dtype) into ``a`` element by element: at
+    ``a[offset:]`` for a scalar offset (a 1-D array or view), or at ``a[index[i]]`` for an integer
+    index tile (a tuple of them, one per axis, for an N-D array), every duplicate index counted.
+
+    Elements ``i >= valid`` and those whose ``mask`` (a bool tile) is false are skipped; so are
+    indices outside the array. A scalar ``t`` is added at every index (``tile.atomic_add(hist, idx,
+    1)``), or once at ``offset``. ``a`` holds int32, uint32, int64, uint64, float16, bfloat16,
+    float32 or float64."""
+
+
+@stub
+def atomic_max(a: Any, offset_or_index: Any, t: Any, *, valid: int | None = None, mask: Any = None) -> None:
+    """``tile.atomic_add``'s forms with ``a[j] = max(a[j], t[i])``: int32, uint32, int64, uint64,
+    float32 or float64 arrays; a NaN value makes the element NaN."""
+
+
+@stub
+def atomic_min(a: Any, offset_or_index: Any, t: Any, *, valid: int | None = None, mask: Any = None) -> None:
+    """``tile.atomic_add``'s forms with ``a[j] = min(a[j], t[i])``: int32, uint32, int64, uint64,
+    float32 or float64 arrays; a NaN value makes the element NaN."""
+
+
+@stub
+def gather(a: Any, index: Any, *, mask: Any = None, other: Any = 0) -> Any:
+    """``a[index]`` element by element: a tile of ``a``'s dtype shaped like the integer tile
+    ``index`` (into a 1-D array or view, any stride), or like a tuple of index tiles, one per axis
+    of an N-D array or view. Elements whose ``mask`` (a bool tile) is false are ``other`` and are
+    neither read nor bounds-checked. An index outside the array is a ``TileIndexError`` in the
+    interpreter and reads ``other`` on the GPU. Example: ``v = tile.gather(table, idx)``."""
+
+
+@stub
+def scatter(a: Any, index: Any, t: Any, *, mask: Any = None) -> None:
+    """``a[index] = t`` element by element (``t`` a tile of the index's size or a scalar, converted
+    to ``a``'s dtype; ``index`` as for ``tile.gather``). Elements whose ``mask`` is false, and
+    indices outside the array, are skipped; of several writes to one element, which one lands is
+    unspecified."""
 
 
 @stub

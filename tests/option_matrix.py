@@ -257,19 +257,118 @@ def _store(s: Source, c: Combination, i: int) -> None:
     s.call(c, f"tile.store({y}, base{i}, tile.load({s.param(f'x{i}', x)}, base{i}, {T}){kw})")
 
 
-@harness(tile.atomic_add, knows=("valid",))
-def _atomic_add(s: Source, c: Combination, i: int) -> None:
-    """Every program adds its tile into the same elements."""
-    T = c.size
-    x = rng_for(c).integers(-100, 100, GRID * T).astype(np.int32)
-    initial = np.arange(T, dtype=np.int32)
-    expected = initial.copy()
+def _mask_data(c: Combination, rng: np.random.Generator, size: int) -> np.ndarray:
+    """Each program's mask (all true without `mask=`)."""
+    return rng.random(GRID * size) < 0.7 if c.options.get("mask") is TILE else np.ones(GRID * size, bool)
+
+
+def _mask_text(s: Source, c: Combination, i: int, data: np.ndarray, size: int) -> Callable[[str, Any], str]:
+    """`realize` for a `mask=` tile (loaded from `data`, `size` elements per program)."""
+
+    def realize(name: str, value: Any) -> str:
+        assert name == "mask" and value is TILE, (name, value)
+        s.line(f"m{i} = tile.load({s.param(f'xm{i}', data)}, pid * {size}, {size})")
+        return f"m{i}"
+
+    return realize
+
+
+ATOMIC_FOLDS = {tile.atomic_add: lambda a, b: a + b, tile.atomic_max: max, tile.atomic_min: min}
+BINS = 37
+
+
+@harness(tile.atomic_add, tile.atomic_max, tile.atomic_min, knows=("offset_or_index", "t", "valid", "mask"))
+def _atomic(s: Source, c: Combination, i: int) -> None:
+    """Every program updates the same elements: from offset 0, or at an index tile's elements (duplicates
+    and indices outside the array among them)."""
+    T, o, rng = c.size, c.options, rng_for(c)
+    indexed = o["offset_or_index"] is TILE
+    size = T if indexed or o["t"] is TILE else 1  # (a scalar from an offset is a tile of one element)
+    x = rng.integers(-100, 100, GRID * T).astype(np.int32)
+    idx = rng.integers(-2, BINS + 2, GRID * T).astype(np.int32)
+    mask = _mask_data(c, rng, size)
+    initial = np.arange(BINS if indexed else T, dtype=np.int32) - 20
+    expected, fold = initial.copy(), ATOMIC_FOLDS[c.public]
     for p, k in enumerate(counts(c)):
-        expected[:k] += x[p * T : p * T + k]
-    kw = keywords(s, c, i, (), no_realize)
+        for e in range(min(k, size)):
+            at = idx[p * T + e] if indexed else e
+            value = x[p * T + e] if o["t"] is TILE else 5
+            if mask[p * size + e] and 0 <= at < len(expected):
+                expected[at] = fold(expected[at], value)
     s.line(f"base{i} = pid * {T}")
+    where = f"tile.load({s.param(f'i{i}', idx)}, base{i}, {T})" if indexed else "0"
+    value = f"tile.load({s.param(f'x{i}', x)}, base{i}, {T})" if o["t"] is TILE else s.param(f"v{i}", 5)
+    kw = keywords(s, c, i, ("offset_or_index", "t"), _mask_text(s, c, i, mask, size))
     y = s.output(c, f"y{i}", initial, expected)
-    s.call(c, f"tile.atomic_add({y}, 0, tile.load({s.param(f'x{i}', x)}, base{i}, {T}){kw})")
+    s.call(c, f"tile.{c.public.__name__}({y}, {where}, {value}{kw})")
+
+
+# ----- gathers and scatters ----------------------------------------------------------------------
+COLS = 64
+
+
+def _index_data(c: Combination, rng: np.random.Generator, extent: int, positions: np.ndarray) -> list[np.ndarray]:
+    """The index tiles' data for element positions `positions` of an array of `extent` elements: one
+    index, or (row, column) of a (extent // COLS, COLS) array for a `TUPLE` index."""
+    if c.options["index"] is TUPLE:
+        return [(positions // COLS).astype(np.int32), (positions % COLS).astype(np.int64)]
+    return [positions.astype(np.int32)]
+
+
+def _index_text(s: Source, c: Combination, i: int, data: list[np.ndarray]) -> str:
+    names = []
+    for j, d in enumerate(data):
+        s.line(f"j{i}_{j} = tile.load({s.param(f'xj{i}_{j}', d)}, base{i}, {c.size})")
+        names.append(f"j{i}_{j}")
+    return f"({', '.join(names)})" if len(names) > 1 else names[0]
+
+
+def _shaped(c: Combination, flat: np.ndarray) -> np.ndarray:
+    return flat.reshape(-1, COLS) if c.options["index"] is TUPLE else flat
+
+
+@harness(tile.gather, knows=("index", "mask", "other"))
+def _gather(s: Source, c: Combination, i: int) -> None:
+    """Each element reads a random element of the table; masked-off ones point outside it (never
+    checked) and give `other`."""
+    T, o, rng = c.size, c.options, rng_for(c)
+    extent = 8 * COLS
+    table = rng.integers(-1000, 1000, extent).astype(np.int32)
+    mask = _mask_data(c, rng, T)
+    positions = np.where(mask, rng.integers(0, extent, GRID * T), extent + 100)
+    other = {0: 0, -7: -7, SCALAR: 11}[o["other"]]
+    expected = np.where(mask, table[np.minimum(positions, extent - 1)], other).astype(np.int32)
+    s.line(f"base{i} = pid * {T}")
+    index = _index_text(s, c, i, _index_data(c, rng, extent, positions))
+    realize_mask = _mask_text(s, c, i, mask, T)
+
+    def realize(name: str, value: Any) -> str:
+        return s.param(f"other{i}", 11) if name == "other" else realize_mask(name, value)
+
+    kw = keywords(s, c, i, ("index",), realize)
+    s.call(c, f"g{i} = tile.gather({s.param(f'x{i}', _shaped(c, table))}, {index}{kw})")
+    s.line(f"tile.store({s.output(c, f'y{i}', np.zeros_like(expected), expected)}, base{i}, g{i})")
+
+
+@harness(tile.scatter, knows=("index", "t", "mask"))
+def _scatter(s: Source, c: Combination, i: int) -> None:
+    """The programs write a permutation of the array's elements (some indices outside it: skipped);
+    masked-off elements write nothing."""
+    T, o, rng = c.size, c.options, rng_for(c)
+    extent = -(-GRID * T // COLS) * COLS + COLS
+    positions = rng.permutation(extent)[: GRID * T]
+    positions[::29] = extent + 7  # outside
+    mask = _mask_data(c, rng, T)
+    x = rng.integers(-1000, 1000, GRID * T).astype(np.int32)
+    expected = np.full(extent, -1, np.int32)
+    keep = mask & (positions < extent)
+    expected[positions[keep]] = x[keep] if o["t"] is TILE else 9
+    s.line(f"base{i} = pid * {T}")
+    index = _index_text(s, c, i, _index_data(c, rng, extent, positions))
+    value = f"tile.load({s.param(f'x{i}', x)}, base{i}, {T})" if o["t"] is TILE else s.param(f"v{i}", 9)
+    kw = keywords(s, c, i, ("index", "t"), _mask_text(s, c, i, mask, T))
+    y = s.output(c, f"y{i}", _shaped(c, np.full(extent, -1, np.int32)), _shaped(c, expected))
+    s.call(c, f"tile.scatter({y}, {index}, {value}{kw})")
 
 
 # ----- constructors ------------------------------------------------------------------------------

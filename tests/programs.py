@@ -6,6 +6,7 @@ sequential NumPy reference written independently of coop_tiles.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -1577,6 +1578,300 @@ def _rand(rng: np.random.Generator, n: int, dt: Any, lo: float = -100, hi: float
     return rng.integers(max(info.min, int(lo)), min(info.max, int(hi)), n, endpoint=True).astype(dt)
 
 
+# ----- gathers, scatters and atomics on index tiles ---------------------------------------------------
+@ct.jit
+def gather_masked(table, idx, out, n, TILE: ct.constexpr):
+    """out[j] = table[idx[j]] where the index is inside the table, else 7 (the mask keeps the others
+    unread and unchecked)."""
+    base = ct.program_id(0) * TILE
+    i = tile.load(idx, base, TILE, valid=n - base, other=0)
+    inside = (i >= 0) & (i < table.shape[0])
+    tile.store(out, base, tile.gather(table, i, mask=inside, other=7), valid=n - base)
+
+
+@ct.jit
+def gather_2d(table, rows, cols, out, n, TILE: ct.constexpr):
+    """out[j] = table[rows[j], cols[j]]."""
+    base = ct.program_id(0) * TILE
+    r = tile.load(rows, base, TILE, valid=n - base, other=0)
+    c = tile.load(cols, base, TILE, valid=n - base, other=0)
+    tile.store(out, base, tile.gather(table, (r, c)), valid=n - base)
+
+
+@ct.jit
+def scatter_masked(x, idx, out, n, TILE: ct.constexpr):
+    """out[idx[j]] = x[j] except where idx[j] % 5 == 0 (masked off) or idx[j] is outside out (skipped)."""
+    base = ct.program_id(0) * TILE
+    i = tile.load(idx, base, TILE, valid=n - base, other=-1)
+    tile.scatter(out, i, tile.load(x, base, TILE, valid=n - base), mask=i % 5 != 0)
+
+
+@ct.jit
+def scatter_2d(rows, cols, x, out, hit, n, TILE: ct.constexpr):
+    """out[rows[j], cols[j]] = x[j] and hit[rows[j], cols[j]] = 1 (a scalar scattered)."""
+    base = ct.program_id(0) * TILE
+    r = tile.load(rows, base, TILE, valid=n - base, other=-1)
+    c = tile.load(cols, base, TILE, valid=n - base, other=-1)
+    tile.scatter(out, (r, c), tile.load(x, base, TILE, valid=n - base))
+    tile.scatter(hit, (r, c), 1)
+
+
+@ct.jit
+def atomic_sums_at(idx, vals, sums, counts, total, n, TILE: ct.constexpr):
+    """sums[idx[j]] += vals[j] (but where idx[j] % 7 == 3), counts[idx[j]] += 1, total[0] += 1 per
+    program; indices outside the arrays are skipped."""
+    base = ct.program_id(0) * TILE
+    i = tile.load(idx, base, TILE, valid=n - base, other=0)
+    tile.atomic_add(sums, i, tile.load(vals, base, TILE, valid=n - base, other=0), valid=n - base, mask=i % 7 != 3)
+    tile.atomic_add(counts, i, 1, valid=n - base)
+    tile.atomic_add(total, 0, 1)
+
+
+@ct.jit
+def atomic_extremes_at(idx, vals, maxs, mins, n, TILE: ct.constexpr):
+    """maxs[idx[j]] = max(maxs[idx[j]], vals[j]) and mins likewise, for the valid elements."""
+    base = ct.program_id(0) * TILE
+    i = tile.load(idx, base, TILE, valid=n - base, other=0)
+    v = tile.load(vals, base, TILE, valid=n - base, other=0)
+    tile.atomic_max(maxs, i, v, valid=n - base)
+    tile.atomic_min(mins, i, v, valid=n - base)
+
+
+@ct.jit
+def atomic_2d(rows, cols, vals, sums, maxs, tops, n, TILE: ct.constexpr):
+    """Atomics at (rows[j], cols[j]) of 2-D arrays, and from offset 0 of a 1-D one with a mask:
+    tops[k] is the max over programs of their element k where its row is 0."""
+    base = ct.program_id(0) * TILE
+    r = tile.load(rows, base, TILE, valid=n - base, other=-1)
+    c = tile.load(cols, base, TILE, valid=n - base, other=-1)
+    v = tile.load(vals, base, TILE, valid=n - base, other=0)
+    tile.atomic_add(sums, (r, c), v)
+    tile.atomic_max(maxs, (r, c), v)
+    tile.atomic_max(tops, 0, v, valid=n - base, mask=r == 0)
+
+
+def ref_gather_masked(table, idx, out, n, TILE):
+    for j in range(n):
+        k = int(idx[j])
+        out[j] = table[k] if 0 <= k < len(table) else np.asarray(7).astype(out.dtype)
+    return [out]
+
+
+def ref_gather_2d(table, rows, cols, out, n, TILE):
+    for j in range(n):
+        out[j] = table[rows[j], cols[j]]
+    return [out]
+
+
+def ref_gather_2d_of(view, table, rows, cols, out, n, TILE):
+    """`ref_gather_2d` of the view of `table` the program gathers from."""
+    return ref_gather_2d(view(table), rows, cols, out, n, TILE)
+
+
+def ref_scatter_masked(x, idx, out, n, TILE):
+    for j in range(n):
+        k = int(idx[j])
+        if k % 5 != 0 and 0 <= k < len(out):
+            out[k] = x[j]
+    return [out]
+
+
+def ref_scatter_2d(rows, cols, x, out, hit, n, TILE):
+    for j in range(n):
+        r, c = int(rows[j]), int(cols[j])
+        if 0 <= r < out.shape[0] and 0 <= c < out.shape[1]:
+            out[r, c] = x[j]
+            hit[r, c] = 1
+    return [out, hit]
+
+
+def ref_atomic_sums_at(idx, vals, sums, counts, total, n, TILE):
+    for j in range(n):
+        k = int(idx[j])
+        if 0 <= k < len(sums):
+            if k % 7 != 3:
+                sums[k] = (sums[k].astype(np.float64) + vals[j].astype(np.float64)).astype(sums.dtype)
+            counts[k] += 1
+    total[0] += -(-n // TILE)
+    return [sums, counts, total]
+
+
+def ref_atomic_extremes_at(idx, vals, maxs, mins, n, TILE):
+    for j in range(n):
+        k, v = int(idx[j]), vals[j]
+        if 0 <= k < len(maxs):
+            maxs[k] = v if (v != v or v > maxs[k]) and maxs[k] == maxs[k] else maxs[k]
+            mins[k] = v if (v != v or v < mins[k]) and mins[k] == mins[k] else mins[k]
+    return [maxs, mins]
+
+
+def ref_atomic_2d(rows, cols, vals, sums, maxs, tops, n, TILE):
+    for j in range(n):
+        r, c, v = int(rows[j]), int(cols[j]), vals[j]
+        if 0 <= r < sums.shape[0] and 0 <= c < sums.shape[1]:
+            sums[r, c] += v
+            maxs[r, c] = max(maxs[r, c], v)
+        if r == 0:
+            tops[j % TILE] = max(tops[j % TILE], v)
+    return [sums, maxs, tops]
+
+
+GATHER_DTYPES = [*ALL_DTYPES, np.float16, ct.bfloat16, np.bool_]
+ATOMIC_ADD_DTYPES = [np.int32, np.uint32, np.int64, np.uint64, np.float32, np.float64, np.float16, ct.bfloat16]
+ATOMIC_EXTREME_DTYPES = [np.int32, np.uint32, np.int64, np.uint64, np.float32, np.float64]
+
+
+def _values(rng: np.random.Generator, n: int, dt: Any, lo: int = -100, hi: int = 100) -> np.ndarray:
+    """n small integers of `dt` (booleans for bool; never negative for unsigned dtypes)."""
+    if np.dtype(dt) == np.bool_:
+        return rng.integers(0, 2, n).astype(bool)
+    lo = max(lo, 0) if np.dtype(dt).kind == "u" else lo
+    return rng.integers(lo, hi, n).astype(np.float32).astype(dt)
+
+
+def _torch_for(dt: Any) -> str:
+    return "torch" if np.dtype(dt) == ct.bfloat16 else "cupy"
+
+
+def indexed_cases(rng: np.random.Generator) -> list[Case]:
+    """Gathers, scatters and index-tile atomics: every dtype each takes, masks, indices outside the
+    arrays, strided and 2-D arrays, scalar values, duplicate indices."""
+    cases = []
+    for dt in GATHER_DTYPES:
+        name = np.dtype(dt).name
+        n, m = 1000, 300
+        table, idx = _values(rng, m, dt), rng.integers(-20, m + 20, n).astype(np.int32)
+        cases.append(
+            Case(
+                f"gather_masked[{name}]",
+                gather_masked,
+                [table, idx, np.zeros(n, dt), n],
+                {"TILE": 256},
+                ct.cdiv(n, 256),
+                [2],
+                ref_gather_masked,
+                library=_torch_for(dt),
+            )
+        )
+        perm = rng.permutation(n).astype(np.int64)
+        perm[::17] = -3  # outside: skipped
+        perm[1::23] = n + 5
+        cases.append(
+            Case(
+                f"scatter_masked[{name}]",
+                scatter_masked,
+                [_values(rng, n, dt), perm, np.zeros(n, dt), n],
+                {"TILE": 300},
+                ct.cdiv(n, 300),
+                [2],
+                ref_scatter_masked,
+                library=_torch_for(dt),
+            )
+        )
+    for dt in (np.int16, np.float32, ct.bfloat16):
+        n, m = 700, 150
+        table, idx = _values(rng, 3 * m, dt), rng.integers(0, m, n).astype(np.uint16)
+        cases.append(
+            Case(
+                f"gather_masked[{np.dtype(dt).name},strided view]",
+                gather_masked,
+                [table, idx, np.zeros(n, dt), n],
+                {"TILE": 512},
+                ct.cdiv(n, 512),
+                [2],
+                lambda table, idx, out, n, TILE: ref_gather_masked(table[::-3], idx, out, n, TILE),
+                prepare=lambda args: [args[0][::-3], *args[1:]],
+                library=_torch_for(dt),
+            )
+        )
+    for dt, transposed in ((np.float64, False), (np.int8, True), (np.float16, True)):
+        n, shape = 900, (40, 30)
+        table = _values(rng, shape[0] * shape[1], dt).reshape(shape if not transposed else shape[::-1])
+        rows, cols = rng.integers(0, shape[0], n).astype(np.int64), rng.integers(0, shape[1], n).astype(np.int32)
+        view = (lambda a: a.T) if transposed else (lambda a: a)
+        cases.append(
+            Case(
+                f"gather_2d[{np.dtype(dt).name},{'transposed' if transposed else 'contiguous'}]",
+                gather_2d,
+                [table, rows, cols, np.zeros(n, dt), n],
+                {"TILE": 256},
+                ct.cdiv(n, 256),
+                [3],
+                functools.partial(ref_gather_2d_of, view),
+                prepare=lambda args, view=view: [view(args[0]), *args[1:]],
+            )
+        )
+    for dt in (np.float32, np.uint8, ct.bfloat16):
+        shape = (25, 40)
+        flat = rng.permutation(shape[0] * shape[1])[:800]
+        rows, cols = (flat // shape[1]).astype(np.int32), (flat % shape[1]).astype(np.int32)
+        rows[::31] = shape[0]  # outside: skipped
+        n = len(flat)
+        cases.append(
+            Case(
+                f"scatter_2d[{np.dtype(dt).name}]",
+                scatter_2d,
+                [rows, cols, _values(rng, n, dt), np.zeros(shape, dt), np.zeros(shape, np.int8), n],
+                {"TILE": 256},
+                ct.cdiv(n, 256),
+                [3, 4],
+                ref_scatter_2d,
+                library=_torch_for(dt),
+            )
+        )
+    for dt in ATOMIC_ADD_DTYPES:
+        n, bins = 1000, 40
+        idx = rng.integers(-3, bins + 3, n).astype(np.int32)
+        vals = _values(rng, n, dt, -3, 4)
+        cases.append(
+            Case(
+                f"atomic_sums_at[{np.dtype(dt).name}]",
+                atomic_sums_at,
+                [idx, vals, np.zeros(bins, dt), np.zeros(bins, np.int32), np.zeros(1, np.int64), n],
+                {"TILE": 384},
+                ct.cdiv(n, 384),
+                [2, 3, 4],
+                ref_atomic_sums_at,
+                library=_torch_for(dt),
+            )
+        )
+    for dt in ATOMIC_EXTREME_DTYPES:
+        n, bins = 1200, 50
+        idx = rng.integers(-2, bins + 2, n).astype(np.int64)
+        vals = _values(rng, n, dt, -1000, 1000)
+        if np.dtype(dt).kind == "f":
+            vals[::97] = np.nan
+            vals[1::89] = -np.inf
+            vals[2::101] = -np.nan
+        start = np.zeros(bins, dt)
+        cases.append(
+            Case(
+                f"atomic_extremes_at[{np.dtype(dt).name}]",
+                atomic_extremes_at,
+                [idx, vals, start.copy(), start.copy(), n],
+                {"TILE": 256},
+                ct.cdiv(n, 256),
+                [2, 3],
+                ref_atomic_extremes_at,
+            )
+        )
+    for dt in (np.int32, np.float64):
+        n, shape = 800, (12, 9)
+        rows, cols = rng.integers(-1, shape[0] + 1, n).astype(np.int32), rng.integers(0, shape[1], n).astype(np.int32)
+        cases.append(
+            Case(
+                f"atomic_2d[{np.dtype(dt).name}]",
+                atomic_2d,
+                [rows, cols, _values(rng, n, dt), np.zeros(shape, dt), np.zeros(shape, dt), np.zeros(200, dt), n],
+                {"TILE": 200},
+                ct.cdiv(n, 200),
+                [3, 4, 5],
+                ref_atomic_2d,
+            )
+        )
+    return cases
+
+
 def make_cases(seed: int = 0) -> list[Case]:
     """Every shared case; small enough for the interpreter, varied in sizes, tails and dtypes."""
     rng = np.random.default_rng(seed)
@@ -1807,6 +2102,7 @@ def make_cases(seed: int = 0) -> list[Case]:
         + storage_cases(rng)
         + chained_cases(rng)
         + reverse_cases(rng)
+        + indexed_cases(rng)
     )
 
 

@@ -34,6 +34,7 @@ EXPECTED = (
     "segsort",
     "chained",
     "mamba",
+    "gather",
     "softmax",
     "state_update",
     "scan2d",
@@ -259,6 +260,18 @@ def fake_results(scale: float = 1.0) -> dict:
         },
         {"case": "Mamba-2", "shape": (64, 80, 64, 128), "dtype": "float32", "error": "RuntimeError: z"},
     ]
+    gather = [
+        {
+            "case": "gather",
+            "n": "2^26",
+            "elements": 1 << 26,
+            "copy_ms": 0.2 * s,
+            "coop": _tune(0.5 * s, 4096),
+            "torch": _tune(0.6 * s, "take (int64 index)"),
+            "torch2": {"error": "RuntimeError: x"},
+        },
+        {"case": "scatter", "n": "2^26", "elements": 1 << 26, "error": "MemoryError: out of memory"},
+    ]
     return {
         "softmax": softmax,
         "scan2d": scan2d,
@@ -274,6 +287,7 @@ def fake_results(scale: float = 1.0) -> dict:
         "segsort": segsort,
         "chained": chained,
         "mamba": mamba,
+        "gather": gather,
     }
 
 

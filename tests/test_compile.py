@@ -116,3 +116,34 @@ def test_arch_may_be_a_number_a_pair_or_an_arch_name(arch, name):
     x = np.zeros(1, np.float32)
     k = vector_add.compile(x, x, x, 1, arch=arch, TILE=256)
     assert k.arch == name and k.cubin[:4] == b"\x7fELF"
+
+
+def test_gather_and_scatter_are_direct_without_shared_memory_or_barriers():
+    """Each item is one bounds test and one access: no TempStorage, no barrier, no local memory; the index is
+    compared unsigned (a negative one wraps past the extent) and never divided."""
+    from programs import gather_masked, scatter_masked
+
+    x, idx = np.zeros(1, np.float32), np.zeros(1, np.int32)
+    for kernel, args in ((gather_masked, (x, idx, x, 1)), (scatter_masked, (x, idx, x, 1))):
+        k = kernel.compile(*args, TILE=4096, arch="sm_90")
+        assert k.shared_bytes == 0 and k.local_memory_bytes() == 0
+        assert not BARRIER.findall(k.ptx)
+        assert "static_cast<unsigned long long>(j0) < static_cast<unsigned long long>(a_len)" in k.shim_source
+        assert re.search(r"setp\.(lt|ge)\.u64", k.ptx) and "div" not in k.ptx
+        assert "DIRECT" in str(k.plan)
+
+
+def test_a_gather_after_a_scatter_into_the_same_array_waits_for_it():
+    import coop_tiles as ct
+    from coop_tiles import tile
+
+    @ct.jit
+    def scatter_then_gather(x, idx, out, y, n, TILE: ct.constexpr):
+        i = tile.load(idx, 0, TILE, valid=n)
+        tile.scatter(out, i, tile.load(x, 0, TILE, valid=n))
+        tile.store(y, 0, tile.gather(out, i), valid=n)
+
+    x = np.zeros(1, np.float32)
+    k = scatter_then_gather.compile(x, np.zeros(1, np.int32), x, x, 1, TILE=512, arch="sm_90")
+    assert "read after write of" in str(k.plan)
+    assert len(BARRIER.findall(k.ptx)) == 1

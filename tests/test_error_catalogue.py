@@ -832,8 +832,84 @@ def atomic_add_int8(x, n, T: ct.constexpr):
     tile.atomic_add(x, 0, tile.load(x, 0, T))  # HERE
 
 
-def atomic_add_scalar(x, n, T: ct.constexpr):
-    tile.atomic_add(x, 0, n)  # HERE
+def atomic_add_array(x, n, T: ct.constexpr):
+    tile.atomic_add(x, 0, x)  # HERE
+
+
+def atomic_max_float16(x, n, T: ct.constexpr):
+    tile.atomic_max(x, tile.arange(T), tile.load(x, 0, T))  # HERE
+
+
+def atomic_min_float_index(x, n, T: ct.constexpr):
+    tile.atomic_min(x, tile.load(x, 0, T), 1.0)  # HERE
+
+
+def atomic_add_mask_size(x, n, T: ct.constexpr):
+    tile.atomic_add(x, tile.arange(T), 1, mask=tile.arange(T * 2) > 0)  # HERE
+
+
+# ================================================================================================
+# Gathers and scatters
+# ================================================================================================
+def gather_float_index(x, n, T: ct.constexpr):
+    t = tile.gather(x, tile.load(x, 0, T))  # HERE
+    tile.store(x, 0, t)
+
+
+def gather_bool_index(x, n, T: ct.constexpr):
+    t = tile.gather(x, tile.arange(T) > 2)  # HERE
+    tile.store(x, 0, t)
+
+
+def gather_scalar_index(x, n, T: ct.constexpr):
+    t = tile.gather(x, n)  # HERE
+
+
+def gather_one_index_of_2d(m, n, T: ct.constexpr):
+    t = tile.gather(m, tile.arange(T))  # HERE
+
+
+def gather_three_indices_of_2d(m, n, T: ct.constexpr):
+    i = tile.arange(T)
+    t = tile.gather(m, (i, i, i))  # HERE
+
+
+def gather_index_sizes(m, n, T: ct.constexpr):
+    t = tile.gather(m, (tile.arange(T), tile.arange(T * 2)))  # HERE
+
+
+def gather_int_mask(x, n, T: ct.constexpr):
+    t = tile.gather(x, tile.arange(T), mask=tile.arange(T))  # HERE
+
+
+def gather_scalar_mask(x, n, T: ct.constexpr):
+    t = tile.gather(x, tile.arange(T), mask=n > 0)  # HERE
+
+
+def gather_mask_size(x, n, T: ct.constexpr):
+    t = tile.gather(x, tile.arange(T), mask=tile.arange(T * 2) > 0)  # HERE
+
+
+def gather_outside(x, n, T: ct.constexpr):
+    t = tile.gather(x, tile.arange(T) * 3 - 1)  # HERE
+    tile.store(x, 0, t)
+
+
+def gather_outside_2d(m, n, T: ct.constexpr):
+    i = tile.arange(T)
+    t = tile.gather(m, (i // 2, i))  # HERE
+
+
+def scatter_value_size(x, n, T: ct.constexpr):
+    tile.scatter(x, tile.arange(T), tile.load(x, 0, T * 2))  # HERE
+
+
+def scatter_array_value(x, n, T: ct.constexpr):
+    tile.scatter(x, tile.arange(T), x)  # HERE
+
+
+def scatter_float_index(x, n, T: ct.constexpr):
+    tile.scatter(x, tile.arange(T).astype(np.float32), 1.0)  # HERE
 
 
 def sort_bools(x, n, T: ct.constexpr):
@@ -1541,10 +1617,107 @@ CATALOGUE: list[Mistake] = [
         atomic_add_int8,
         TYPE,
         "tile.atomic_add into an array of int8 is not supported; use one of int32, uint32, int64, uint64, float32, "
-        "float64",
+        "float64, float16, bfloat16",
         args=(I8, 16),
     ),
-    Mistake("atomic_add_scalar", atomic_add_scalar, TYPE, "the added value must be a tile, got int64 (python scalar)"),
+    Mistake("atomic_add_array", atomic_add_array, TYPE, "the value must be a tile or a scalar, got array<float32, 1d>"),
+    Mistake(
+        "atomic_max_float16",
+        atomic_max_float16,
+        TYPE,
+        "tile.atomic_max into an array of float16 is not supported; use one of int32, uint32, int64, uint64, float32, "
+        "float64",
+        args=(np.zeros(16, np.float16), 16),
+    ),
+    Mistake(
+        "atomic_min_float_index",
+        atomic_min_float_index,
+        TYPE,
+        "the index of tile.atomic_min must be an integer tile, got tile<float32, 8>; convert it with astype",
+    ),
+    Mistake(
+        "atomic_add_mask_size",
+        atomic_add_mask_size,
+        TYPE,
+        "the mask has 16 elements and the tile it selects 8",
+    ),
+    Mistake(
+        "gather_float_index",
+        gather_float_index,
+        TYPE,
+        "the index of tile.gather must be an integer tile, got tile<float32, 8>; convert it with astype",
+    ),
+    Mistake(
+        "gather_bool_index",
+        gather_bool_index,
+        TYPE,
+        "the index of tile.gather must be an integer tile, got tile<bool, 8>; convert it with astype",
+    ),
+    Mistake("gather_scalar_index", gather_scalar_index, TYPE, "the index must be a tile, got int64 (python scalar)"),
+    Mistake(
+        "gather_one_index_of_2d",
+        gather_one_index_of_2d,
+        TYPE,
+        "tile.gather into a 2-d array needs 2 index tiles, got one index tile (a tuple of index tiles takes one "
+        "per axis)",
+        args=(M, 16),
+    ),
+    Mistake(
+        "gather_three_indices_of_2d",
+        gather_three_indices_of_2d,
+        TYPE,
+        "tile.gather into a 2-d array needs 2 index tiles, got a tuple of 3 index tiles",
+        args=(M, 16),
+    ),
+    Mistake(
+        "gather_index_sizes",
+        gather_index_sizes,
+        TYPE,
+        "the index tiles of tile.gather have 8 and 16 elements",
+        args=(M, 16),
+    ),
+    Mistake(
+        "gather_int_mask",
+        gather_int_mask,
+        TYPE,
+        "mask must be a bool tile, got tile<int32, 8>; compare it (t > 0)",
+    ),
+    Mistake("gather_scalar_mask", gather_scalar_mask, TYPE, "mask must be a tile, got bool"),
+    Mistake("gather_mask_size", gather_mask_size, TYPE, "the mask has 16 elements and the tile it selects 8"),
+    Mistake(
+        "gather_outside",
+        gather_outside,
+        ct.TileIndexError,
+        "tile.gather reads index -1 (element 0 of the index) of an array of 16 elements",
+        modes=(INTERPRET,),
+    ),
+    Mistake(
+        "gather_outside_2d",
+        gather_outside_2d,
+        ct.TileIndexError,
+        "tile.gather reads index (4, 8) (element 8 of the index) of an array of shape (4, 8)",
+        args=(M, 16),
+        constexprs={"T": 16},
+        modes=(INTERPRET,),
+    ),
+    Mistake(
+        "scatter_value_size",
+        scatter_value_size,
+        TYPE,
+        "the scattered value has 16 elements and the index 8",
+    ),
+    Mistake(
+        "scatter_array_value",
+        scatter_array_value,
+        TYPE,
+        "the scattered value must be a tile or a scalar, got array<float32, 1d>",
+    ),
+    Mistake(
+        "scatter_float_index",
+        scatter_float_index,
+        TYPE,
+        "the index of tile.scatter must be an integer tile, got tile<float32, 8>; convert it with astype",
+    ),
     Mistake(
         "sort_bools",
         sort_bools,

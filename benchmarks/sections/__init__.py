@@ -25,6 +25,7 @@ NAMES = (
     "segsort",
     "chained",
     "mamba",
+    "gather",
     "softmax",
     "state_update",
     "scan2d",
@@ -44,6 +45,7 @@ DOCUMENT_ORDER = (
     "mamba",
     "softmax",
     "scan2d",
+    "gather",
     "state_update",
 )
 

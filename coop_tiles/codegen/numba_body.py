@@ -209,10 +209,10 @@ class _BodyWriter:
                 parts.append(self.operand(a.value, False))
                 types.append(numba_storage(a.value.type.dtype))
             elif isinstance(a, ArrayArg):
-                p = self.arrays[a.var.name]
-                parts += [p.ptr, p.off, p.shapes[0]] + ([] if p.unit else [p.strides[0]])
-                types += [f"CPointer({numba_storage(a.var.type.dtype)})", "int64", "int64"]
-                types += [] if p.unit else ["int64"]
+                p = self.arrays[a.var.name]  # (as `array_names` orders them)
+                sizes = [*p.shapes, *(s for s in p.strides if s != "1")]
+                parts += [p.ptr, p.off, *sizes]
+                types += [f"CPointer({numba_storage(a.var.type.dtype)})", "int64", *["int64"] * len(sizes)]
             elif isinstance(a, StateArg):
                 parts.append(f"ptr({_state_name(cid, a)})")
                 types.append("CPointer(int32)")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..dtypes import cxx_identity, cxx_name, is_half
 from ..lang import ir
-from ..ops.base import ArrayArg, OutArg, ShimCall, StateArg, TileArg, ValueArg, op_of
+from ..ops.base import ArrayArg, OutArg, ShimCall, StateArg, TileArg, ValueArg, array_names, op_of
 from ..planner.carve import StorageNeed
 from ..planner.layout import BLOCKED, CollectiveChoice, LayoutPlan, TileLayout
 from .params import kernel_params
@@ -229,13 +229,9 @@ class ShimWriter:
         params = []
         for a in call.args:
             if isinstance(a, ArrayArg):
-                params += [
-                    f"{cxx_name(a.var.type.dtype)}* {a.name}",
-                    f"long long {a.name}_off",
-                    f"long long {a.name}_len",
-                ]
-                if not a.var.type.unit_stride:
-                    params.append(f"long long {a.name}_stride")
+                lens, strides = array_names(a.name, a.var.type)
+                params += [f"{cxx_name(a.var.type.dtype)}* {a.name}", f"long long {a.name}_off"]
+                params += [f"long long {n}" for n in [*lens, *strides] if n is not None]
             elif isinstance(a, ValueArg):
                 params.append(f"{cxx_name(a.value.type.dtype)} {a.name}")
             elif isinstance(a, StateArg):

@@ -33,6 +33,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
+from ..errors import TileTypeError
 from ..lang import ir
 from .elementwise import ELEMENTWISE, ElementOp
 from .options import Forbidden, Option
@@ -57,8 +58,10 @@ class ValueArg:
 
 @dataclass(frozen=True)
 class ArrayArg:
-    """A 1-D array or view: `T* name, long long name_off, long long name_len` and, unless the
-    view has unit stride, `long long name_stride` (all in elements)."""
+    """An array or view: `T* name, long long name_off, long long name_len` and, unless the view has
+    unit stride, `long long name_stride` (all in elements) for a 1-D one; of `k > 1` axes, the
+    lengths `name_len0` ... and strides `name_stride0` ... of each axis (the last stride only
+    without unit stride). See `array_names`."""
 
     var: ir.Var
     name: str
@@ -78,6 +81,16 @@ class StateArg:
     run), such as which of two TempStorage the next run uses."""
 
     name: str
+
+
+def array_names(name: str, t: Any) -> tuple[list[str], list[str | None]]:
+    """(length names, stride names) of an `ArrayArg` called `name` of array type `t` in a shim; a
+    unit last stride is None (not passed)."""
+    if t.ndim == 1:
+        lens, strides = [f"{name}_len"], [f"{name}_stride"]
+    else:
+        lens, strides = [f"{name}_len{k}" for k in range(t.ndim)], [f"{name}_stride{k}" for k in range(t.ndim)]
+    return lens, [*strides[:-1], None if t.unit_stride else strides[-1]]
 
 
 #: the state of a collective whose runs alternate between two TempStorage (`ShimWriter.alternate`)
@@ -423,6 +436,42 @@ def valid_arg(valid: ir.Value | None, size: int) -> ValueArg:
     from ..lang.types import INT64
 
     return ValueArg(valid if valid is not None else ir.Lit(size, INT64), "valid")
+
+
+# ----- `mask=`: which elements of a tile an op takes (shared by every op with one) -----------------
+def mask_value(b: Any, v: Any, like: ir.Var) -> ir.Var | None:
+    """The front end's `mask` argument: None when left out, else a bool tile of `like`'s size (the
+    tile whose elements it selects)."""
+    v = b.optional(v)
+    if v is None:
+        return None
+    mask = b.tile(v, "mask")
+    if mask.type.dtype != np.bool_:
+        raise TileTypeError(f"mask must be a bool tile, got {mask.type}; compare it (t > 0)")
+    if mask.type.size != like.type.size:
+        raise TileTypeError(f"the mask has {mask.type.size} elements and the tile it selects {like.type.size}")
+    return mask
+
+
+def mask_array(frame: Any, mask: ir.Var | None, size: int) -> np.ndarray:
+    """The interpreter's mask: which of `size` elements are selected, element by element in row-major
+    order (all when there is no mask)."""
+    return np.ones(size, bool) if mask is None else np.asarray(frame.get(mask), bool).ravel()
+
+
+def mask_arg(mask: ir.Var | None) -> tuple[TileArg, ...]:
+    """The mask as a shim argument (`bool* mask_items`), none without a mask."""
+    return () if mask is None else (TileArg(mask, "mask_items"),)
+
+
+def mask_ref(w: Any, mask: ir.Var | None, items: int) -> str:
+    """The shim's reference `mask` to this thread's `items` items of the mask (nothing without one)."""
+    return "" if mask is None else w.items_ref("mask", "mask_items", mask, items)
+
+
+def mask_test(mask: ir.Var | None) -> str:
+    """` && mask[i]`: the shim's test of item `i`'s mask, empty without a mask."""
+    return "" if mask is None else " && mask[i]"
 
 
 def seq(values: Any) -> tuple:
