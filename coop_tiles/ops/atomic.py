@@ -10,7 +10,7 @@ from .. import tile
 from ..errors import TileTypeError
 from ..lang import ir
 from ..lang.values import Const
-from .base import ArrayArg, ShimCall, TileArg, TileOp, ValueArg, register, valid_arg, valid_value
+from .base import ArrayArg, ShimCall, TileArg, TileOp, ValueArg, one_d, register, valid_arg, valid_value
 from .memory import offset_value, one_d_array, touched_span
 from .options import COUNT, Option
 
@@ -45,7 +45,7 @@ class AtomicAdd(TileOp):
         if dt not in ATOMIC_TYPES:
             names = ", ".join(d.name for d in ATOMIC_TYPES)
             raise TileTypeError(f"tile.atomic_add into an array of {dt.name} is not supported; use one of {names}")
-        t = b.convert(b.tile(t, "the added value"), dt)
+        t = b.convert(one_d(b.tile(t, "the added value"), "tile.atomic_add"), dt)
         b.emit(TileAtomicAdd(array, offset_value(b, offset, "the offset"), t, valid_value(b, valid)))
         return Const(None)
 

@@ -33,6 +33,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
+from ..errors import TileTypeError, TileValueError
 from ..lang import ir
 from .elementwise import ELEMENTWISE, ElementOp
 from .options import Forbidden, Option
@@ -417,3 +418,23 @@ def seq(values: Any) -> tuple:
 
 def errstate() -> Any:
     return np.errstate(all="ignore")
+
+
+# ----- axes of 2-D tiles (shared by every op with `axis=`) -----------------------------------------
+def tile_axis(b: Any, axis: Any, t: ir.Var, what: str) -> int:
+    """`axis=` of `what` on tile `t` as an axis in [0, ndim) (negative counts from the end)."""
+    k = b.constant(axis, f"the axis of {what}", int)
+    ndim = t.type.ndim
+    if not -ndim <= k < ndim:
+        raise TileValueError(f"axis {k} is out of range for {what} of a tile of shape {t.type.shape}")
+    return k % ndim
+
+
+def one_d(t: ir.Var, what: str) -> ir.Var:
+    """`t`, or a TileTypeError if it is not 1-D: `what` (an op of 1-D tiles only) names itself."""
+    if t.type.ndim != 1:
+        raise TileTypeError(
+            f"{what} takes a 1-D tile, got a tile of shape {t.type.shape}; "
+            f"reshape it first (tile.reshape(t, {t.type.size}))"
+        )
+    return t

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..errors import TileValueError
+from ..errors import CompileError, TileValueError
 from ..lang import ir
 from ..lang.types import TileType
 from ..ops.base import op_of
@@ -222,6 +222,7 @@ def loop_depths(body: list[ir.Stmt], depth: int = 0) -> dict[int, int]:
 
 def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -> LayoutPlan:
     """Choose block size, every tile's layout and every collective's CUB algorithm."""
+    not_lowered_yet(program)
     threads = choose_block_threads(program, pinned_block_threads)
     tiles = ir.tile_vars(program)
     ctx = LayoutContext(threads, block_values(program, threads), loop_depths(program.body))
@@ -259,6 +260,19 @@ def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -
         if isinstance(s, ir.Collective):
             collectives[s.cid] = op_of(s).choose(s, ctx)
     return LayoutPlan(threads, ctx.tiles, collectives, live, ctx.block_values)
+
+
+def not_lowered_yet(program: ir.Program) -> None:
+    """A CompileError at the first statement with a 2-D tile, a shape remap or a mask (issue 19's stage 1:
+    they run in the interpreter; their lowering is stage 2)."""
+    for s in program.walk():
+        tiles = [v for v in (*ir.defs(s), *ir.uses(s)) if isinstance(v.type, TileType)]
+        if isinstance(s, ir.TileRemap) or any(v.type.ndim > 1 for v in tiles) or getattr(s, "mask", None) is not None:
+            raise CompileError(
+                "2-D tiles, shape operations and masks are not compiled yet (they run in the interpreter: "
+                "@ct.jit(interpret=True))",
+                loc=s.loc,
+            )
 
 
 def register_budget(threads: int) -> int:

@@ -1,0 +1,191 @@
+"""2-D blocks of `tile.load` and `tile.store` (`a[r:r+M, c:c+N]` of a 2-D array or view, `valid=(vr, vc)`),
+and `mask=`, which loads and stores of both ranks take: what the public ops in `ops/memory.py` build
+for a 2-D call, and how each is interpreted. Elements past `valid` or where the mask is false are never
+touched (a load gives `other` there); any other element outside the array is a TileValueError."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..errors import TileTypeError, TileValueError
+from ..lang import ir
+from ..lang.types import TileType, broadcast_shape
+from ..lang.values import Const
+from .base import TileOp, register
+
+
+@dataclass
+class TileLoad2D(ir.Collective, defs="out", uses="array row col valid_rows valid_cols other mask"):
+    """`out = a[row:row+M, col:col+N]` (M, N: `out`'s shape), elements past the valid counts or masked off
+    being `other`."""
+
+    out: ir.Var
+    array: ir.Var
+    row: ir.Value
+    col: ir.Value
+    valid_rows: ir.Value | None
+    valid_cols: ir.Value | None
+    other: ir.Value
+    mask: ir.Var | None
+
+
+@dataclass
+class TileStore2D(ir.Collective, uses="array row col tile valid_rows valid_cols mask"):
+    """`a[row:row+M, col:col+N] = tile` but for elements past the valid counts or masked off."""
+
+    array: ir.Var
+    row: ir.Value
+    col: ir.Value
+    tile: ir.Var
+    valid_rows: ir.Value | None
+    valid_cols: ir.Value | None
+    mask: ir.Var | None
+
+
+def offset_value(b: Any, v: Any, what: str) -> ir.Value:
+    return b.convert(b.scalar(v, what, "iu"), np.dtype(np.int64))
+
+
+def mask_value(b: Any, mask: Any, shape: tuple[int, ...]) -> ir.Var | None:
+    """`mask=` as a bool tile of `shape` (broadcast to it), or None when left out."""
+    mask = b.optional(mask)
+    if mask is None:
+        return None
+    mask = b.tile(mask, "the mask")
+    if mask.type.dtype != np.bool_:
+        raise TileTypeError(f"the mask must be a bool tile (a comparison), got {mask.type}")
+    if broadcast_shape(mask.type.shape, shape) != shape:
+        raise TileTypeError(f"the mask of shape {mask.type.shape} does not broadcast to the tile's shape {shape}")
+    return b.broadcast(mask, shape)
+
+
+def is_2d(b: Any, offset: Any, size: Any) -> bool:
+    """Whether a load or store call names a 2-D block (a pair of offsets or a 2-D shape)."""
+    pair = isinstance(offset, tuple) or (isinstance(offset, Const) and isinstance(offset.value, tuple))
+    return pair or (isinstance(size, Const) and isinstance(size.value, tuple)) or isinstance(size, tuple)
+
+
+def _pair(b: Any, v: Any, what: str) -> tuple:
+    items = tuple(Const(x) for x in v.value) if isinstance(v, Const) and isinstance(v.value, tuple) else v
+    if not isinstance(items, tuple) or len(items) != 2:
+        raise TileTypeError(f"{what} of a 2-D block must be a pair (one per axis), got {_shown(v)}")
+    return items
+
+
+def _shown(v: Any) -> str:
+    if isinstance(v, tuple):
+        return f"a tuple of {len(v)}"
+    return repr(v.value) if isinstance(v, Const) else str(getattr(v, "type", v))
+
+
+def two_d_array(b: Any, v: Any, what: str) -> ir.Var:
+    array = b.array(v, what)
+    if array.type.ndim != 2:
+        raise TileTypeError(
+            f"{what} must be a 2-D array or view for a 2-D block, got a {array.type.ndim}-d array"
+            + ("; use a 1-D tile (an int offset and size)" if array.type.ndim == 1 else "; index it down to two axes")
+        )
+    return array
+
+
+def block_args(b: Any, offset: Any, valid: Any) -> tuple[ir.Value, ir.Value, ir.Value | None, ir.Value | None]:
+    """(row, col, valid rows, valid cols) of a 2-D call: int64 scalars (a valid count None: the whole axis)."""
+    row, col = (offset_value(b, v, "the offset") for v in _pair(b, offset, "the offset"))
+    valid = b.optional(valid)
+    if valid is None:
+        return row, col, None, None
+    counts = [b.optional(v) for v in _pair(b, valid, "valid")]
+    vr, vc = (None if v is None else b.convert(b.scalar(v, "valid", "iu"), np.dtype(np.int64)) for v in counts)
+    return row, col, vr, vc
+
+
+def build_load_2d(b: Any, a: Any, offset: Any, size: Any, valid: Any, other: Any, mask: Any) -> ir.Var:
+    array = two_d_array(b, a, "tile.load's first argument")
+    shape = b.tile_shape(size, "shape")
+    if len(shape) != 2:
+        raise TileTypeError(f"a 2-D block needs a shape (M, N), got {shape}")
+    dt = array.type.dtype
+    row, col, vr, vc = block_args(b, offset, valid)
+    out = b.temp(TileType(dt, 0, shape))
+    other = b.convert(b.scalar(other, "other"), dt)
+    b.emit(TileLoad2D(out, array, row, col, vr, vc, other, mask_value(b, mask, shape)))
+    return out
+
+
+def build_store_2d(b: Any, a: Any, offset: Any, t: ir.Var, valid: Any, mask: Any) -> None:
+    array = two_d_array(b, a, "tile.store's first argument")
+    if t.type.ndim != 2:
+        raise TileTypeError(f"a 2-D block store takes a 2-D tile, got {t.type}")
+    row, col, vr, vc = block_args(b, offset, valid)
+    mask = mask_value(b, mask, t.type.shape)
+    b.emit(TileStore2D(array, row, col, b.convert(t, array.type.dtype), vr, vc, mask))
+
+
+def touched(
+    frame: Any, array: np.ndarray, starts: tuple, valids: tuple, mask: ir.Var | None, shape: tuple, what: str
+) -> tuple[np.ndarray, tuple[np.ndarray, ...]]:
+    """(which elements of a block of `shape` at `starts` an op touches, their array indices); a
+    TileValueError when one of them is outside the array."""
+    grids = np.meshgrid(*(np.arange(n) for n in shape), indexing="ij")
+    take = np.ones(shape, bool)
+    for g, v, n in zip(grids, valids, shape):
+        count = n if v is None else int(np.clip(int(frame.get(v)), 0, n))
+        take &= g < count
+    if mask is not None:
+        take &= np.asarray(frame.get(mask), bool)
+    index = tuple(g + int(frame.get(s)) for g, s in zip(grids, starts))
+    outside = np.zeros(shape, bool)
+    for i, n in zip(index, array.shape):
+        outside |= (i < 0) | (i >= n)
+    bad = np.argwhere(take & outside)
+    if len(bad):
+        first = tuple(int(i[tuple(bad[0])]) for i in index)
+        where = first[0] if len(first) == 1 else first
+        extent = f"{array.shape[0]} elements" if array.ndim == 1 else f"shape {array.shape}"
+        raise TileValueError(f"{what} touches element {where} of an array of {extent}")
+    return take, index
+
+
+def load_masked(frame: Any, array: np.ndarray, starts: tuple, valids: tuple, mask, shape, other, what: str):
+    """The loaded block: the touched elements read, the others `other`."""
+    take, index = touched(frame, array, starts, valids, mask, shape, what)
+    data = np.full(shape, other, dtype=array.dtype)
+    data[take] = array[tuple(i[take] for i in index)]
+    return data
+
+
+def store_masked(frame: Any, array: np.ndarray, starts: tuple, valids: tuple, mask, values: np.ndarray, what: str):
+    take, index = touched(frame, array, starts, valids, mask, values.shape, what)
+    array[tuple(i[take] for i in index)] = values[take]
+
+
+@register
+class Load2D(TileOp):
+    stmt = TileLoad2D
+
+    def interpret(self, s: TileLoad2D, frame) -> None:
+        array = frame.get(s.array)
+        shape = s.out.type.shape
+        data = load_masked(
+            frame, array, (s.row, s.col), (s.valid_rows, s.valid_cols), s.mask, shape, frame.get(s.other), "tile.load"
+        )
+        frame.env[s.out.name] = data.astype(s.out.type.dtype, copy=False)
+
+    def global_access(self, s: TileLoad2D):
+        return s.array, False
+
+
+@register
+class Store2D(TileOp):
+    stmt = TileStore2D
+
+    def interpret(self, s: TileStore2D, frame) -> None:
+        array = frame.get(s.array)
+        values = np.asarray(frame.get(s.tile))
+        store_masked(frame, array, (s.row, s.col), (s.valid_rows, s.valid_cols), s.mask, values, "tile.store")
+
+    def global_access(self, s: TileStore2D):
+        return s.array, True
