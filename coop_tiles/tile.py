@@ -34,22 +34,32 @@ __all__ = [
     "flag_heads",
     "adjacent_difference",
     "run_length_decode",
+    "broadcast_to",
+    "reshape",
+    "transpose",
+    "flip",
+    "argmax",
+    "argmin",
 ]
 
 
 @stub
-def load(a: Any, offset: int, size: int, *, valid: int | None = None, other: Any = 0) -> Any:
-    """Load ``a[offset : offset + size]`` of a 1-D array or view (any stride) as a tile of its dtype.
+def load(a: Any, offset: Any, size: Any, *, valid: Any = None, other: Any = 0, mask: Any = None) -> Any:
+    """Load ``a[offset : offset + size]`` of a 1-D array or view (any stride) as a tile of its dtype,
+    or with ``offset=(r, c)`` and ``size=(M, N)`` the block ``a[r:r+M, c:c+N]`` of a 2-D array or view.
 
-    Element ``i`` with ``i >= valid`` (when given) is ``other`` and is never read.
-    Example: ``t = tile.load(x, base, TILE, valid=n - base, other=0)``.
+    Element ``i`` with ``i >= valid`` (when given) is ``other`` and is never read; for a 2-D block
+    ``valid=(vr, vc)`` counts valid rows and columns (``None`` for a whole axis). ``mask`` (a bool tile
+    broadcastable to the tile's shape) also makes the elements where it is false ``other``, unread.
+    Example: ``t = tile.load(x, (r, 0), (BM, N), valid=(m - r, None), other=0)``.
     """
 
 
 @stub
-def store(a: Any, offset: int, t: Any, *, valid: int | None = None) -> None:
+def store(a: Any, offset: Any, t: Any, *, valid: Any = None, mask: Any = None) -> None:
     """Write tile ``t`` to ``a[offset:]`` (a 1-D array or view), converted to ``a``'s dtype,
-    skipping elements ``i >= valid``."""
+    skipping elements ``i >= valid`` and those where ``mask`` is false; a 2-D tile goes to
+    ``a[r:r+M, c:c+N]`` of a 2-D array or view (``offset=(r, c)``, ``valid=(vr, vc)``)."""
 
 
 @stub
@@ -94,13 +104,13 @@ def scatter(a: Any, index: Any, t: Any, *, mask: Any = None) -> None:
 
 
 @stub
-def full(size: int, value: Any, dtype: Any) -> Any:
-    """A tile of ``size`` copies of ``value``: ``tile.full(256, 1.0, np.float32)``."""
+def full(size: Any, value: Any, dtype: Any) -> Any:
+    """A tile of ``size`` (an int, or a shape ``(M, N)``) copies of ``value``: ``tile.full(256, 1.0, np.float32)``."""
 
 
 @stub
-def zeros(size: int, dtype: Any) -> Any:
-    """A tile of ``size`` zeros of ``dtype``."""
+def zeros(size: Any, dtype: Any) -> Any:
+    """A tile of ``size`` (an int, or a shape ``(M, N)``) zeros of ``dtype``."""
 
 
 @stub
@@ -113,6 +123,7 @@ def scan(
     t: Any,
     op: Any = "add",
     *,
+    axis: int = -1,
     reverse: bool = False,
     exclusive: bool = False,
     initial: Any = None,
@@ -145,31 +156,67 @@ def scan(
 
     ``dtype`` (built-in ops): the tile is converted to it before the scan, which runs and returns in it,
     as ``torch.cumsum(dtype=)`` does: ``tile.scan(t, dtype=np.int64)`` does not wrap where int32 would.
+
+    A 2-D tile is scanned along ``axis`` (each row for -1 or 1, each column for 0) independently;
+    ``initial`` is then a scalar or a tile with one seed per row (column), and ``total`` such a tile.
     """
 
 
 @stub
-def reduce(t: Any, op: Any = "add", *, dtype: Any = None) -> Any:
+def reduce(t: Any, op: Any = "add", axis: int | None = None, keepdims: bool = False, *, dtype: Any = None) -> Any:
     """Block-wide reduction of a tile (or a tuple of tiles with a ``@ct.combine`` op) to a
     block-uniform scalar (or tuple); a non-commutative combine gives the in-order fold. With
     ``dtype`` (built-in ops) the tile is converted to it first, and the result has it (as
-    ``torch.sum(dtype=)``)."""
+    ``torch.sum(dtype=)``). With ``axis=k`` the fold runs along axis ``k`` only and gives a tile of
+    the other axis (``keepdims=True``: that axis kept with extent 1, as NumPy does)."""
 
 
 @stub
-def sum(t: Any, *, dtype: Any = None) -> Any:  # noqa: A001 - the contract spells it tile.sum
-    """``tile.reduce(t, "add", dtype=dtype)``: the sum in the tile's dtype (float32 for 16-bit floats),
-    or in ``dtype``."""
+def sum(t: Any, axis: int | None = None, keepdims: bool = False, *, dtype: Any = None) -> Any:  # noqa: A001
+    """``tile.reduce(t, "add", axis, keepdims, dtype=dtype)``: the sum in the tile's dtype (float32 for
+    16-bit floats), or in ``dtype``."""
 
 
 @stub
-def max(t: Any, *, dtype: Any = None) -> Any:  # noqa: A001
-    """``tile.reduce(t, "max", dtype=dtype)``."""
+def max(t: Any, axis: int | None = None, keepdims: bool = False, *, dtype: Any = None) -> Any:  # noqa: A001
+    """``tile.reduce(t, "max", axis, keepdims, dtype=dtype)``."""
 
 
 @stub
-def min(t: Any, *, dtype: Any = None) -> Any:  # noqa: A001
-    """``tile.reduce(t, "min", dtype=dtype)``."""
+def min(t: Any, axis: int | None = None, keepdims: bool = False, *, dtype: Any = None) -> Any:  # noqa: A001
+    """``tile.reduce(t, "min", axis, keepdims, dtype=dtype)``."""
+
+
+@stub
+def argmax(t: Any, axis: int | None = None) -> Any:
+    """The index of the first largest element (NumPy's rule: the first NaN if there is one): with
+    ``axis=None`` an int32 block-uniform scalar, the flat row-major index into the tile's shape; with
+    ``axis=k`` an int32 tile of the other axis's indices along ``k``."""
+
+
+@stub
+def argmin(t: Any, axis: int | None = None) -> Any:
+    """``tile.argmax``'s counterpart: the index of the first smallest element (or first NaN)."""
+
+
+@stub
+def broadcast_to(t: Any, shape: Any) -> Any:
+    """``t`` broadcast to ``shape`` by NumPy's rules (trailing axes aligned, extents 1 repeated)."""
+
+
+@stub
+def reshape(t: Any, shape: Any) -> Any:
+    """The elements of ``t`` in row-major order as a tile of ``shape`` (the same size)."""
+
+
+@stub
+def transpose(t: Any) -> Any:
+    """The transpose of a 2-D tile (``t.T``); a 1-D tile is returned as it is."""
+
+
+@stub
+def flip(t: Any, axis: int = -1) -> Any:
+    """``t`` with the order of its elements along ``axis`` reversed (``numpy.flip``)."""
 
 
 @stub

@@ -559,6 +559,38 @@ def _reduce_reference(c: Combination, data: list[np.ndarray], fold: Callable, dt
     return zs
 
 
+# ----- shapes and arg-extremes ------------------------------------------------------------------
+@harness(tile.broadcast_to, tile.reshape, tile.transpose, tile.flip)
+def _remap(s: Source, c: Combination, i: int) -> None:
+    """A 1-D tile through the shape op (over a 2-D detour where the op needs one), back to 1-D."""
+    T = c.size
+    x = rng_for(c).integers(-100, 100, GRID * T).astype(np.int32)
+    rows = x.reshape(GRID, T)
+    call, one = {
+        tile.broadcast_to: (f"tile.sum(tile.broadcast_to(t{i}[None, :], (3, {T})), axis=0)", rows * 3),
+        tile.reshape: (f"tile.reshape(tile.reshape(t{i}, (2, {T // 2})).T.T, {T})", rows),
+        tile.transpose: (f"tile.reshape(tile.transpose(tile.reshape(t{i}, (2, {T // 2}))), {T})", None),
+        tile.flip: (f"tile.flip(t{i})", rows[:, ::-1]),
+    }[c.public]
+    if one is None:
+        one = rows.reshape(GRID, 2, T // 2).transpose(0, 2, 1)
+    s.line(f"base{i} = pid * {T}")
+    s.line(f"t{i} = tile.load({s.param(f'x{i}', x)}, base{i}, {T})")
+    y = s.output(c, f"y{i}", np.zeros_like(x), one.reshape(-1).astype(np.int32))
+    s.call(c, f"tile.store({y}, base{i}, {call})")
+
+
+@harness(tile.argmax, tile.argmin)
+def _arg_extreme(s: Source, c: Combination, i: int) -> None:
+    T = c.size
+    x = rng_for(c).integers(-20, 20, GRID * T).astype(np.int32)  # (many ties: the first index wins)
+    rows = x.reshape(GRID, T)
+    expected = (rows.argmax(axis=1) if c.public is tile.argmax else rows.argmin(axis=1)).astype(np.int32)
+    s.line(f"base{i} = pid * {T}")
+    z = s.output(c, f"z{i}", np.zeros(GRID, np.int32), expected)
+    s.call(c, f"{z}[pid] = tile.{c.public.__name__}(tile.load({s.param(f'x{i}', x)}, base{i}, {T}))")
+
+
 # ----- histogram, sort ---------------------------------------------------------------------------
 @harness(tile.histogram, knows=("bins", "valid", "algorithm"))
 def _histogram(s: Source, c: Combination, i: int) -> None:

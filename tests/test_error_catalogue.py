@@ -275,7 +275,7 @@ def reads_global_array(x, n, T: ct.constexpr):
 
 def unknown_tile_attribute(x, n, T: ct.constexpr):
     t = tile.load(x, 0, T)
-    shape = t.shape  # HERE
+    shape = t.shapes  # HERE
 
 
 def unknown_tile_op(x, n, T: ct.constexpr):
@@ -333,7 +333,7 @@ def calls_a_scalar(x, n, T: ct.constexpr):
 
 
 def unknown_keyword(x, n, T: ct.constexpr):
-    t = tile.load(x, 0, T, mask=n)  # HERE
+    t = tile.load(x, 0, T, masked=n)  # HERE
     tile.store(x, 0, t)
 
 
@@ -1099,6 +1099,94 @@ def static_assert_runtime_message(x, n, T: ct.constexpr):
 SYNTAX, TYPE, VALUE, DIVERGENCE = ct.TileSyntaxError, ct.TileTypeError, ct.TileValueError, ct.DivergenceError
 NOT_SUPPORTED = "are not supported in tile programs"
 
+
+# ================================================================================================
+# 2-D tiles
+# ================================================================================================
+def adds_tiles_of_shapes_that_dont_broadcast(x, n, T: ct.constexpr):
+    a = tile.zeros((4, 8), np.float32)
+    b = tile.zeros((8, 4), np.float32)
+    tile.store(x, (0, 0), a + b)  # HERE
+
+
+def three_d_shape(x, n, T: ct.constexpr):
+    t = tile.zeros((2, 2, 2), np.float32)  # HERE
+
+
+def runtime_extent(x, n, T: ct.constexpr):
+    t = tile.zeros((n, 8), np.float32)  # HERE
+
+
+def reduce_bad_axis(x, n, T: ct.constexpr):
+    t = tile.load(x, (0, 0), (4, 8))
+    tile.store(x, (0, 0), tile.sum(t, axis=2))  # HERE
+
+
+def reshape_other_size(x, n, T: ct.constexpr):
+    t = tile.load(x, (0, 0), (4, 8))
+    u = tile.reshape(t, (5, 7))  # HERE
+
+
+def broadcast_bad_shape(x, n, T: ct.constexpr):
+    t = tile.load(x, (0, 0), (4, 8))
+    u = tile.broadcast_to(t, (8, 8))  # HERE
+
+
+def load_2d_of_1d(x, n, T: ct.constexpr):
+    t = tile.load(x, (0, 0), (4, 4))  # HERE
+
+
+def load_1d_of_2d(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, 8)  # HERE
+
+
+def offset_of_three(x, n, T: ct.constexpr):
+    t = tile.load(x, (0, 0, 0), (4, 8))  # HERE
+
+
+def valid_of_one(x, n, T: ct.constexpr):
+    t = tile.load(x, (0, 0), (4, 8), valid=(4,))  # HERE
+
+
+def mask_wrong_shape(x, n, T: ct.constexpr):
+    m = tile.arange(3) < 2
+    t = tile.load(x, (0, 0), (4, 8), mask=m)  # HERE
+
+
+def mask_not_bool(x, n, T: ct.constexpr):
+    t = tile.load(x, (0, 0), (4, 8), mask=tile.arange(8))  # HERE
+
+
+def histogram_of_2d(x, n, T: ct.constexpr):
+    t = tile.load(x, (0, 0), (4, 8)).astype(np.int32)
+    h = tile.histogram(t, 8)  # HERE
+
+
+def chained_scan_of_2d(x, n, T: ct.constexpr):
+    t = tile.load(x, (0, 0), (4, 8))
+    tile.store(x, (0, 0), tile.scan(t, chained=True))  # HERE
+
+
+def sort_of_2d(x, n, T: ct.constexpr):
+    t = tile.load(x, (0, 0), (4, 8))
+    tile.store(x, (0, 0), tile.sort(t))  # HERE
+
+
+def index_a_tile(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    u = t[1]  # HERE
+
+
+def scan_initial_of_wrong_length(x, n, T: ct.constexpr):
+    t = tile.load(x, (0, 0), (4, 8))
+    tile.store(x, (0, 0), tile.scan(t, axis=1, initial=tile.zeros(8, np.float32)))  # HERE
+
+
+def keepdims_without_axis(x, n, T: ct.constexpr):
+    t = tile.load(x, (0, 0), (4, 8))
+    s = tile.sum(t, keepdims=True)  # HERE
+
+
 CATALOGUE: list[Mistake] = [
     # --- statements ---------------------------------------------------------------------------
     Mistake("lambda", uses_lambda, SYNTAX, f"`Lambda` expressions {NOT_SUPPORTED}"),
@@ -1171,7 +1259,9 @@ CATALOGUE: list[Mistake] = [
         TYPE,
         "global 'TABLE' is a NumPy array; tile programs read arrays passed as arguments only",
     ),
-    Mistake("tile_attribute", unknown_tile_attribute, SYNTAX, "attribute 'shape' of tile<float32, 8> is not supported"),
+    Mistake(
+        "tile_attribute", unknown_tile_attribute, SYNTAX, "attribute 'shapes' of tile<float32, 8> is not supported"
+    ),
     Mistake(
         "unknown_tile_op",
         unknown_tile_op,
@@ -1210,7 +1300,7 @@ CATALOGUE: list[Mistake] = [
     ),
     Mistake("len_call", calls_len, SYNTAX, "'len' can't be called in a tile program"),
     Mistake("call_a_scalar", calls_a_scalar, TYPE, "only functions can be called, not int64 (python scalar)"),
-    Mistake("unknown_keyword", unknown_keyword, TYPE, "bad call of load: got an unexpected keyword argument 'mask'"),
+    Mistake("unknown_keyword", unknown_keyword, TYPE, "bad call of load: got an unexpected keyword argument 'masked'"),
     Mistake("missing_argument", missing_argument, TYPE, "bad call of load: missing a required argument: 'size'"),
     Mistake("too_many_arguments", too_many_arguments, TYPE, "bad call of exp: too many positional arguments"),
     Mistake(
@@ -1461,7 +1551,8 @@ CATALOGUE: list[Mistake] = [
         "read_tile_element",
         reads_tile_element,
         SYNTAX,
-        "tiles can't be indexed; use tile ops (tile.sum, ct.where, ...) on the whole tile",
+        "a tile is subscripted only to add axes (t[:, None], t[None, :]); to read elements by index use "
+        "tile.gather, for per-element choices ct.where, to fold it tile.sum/tile.max",
     ),
     Mistake("assign_tile_attribute", assigns_tile_attribute, SYNTAX, "can't assign to Attribute"),
     Mistake(
@@ -1899,6 +1990,125 @@ CATALOGUE: list[Mistake] = [
         static_assert_runtime_message,
         TYPE,
         "the message of ct.static_assert must be a string, got int64 (python scalar)",
+    ),
+    # --- 2-D tiles ---------------------------------------------------------------------------------
+    Mistake(
+        "shapes_dont_broadcast",
+        adds_tiles_of_shapes_that_dont_broadcast,
+        TYPE,
+        "tiles of different sizes in one element-wise operation: tile<float32, (4, 8)>, tile<float32, (8, 4)>",
+        args=(M, 16),
+    ),
+    Mistake("three_d_shape", three_d_shape, VALUE, "a tile has one or two axes; the tile shape (2, 2, 2) has 3"),
+    Mistake(
+        "runtime_extent",
+        runtime_extent,
+        VALUE,
+        "each extent of the tile shape must be a compile-time constant (a literal, a ct.constexpr parameter, or an "
+        "expression of them), got a runtime int64 (python scalar)",
+    ),
+    Mistake(
+        "reduce_bad_axis",
+        reduce_bad_axis,
+        VALUE,
+        "axis 2 is out of range for tile.sum of a tile of shape (4, 8)",
+        args=(M, 16),
+    ),
+    Mistake(
+        "reshape_other_size",
+        reshape_other_size,
+        VALUE,
+        "tile.reshape of a tile of shape (4, 8) (32 elements) to the shape (5, 7) (35 elements): the sizes differ",
+        args=(M, 16),
+    ),
+    Mistake(
+        "broadcast_bad_shape",
+        broadcast_bad_shape,
+        VALUE,
+        "tile.broadcast_to: a tile of shape (4, 8) does not broadcast to (8, 8)",
+        args=(M, 16),
+    ),
+    Mistake(
+        "load_2d_of_1d",
+        load_2d_of_1d,
+        TYPE,
+        "tile.load's first argument must be a 2-D array or view for a 2-D block, got a 1-d array; use a 1-D tile "
+        "(an int offset and size)",
+    ),
+    Mistake(
+        "load_1d_of_2d",
+        load_1d_of_2d,
+        TYPE,
+        "tile.load's first argument must be a 1-D array or view, got a 2-d array; index it down to one axis first "
+        "(a[i] is the row i of a 2-d array)",
+        args=(M, 16),
+    ),
+    Mistake(
+        "offset_of_three",
+        offset_of_three,
+        TYPE,
+        "the offset of a 2-D block must be a pair (one per axis), got (0, 0, 0)",
+        args=(M, 16),
+    ),
+    Mistake(
+        "valid_of_one", valid_of_one, TYPE, "valid of a 2-D block must be a pair (one per axis), got (4,)", args=(M, 16)
+    ),
+    Mistake(
+        "mask_wrong_shape",
+        mask_wrong_shape,
+        TYPE,
+        "the mask of shape (3,) does not broadcast to the tile's shape (4, 8)",
+        args=(M, 16),
+    ),
+    Mistake(
+        "mask_not_bool",
+        mask_not_bool,
+        TYPE,
+        "the mask must be a bool tile (a comparison), got tile<int32, 8>",
+        args=(M, 16),
+    ),
+    Mistake(
+        "histogram_of_2d",
+        histogram_of_2d,
+        TYPE,
+        "tile.histogram takes a 1-D tile, got a tile of shape (4, 8); reshape it first (tile.reshape(t, 32))",
+        args=(M, 16),
+    ),
+    Mistake(
+        "chained_scan_of_2d",
+        chained_scan_of_2d,
+        TYPE,
+        "tile.scan(..., chained=True) takes a 1-D tile, got a tile of shape (4, 8); reshape it first "
+        "(tile.reshape(t, 32))",
+        args=(M, 16),
+    ),
+    Mistake(
+        "sort_of_2d",
+        sort_of_2d,
+        VALUE,
+        "row-wise sort (tile.sort of a 2-D tile) is not supported yet; sort a 1-D tile (tile.reshape(t, n))",
+        args=(M, 16),
+    ),
+    Mistake(
+        "index_a_tile",
+        index_a_tile,
+        SYNTAX,
+        "a tile is subscripted only to add axes (t[:, None], t[None, :]); to read elements by index use "
+        "tile.gather, for per-element choices ct.where, to fold it tile.sum/tile.max",
+    ),
+    Mistake(
+        "scan_initial_of_wrong_length",
+        scan_initial_of_wrong_length,
+        TYPE,
+        "initial must be a scalar or a tile of 4 seeds (one per row scanned), got tile<float32, 8>",
+        args=(M, 16),
+    ),
+    Mistake(
+        "keepdims_without_axis",
+        keepdims_without_axis,
+        VALUE,
+        "tile.sum(..., keepdims=True) needs axis=k: with axis=None the result is a scalar",
+        args=(M, 16),
     ),
 ]
 

@@ -22,11 +22,13 @@ from .combine import CombineFunction
 from .source import ParsedFunction, parse_function
 from .types import (
     BOOL,
+    MAX_TILE_NDIM,
     WEAK_INT,
     ArrayType,
     ScalarType,
     TileType,
     ValueType,
+    broadcast_shape,
     common_type,
     join,
     result_type,
@@ -158,6 +160,35 @@ class Builder:
             raise TileValueError(f"tile size must be positive, got {size}")
         return size
 
+    def tile_shape(self, v: Any, what: str = "tile shape") -> tuple[int, ...]:
+        """A tile's shape: a constant int (1-D) or a tuple of one or two constant ints > 0."""
+        if isinstance(v, Const) and isinstance(v.value, tuple):
+            items = v.value
+        elif isinstance(v, tuple):
+            items = tuple(self.constant(x, f"each extent of the {what}", int) for x in v)
+        else:
+            return (self.tile_size(v),)
+        if not 1 <= len(items) <= MAX_TILE_NDIM:
+            raise TileValueError(f"a tile has one or two axes; the {what} {items} has {len(items)}")
+        shape = tuple(self.constant(Const(x), f"each extent of the {what}", int) for x in items)
+        if any(n < 1 for n in shape):
+            raise TileValueError(f"the extents of a tile must be positive, got the {what} {shape}")
+        return shape
+
+    def remap(self, v: ir.Var, kind: str, shape: tuple[int, ...], axis: int | None = None) -> ir.Var:
+        """`v`'s elements moved into a tile of `shape` as `kind` says (`ir.TileRemap`)."""
+        out = self.temp(TileType(v.type.dtype, 0, shape))
+        self.emit(ir.TileRemap(out, v, kind, axis))
+        return out
+
+    def broadcast(self, v: ir.Value, shape: tuple[int, ...]) -> ir.Value:
+        """A tile operand broadcast to `shape` (NumPy's rules; unchanged if it has that shape already)."""
+        if isinstance(v, ir.Var) and isinstance(v.type, TileType) and v.type.shape != shape:
+            if broadcast_shape(v.type.shape, shape) != shape:
+                raise TileTypeError(f"a tile of shape {v.type.shape} does not broadcast to the shape {shape}")
+            return self.remap(v, ir.BROADCAST, shape)
+        return v
+
     def optional(self, v: Any) -> Any:
         """None for an argument left at its None default, else `v`."""
         return None if isinstance(v, Const) and v.value is None else v
@@ -173,7 +204,7 @@ class Builder:
             except OverflowError:
                 raise TileValueError(f"{v.value} does not fit in {dtype.name}") from None
         if isinstance(v.type, TileType):
-            return self.map_op("cast", (v,), TileType(dtype, v.type.size), dtype)
+            return self.map_op("cast", (v,), v.type.with_dtype(dtype), dtype)
         return self.map_op("cast", (v,), ScalarType(dtype), dtype)
 
     def map_op(self, op: str, args: tuple, out_type: ValueType, compute: np.dtype) -> ir.Var:
@@ -201,6 +232,8 @@ class Builder:
         elif name == "invert" and dtype_kind(types[0].dtype) == "f":
             raise TileTypeError(f"operator ~ is not defined for {types[0]}")
         out_type = result_type(fn, *types)
+        if isinstance(out_type, TileType):  # operands broadcast explicitly: every tile has the result's shape
+            values = tuple(self.broadcast(v, out_type.shape) for v in values)
         compute = common_type(*types).dtype if compare else out_type.dtype
         if name == "pow" and compute.kind in "iu" and isinstance(values[1], ir.Lit) and values[1].value < 0:
             raise TileValueError("integers to negative integer powers are not allowed")
@@ -251,8 +284,10 @@ class Builder:
         joined = join(self.assigned_types.get(key, declared), value.type, name)
         self.assigned_types[key] = joined
         target = ir.Var(key, declared, ir.USER, name)
-        if isinstance(declared, TileType) and isinstance(value.type, TileType) and declared.size != value.type.size:
-            raise TileTypeError(f"variable {name!r} is assigned tiles of sizes {declared.size} and {value.type.size}")
+        if isinstance(declared, TileType) and isinstance(value.type, TileType) and declared.shape != value.type.shape:
+            raise TileTypeError(
+                f"variable {name!r} is assigned tiles of sizes {_extent(declared)} and {_extent(value.type)}"
+            )
         if isinstance(declared, ScalarType) != isinstance(value.type, ScalarType):
             raise TileTypeError(f"variable {name!r} is assigned both a tile and a scalar")
         self.emit(ir.Copy(target, value), node)
@@ -403,6 +438,11 @@ def _same_binding(a: Any, b: Any) -> bool:
     if isinstance(a, ir.Var) and isinstance(b, ir.Var):
         return a.name == b.name
     return a is b or (type(a) is type(b) and a == b)
+
+
+def _extent(t: TileType) -> str:
+    """A tile's size as messages show it: its element count (1-D) or its shape."""
+    return str(t.size) if t.ndim == 1 else str(t.shape)
 
 
 def _kind_names(kinds: str) -> str:

@@ -99,6 +99,12 @@ def _expr_attribute(b: Builder, e: ast.Attribute) -> Any:
         if isinstance(t, TileType):
             if e.attr == "size":
                 return Const(t.size)
+            if e.attr == "shape":
+                return Const(t.shape)
+            if e.attr == "ndim":
+                return Const(t.ndim)
+            if e.attr == "T":
+                return b.remap(base, ir.TRANSPOSE, t.shape[::-1])
             if e.attr == "astype":
                 return Method("astype", base)
         if isinstance(t, ArrayType):
@@ -258,6 +264,8 @@ def _call_method(b: Builder, method: Method, args: tuple, kwargs: dict) -> Any:
 def _expr_subscript(b: Builder, e: ast.Subscript) -> Any:
     base = b.expr(e.value)
     parts = e.slice.elts if isinstance(e.slice, ast.Tuple) else [e.slice]
+    if is_tile(base):
+        return _tile_subscript(b, base, parts)
     if any(isinstance(p, ast.Slice) for p in parts):
         raise TileSyntaxError("arrays are indexed by integers; use tile.load for ranges")
     index = b.expr(e.slice)
@@ -279,8 +287,6 @@ def _expr_subscript(b: Builder, e: ast.Subscript) -> Any:
             return Const(base.value[index.value])
         except Exception as err:
             raise TileValueError(f"compile-time indexing failed: {err}") from None
-    if is_tile(base):
-        raise TileSyntaxError("tiles can't be indexed; use tile ops (tile.sum, ct.where, ...) on the whole tile")
     array = b.array(base, "the indexed value")
     indices = b.indices(array, index)
     t = array.type
@@ -292,6 +298,30 @@ def _expr_subscript(b: Builder, e: ast.Subscript) -> Any:
         out = b.temp(ArrayType(t.dtype, t.ndim - len(indices), unit))
         b.emit(ir.ArrayView(out, array, indices), e)
     return out
+
+
+TILE_INDEX = (
+    "a tile is subscripted only to add axes (t[:, None], t[None, :]); to read elements by index use "
+    "tile.gather, for per-element choices ct.where, to fold it tile.sum/tile.max"
+)
+
+
+def _tile_subscript(b: Builder, t: ir.Var, parts: list[ast.expr]) -> ir.Var:
+    """`t[:, None]`, `t[None, :]`, `t[None]`: `t` with axes of extent 1 inserted (a reshape)."""
+    whole = [isinstance(p, ast.Slice) and p.lower is None and p.upper is None and p.step is None for p in parts]
+    new = [isinstance(p, ast.Constant) and p.value is None for p in parts]
+    if not all(w or n for w, n in zip(whole, new)):
+        raise TileSyntaxError(TILE_INDEX)
+    kept = sum(whole)
+    if kept > t.type.ndim:
+        raise TileValueError(f"too many ':' ({kept}) for a tile of shape {t.type.shape}")
+    shape, axes = [], iter(t.type.shape)
+    for n in new:
+        shape.append(1 if n else next(axes))
+    shape += list(axes)
+    if len(shape) > 2:
+        raise TileValueError(f"t[...] would give a tile of shape {tuple(shape)}; tiles have one or two axes")
+    return b.remap(t, ir.RESHAPE, tuple(shape)) if tuple(shape) != t.type.shape else t
 
 
 def _expr_tuple(b: Builder, e: ast.Tuple) -> Any:

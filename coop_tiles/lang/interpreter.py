@@ -3,7 +3,7 @@ program-id order (from the last for a reverse chained scan). It runs after the s
 the compiler, so both accept the same programs, raise the same errors and give every value the same
 dtype; each tile op's NumPy semantics come from its definition in `coop_tiles.ops`.
 
-Scalars are NumPy scalars of their variable's dtype, tiles 1-D NumPy arrays, arrays the
+Scalars are NumPy scalars of their variable's dtype, tiles NumPy arrays of their shape, arrays the
 caller's NumPy arrays (views of them for `u[b, d]`, so writes land in the caller's memory).
 """
 
@@ -106,7 +106,7 @@ def _scalar_op(f: Frame, s: ir.ScalarOp | ir.TileMap) -> None:
 def _tile_map(f: Frame, s: ir.TileMap) -> None:
     values = [f.get(a) for a in s.args]
     result = elementwise(s.op, values, s.compute, s.out.type.dtype)
-    f.env[s.out.name] = np.broadcast_to(result, (s.out.type.size,)).copy()
+    f.env[s.out.name] = np.broadcast_to(result, s.out.type.shape).copy()
 
 
 def _copy(f: Frame, s: ir.Copy) -> None:

@@ -272,6 +272,23 @@ class Collective(Stmt, meta="cid"):
     cid: int = field(default=-1, kw_only=True)
 
 
+#: `TileRemap.kind`: out element e is src element f(e), f being NumPy's broadcast_to, reshape (row-major),
+#: transpose or flip (along `axis`) of the source's element indices
+BROADCAST, RESHAPE, TRANSPOSE, FLIP = "broadcast", "reshape", "transpose", "flip"
+
+
+@dataclass
+class TileRemap(Collective, defs="out", uses="src", attrs="kind axis"):
+    """`out` (of its own shape) holds `src`'s elements moved as `kind` says: data movement made
+    explicit, so that the planner sees it (in registers when each thread holds its sources, else
+    through shared memory). The front end inserts broadcasts so element-wise operands share a shape."""
+
+    out: Var
+    src: Var
+    kind: str
+    axis: int | None = None
+
+
 @dataclass
 class If(Stmt, uses="cond", regions="then orelse"):
     """`if cond: then else: orelse` on a block-uniform condition."""

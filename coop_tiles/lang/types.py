@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..dtypes import as_dtype, kind, numpy_stand_in, promote
-from ..errors import TileTypeError
+from ..errors import TileTypeError, TileValueError
 
 
 @dataclass(frozen=True)
@@ -29,13 +29,45 @@ class ScalarType:
         return f"{self.dtype.name}{' (python scalar)' if self.weak else ''}"
 
 
+#: the most axes a tile may have
+MAX_TILE_NDIM = 2
+
+
 @dataclass(frozen=True)
 class TileType:
+    """A tile: its dtype and shape (one or two compile-time extents, row-major); `size` is their
+    product. `TileType(dt, n)` is the 1-D tile of `n` elements."""
+
     dtype: np.dtype
     size: int
+    shape: tuple[int, ...] = None  # type: ignore[assignment]  # (size,) when left out
+
+    def __post_init__(self) -> None:
+        shape = (self.size,) if self.shape is None else tuple(int(n) for n in self.shape)
+        if not 1 <= len(shape) <= MAX_TILE_NDIM or any(n < 1 for n in shape):
+            raise TileValueError(f"a tile's shape has one or two positive extents, got {shape}")
+        object.__setattr__(self, "shape", shape)
+        object.__setattr__(self, "size", int(np.prod(shape)))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def with_dtype(self, dtype: np.dtype) -> TileType:
+        """The tile of this shape with `dtype`."""
+        return TileType(dtype, self.size, self.shape)
 
     def __str__(self) -> str:
-        return f"tile<{self.dtype.name}, {self.size}>"
+        extent = self.size if self.ndim == 1 else f"({', '.join(str(n) for n in self.shape)})"
+        return f"tile<{self.dtype.name}, {extent}>"
+
+
+def broadcast_shape(*shapes: tuple[int, ...]) -> tuple[int, ...] | None:
+    """NumPy's broadcast of `shapes` (trailing axes aligned, extents equal or 1), or None when they don't."""
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        return None
 
 
 @dataclass(frozen=True)
@@ -81,10 +113,10 @@ def _stand_in(t: ScalarType | TileType) -> object:
     return dt.type(1)
 
 
-def _from_result(result: object, tile_size: int | None, operands: tuple) -> ScalarType | TileType:
+def _from_result(result: object, shape: tuple[int, ...] | None, operands: tuple) -> ScalarType | TileType:
     strong = [t.dtype for t in operands if isinstance(t, TileType) or not t.weak]
-    if isinstance(result, np.ndarray) and tile_size is not None:
-        return TileType(as_dtype(promote(strong, result.dtype)), tile_size)
+    if isinstance(result, np.ndarray) and shape is not None:
+        return TileType(as_dtype(promote(strong, result.dtype)), 0, shape)
     if isinstance(result, (bool, int, float)) and not isinstance(result, np.generic):
         t = type_of_python_scalar(result)
         return ScalarType(t.dtype, weak=t.dtype.kind != "b")
@@ -92,25 +124,27 @@ def _from_result(result: object, tile_size: int | None, operands: tuple) -> Scal
 
 
 def result_type(fn: Callable, *operands: ScalarType | TileType) -> ScalarType | TileType:
-    """The type NumPy gives `fn(*operands)`; all tile operands must have the same size."""
-    sizes = {t.size for t in operands if isinstance(t, TileType)}
-    if len(sizes) > 1:
+    """The type NumPy gives `fn(*operands)`; the tile operands' shapes must broadcast together
+    (the result has their broadcast shape)."""
+    shapes = [t.shape for t in operands if isinstance(t, TileType)]
+    shape = broadcast_shape(*shapes) if shapes else None
+    if shapes and shape is None:
         raise TileTypeError(
             "tiles of different sizes in one element-wise operation: "
             + ", ".join(str(t) for t in operands if isinstance(t, TileType))
         )
-    return _cached_result_type(fn, operands, next(iter(sizes), None))
+    return _cached_result_type(fn, operands, shape)
 
 
 @functools.lru_cache(maxsize=4096)
-def _cached_result_type(fn: Callable, operands: tuple, size: int | None) -> ScalarType | TileType:
+def _cached_result_type(fn: Callable, operands: tuple, shape: tuple[int, ...] | None) -> ScalarType | TileType:
     try:
         with np.errstate(all="ignore"):
             result = fn(*(_stand_in(t) for t in operands))
     except TypeError as e:
         names = ", ".join(str(t) for t in operands)
         raise TileTypeError(f"operation not defined for {names}: {e}") from None
-    return _from_result(result, size, operands)
+    return _from_result(result, shape, operands)
 
 
 def common_type(*operands: ScalarType | TileType) -> ScalarType | TileType:
@@ -132,9 +166,9 @@ def join(a: ValueType, b: ValueType, name: str) -> ValueType:
             raise TileTypeError(f"variable {name!r} is assigned both {a} and {b}")
         return joined
     if isinstance(a, TileType) and isinstance(b, TileType):
-        if a.size != b.size:
+        if a.shape != b.shape:
             raise TileTypeError(f"variable {name!r} is assigned tiles of different sizes: {a} and {b}; use two names")
-        return TileType(result_type(operator.add, a, b).dtype, a.size)
+        return a.with_dtype(result_type(operator.add, a, b).dtype)
     raise TileTypeError(f"variable {name!r} is assigned both a {_kind(a)} ({a}) and a {_kind(b)} ({b})")
 
 

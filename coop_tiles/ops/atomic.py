@@ -32,6 +32,7 @@ from .base import (
     mask_ref,
     mask_test,
     mask_value,
+    one_d,
     register,
     valid_arg,
     valid_count,
@@ -144,7 +145,9 @@ class Atomic(TileOp):
                 offset_value(b, offset_or_index, "the offset"),
             )
             value = value_of(b, t, None, dt, "the value")
-            if not is_tile_value(value):  # a scalar is a tile of one element
+            if is_tile_value(value):  # (elements from the offset on: a 1-D tile)
+                one_d(value, what)
+            else:  # a scalar is a tile of one element
                 one = b.temp(TileType(dt, 1))
                 b.emit(TileFull(one, value))
                 value = one

@@ -33,7 +33,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from ..errors import TileTypeError
+from ..errors import TileTypeError, TileValueError
 from ..lang import ir
 from .elementwise import ELEMENTWISE, ElementOp
 from .options import Forbidden, Option
@@ -62,6 +62,15 @@ class ArrayArg:
     unit stride, `long long name_stride` (all in elements) for a 1-D one; of `k > 1` axes, the
     lengths `name_len0` ... and strides `name_stride0` ... of each axis (the last stride only
     without unit stride). See `array_names`."""
+
+    var: ir.Var
+    name: str
+
+
+@dataclass(frozen=True)
+class Array2DArg:
+    """A 2-D array or view: `T* name, long long name_off, long long name_rows, long long name_cols, long long
+    name_stride0` and, unless its rows have unit stride, `long long name_stride1` (all in elements)."""
 
     var: ir.Var
     name: str
@@ -103,7 +112,7 @@ class ShimCall:
     receives the TempStorage buffer and its byte offset (`smem`, `soff`)."""
 
     name: str
-    args: tuple[TileArg | ValueArg | ArrayArg | OutArg | StateArg, ...]
+    args: tuple[TileArg | ValueArg | ArrayArg | Array2DArg | OutArg | StateArg, ...]
     ret: ir.Var | None = None
 
 
@@ -173,8 +182,12 @@ class Layout(Protocol):
     name: str
     size: int
     items_per_thread: int
-    arrangement: str  # planner/layout.py's BLOCKED or STRIPED
+    arrangement: str  # planner/layout.py's BLOCKED, STRIPED or ROWS
     storage: str  # registers, shared or local memory
+    shape: tuple[int, ...]
+    rows: Any  # planner/layout.py's RowShape for ROWS
+
+    def element(self, tid: int, i: int, threads: int) -> int | None: ...
 
 
 class Choice(Protocol):
@@ -196,6 +209,7 @@ class Planning(Protocol):
 
     def join(self, tiles: list[ir.Var]) -> None: ...
     def join_blocked(self, tiles: list[ir.Var]) -> None: ...
+    def claim(self, vector: ir.Var, family: ir.Var, holds: str) -> None: ...
     def prefer_blocked(self, tile: ir.Var) -> None: ...
     def choice(
         self, s: ir.Collective, op: str, primitive: str, algorithm: str, storage: bool = True, sync: str = ""
@@ -260,6 +274,11 @@ class TileOp:
 
     def layout(self, s: Any, ctx: Planning) -> None:
         """Join or constrain tile layouts (default: none)."""
+
+    def replicates(self, s: Any, var: ir.Var) -> bool:
+        """Whether `s` can take tile `var` with replicated items, one element held by several threads (a
+        vector arranged per row or per column of a 2-D tile's rows, `planner/layout.py`). Default: no."""
+        return False
 
     def thread0_reads(self, s: Any, threads: int) -> set[str]:
         """Names of the variables the shim reads in thread 0 only, at `threads` per block (default: none)."""
@@ -481,3 +500,23 @@ def seq(values: Any) -> tuple:
 
 def errstate() -> Any:
     return np.errstate(all="ignore")
+
+
+# ----- axes of 2-D tiles (shared by every op with `axis=`) -----------------------------------------
+def tile_axis(b: Any, axis: Any, t: ir.Var, what: str) -> int:
+    """`axis=` of `what` on tile `t` as an axis in [0, ndim) (negative counts from the end)."""
+    k = b.constant(axis, f"the axis of {what}", int)
+    ndim = t.type.ndim
+    if not -ndim <= k < ndim:
+        raise TileValueError(f"axis {k} is out of range for {what} of a tile of shape {t.type.shape}")
+    return k % ndim
+
+
+def one_d(t: ir.Var, what: str) -> ir.Var:
+    """`t`, or a TileTypeError if it is not 1-D: `what` (an op of 1-D tiles only) names itself."""
+    if t.type.ndim != 1:
+        raise TileTypeError(
+            f"{what} takes a 1-D tile, got a tile of shape {t.type.shape}; "
+            f"reshape it first (tile.reshape(t, {t.type.size}))"
+        )
+    return t

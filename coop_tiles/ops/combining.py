@@ -106,7 +106,7 @@ def typed_op(
     items = seq(t)
     if not items or not all(is_tile(v) for v in items):
         raise TileTypeError(f"{what} expects a tile or a tuple of tiles, got {describe(t)}")
-    if len({v.type.size for v in items}) > 1:
+    if len({v.type.shape for v in items}) > 1:
         raise TileTypeError(f"{what} of tiles of different sizes: " + ", ".join(str(v.type) for v in items))
     dtype = b.optional(dtype)
     if isinstance(op, Const) and isinstance(op.value, CombineFunction):
@@ -153,28 +153,29 @@ def combine_operands(b: Any, value: Any, dtypes: tuple[np.dtype, ...], what: str
 
 
 def combine_scan(frame: Any, fn: ir.Combine, xs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
-    """Inclusive scan with a combine function: log2(n) vectorized steps, the earlier element
-    always on the left (Hillis and Steele)."""
+    """Inclusive scan with a combine function along the last axis (each row of a 2-D array on its own):
+    log2(n) vectorized steps, the earlier element always on the left (Hillis and Steele)."""
     evaluate_combine = frame.evaluate_combine
     xs = tuple(x.copy() for x in xs)
-    n, d = len(xs[0]), 1
+    n, d = xs[0].shape[-1], 1
     while d < n:
-        new = evaluate_combine(fn, tuple(x[:-d] for x in xs), tuple(x[d:] for x in xs))
+        new = evaluate_combine(fn, tuple(x[..., :-d] for x in xs), tuple(x[..., d:] for x in xs))
         for x, v in zip(xs, new):
-            x[d:] = v
+            x[..., d:] = v
         d *= 2
     return xs
 
 
 def combine_fold(frame: Any, fn: ir.Combine, xs: tuple[np.ndarray, ...]) -> tuple[Any, ...]:
-    """The in-order fold of a combine function over the elements (a pairwise tree, order kept)."""
+    """The in-order fold of a combine function along the last axis (a pairwise tree, order kept): a
+    scalar per operand for 1-D arrays, an array of the rows' folds for 2-D ones."""
     evaluate_combine = frame.evaluate_combine
-    while len(xs[0]) > 1:
-        n = len(xs[0])
+    while xs[0].shape[-1] > 1:
+        n = xs[0].shape[-1]
         even = n - n % 2
-        folded = evaluate_combine(fn, tuple(x[0:even:2] for x in xs), tuple(x[1:even:2] for x in xs))
-        xs = tuple(np.concatenate([f, x[even:]]).astype(x.dtype) for f, x in zip(folded, xs))
-    return tuple(x[0] for x in xs)
+        folded = evaluate_combine(fn, tuple(x[..., 0:even:2] for x in xs), tuple(x[..., 1:even:2] for x in xs))
+        xs = tuple(np.concatenate([f, x[..., even:]], axis=-1).astype(x.dtype) for f, x in zip(folded, xs))
+    return tuple(x[..., 0] for x in xs)
 
 
 def item_code(

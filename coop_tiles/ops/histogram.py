@@ -21,7 +21,7 @@ from ..dtypes import kind
 from ..errors import TileTypeError, TileValueError
 from ..lang import ir
 from ..lang.types import TileType
-from .base import ShimCall, TileArg, TileOp, register, valid_arg, valid_count, valid_value
+from .base import ShimCall, TileArg, TileOp, one_d, register, valid_arg, valid_count, valid_value
 from .options import COUNT, Forbidden, Option
 
 ALGORITHMS = {"atomic": "BLOCK_HISTO_ATOMIC", "sort": "BLOCK_HISTO_SORT"}
@@ -67,7 +67,7 @@ class Histogram(TileOp):
     )
 
     def build(self, b, public, t, bins, *, valid, algorithm):
-        src = b.tile(t, "tile.histogram's argument")
+        src = one_d(b.tile(t, "tile.histogram's argument"), "tile.histogram")
         if kind(src.type.dtype) not in "iu":
             raise TileTypeError(
                 f"tile.histogram counts the values of an integer tile, got {src.type}; convert it first "

@@ -1,4 +1,5 @@
-"""`tile.load` and `tile.store`: a tile from/to a 1-D array or view, with a valid count."""
+"""`tile.load` and `tile.store`: a tile from/to a 1-D array or view, with a valid count and a mask
+(2-D blocks: `ops/memory2d.py`)."""
 
 from __future__ import annotations
 
@@ -15,25 +16,28 @@ from ..lang import ir
 from ..lang.types import TileType
 from ..lang.values import Const
 from .base import ArrayArg, ShimCall, TileArg, TileOp, ValueArg, register, valid_arg, valid_count, valid_value
+from .memory2d import build_load_2d, build_store_2d, is_2d, load_masked, mask_value, offset_value, store_masked
 from .options import COUNT, SCALAR, Option
 from .transfer import choose_transfer, lower_transfer, prefer_vectorized
 
 
 @dataclass
-class TileLoad(ir.Collective, defs="out", uses="array offset valid other"):
+class TileLoad(ir.Collective, defs="out", uses="array offset valid other mask"):
     out: ir.Var
     array: ir.Var
     offset: ir.Value
     valid: ir.Value | None
     other: ir.Value
+    mask: ir.Var | None = None
 
 
 @dataclass
-class TileStore(ir.Collective, uses="array offset tile valid"):
+class TileStore(ir.Collective, uses="array offset tile valid mask"):
     array: ir.Var
     offset: ir.Value
     tile: ir.Var
     valid: ir.Value | None
+    mask: ir.Var | None = None
 
 
 def one_d_array(b: Any, v: Any, what: str) -> ir.Var:
@@ -44,10 +48,6 @@ def one_d_array(b: Any, v: Any, what: str) -> ir.Var:
             f"axis first (a[i] is the row i of a 2-d array)"
         )
     return array
-
-
-def offset_value(b: Any, v: Any, what: str) -> ir.Value:
-    return b.convert(b.scalar(v, what, "iu"), np.dtype(np.int64))
 
 
 def touched_span(frame: Any, array: np.ndarray, offset: ir.Value, valid: ir.Value | None, size: int, what: str):
@@ -67,21 +67,27 @@ class Load(TileOp):
     stmt = TileLoad
     options = (Option("valid", (None, COUNT)), Option("other", (0, -7, SCALAR)))
 
-    def build(self, b, public, a, offset, size, *, valid, other):
+    def build(self, b, public, a, offset, size, *, valid, other, mask):
+        if is_2d(b, offset, size):
+            return build_load_2d(b, a, offset, size, valid, other, mask)
         array = one_d_array(b, a, "tile.load's first argument")
         dt = array.type.dtype
         size = b.tile_size(size)
         other = b.convert(b.scalar(other, "other"), dt)
         out = b.temp(TileType(dt, size))
-        b.emit(TileLoad(out, array, offset_value(b, offset, "the offset"), valid_value(b, valid), other))
+        mask = mask_value(b, mask, (size,))
+        b.emit(TileLoad(out, array, offset_value(b, offset, "the offset"), valid_value(b, valid), other, mask))
         return out
 
     def interpret(self, s: TileLoad, frame) -> None:
         array = frame.get(s.array)
         size = s.out.type.size
-        start, count = touched_span(frame, array, s.offset, s.valid, size, "tile.load")
-        data = np.full(size, frame.get(s.other), dtype=array.dtype)
-        data[:count] = array[start : start + count]
+        if s.mask is not None:
+            data = load_masked(frame, array, (s.offset,), (s.valid,), s.mask, (size,), frame.get(s.other), "tile.load")
+        else:
+            start, count = touched_span(frame, array, s.offset, s.valid, size, "tile.load")
+            data = np.full(size, frame.get(s.other), dtype=array.dtype)
+            data[:count] = array[start : start + count]
         frame.env[s.out.name] = data.astype(s.out.type.dtype, copy=False)  # converted when fused with a cast
 
     def rewrite(self, program: ir.Program, debug: bool) -> None:
@@ -91,10 +97,15 @@ class Load(TileOp):
         return s.array, False
 
     def layout(self, s: TileLoad, ctx) -> None:
+        if s.mask is not None:
+            ctx.join([s.out, s.mask])
         prefer_vectorized(ctx, s.out, s.array)
 
+    def replicates(self, s: TileLoad, var: ir.Var) -> bool:
+        return True  # (item by item: each thread loads its own items)
+
     def choose(self, s: TileLoad, ctx):
-        return choose_transfer(ctx, s, s.out, s.array, load=True)
+        return choose_transfer(ctx, s, s.out, s.array, load=True, mask=s.mask)
 
     def lower(self, s: TileLoad, w) -> ShimCall:
         call = ShimCall(
@@ -105,9 +116,10 @@ class Load(TileOp):
                 ValueArg(s.offset, "offset"),
                 valid_arg(s.valid, s.out.type.size),
                 ValueArg(s.other, "other"),
+                *([TileArg(s.mask, "mk")] if s.mask is not None else []),
             ),
         )
-        lower_transfer(w, call, s.cid, "load", s.out, s.array.type, ", other")
+        lower_transfer(w, call, s.cid, "load", s.out, s.array.type, ", other", s.mask)
         return call
 
 
@@ -149,15 +161,22 @@ class Store(TileOp):
     stmt = TileStore
     options = (Option("valid", (None, COUNT)),)
 
-    def build(self, b, public, a, offset, t, *, valid):
-        array = one_d_array(b, a, "tile.store's first argument")
+    def build(self, b, public, a, offset, t, *, valid, mask):
         t = b.tile(t, "the stored value")
+        if is_2d(b, offset, Const(t.type.shape if t.type.ndim == 2 else t.type.size)):
+            build_store_2d(b, a, offset, t, valid, mask)
+            return Const(None)
+        array = one_d_array(b, a, "tile.store's first argument")
         t = b.convert(t, array.type.dtype)  # stored in the array's dtype
-        b.emit(TileStore(array, offset_value(b, offset, "the offset"), t, valid_value(b, valid)))
+        mask = mask_value(b, mask, t.type.shape)
+        b.emit(TileStore(array, offset_value(b, offset, "the offset"), t, valid_value(b, valid), mask))
         return Const(None)
 
     def interpret(self, s: TileStore, frame) -> None:
         array = frame.get(s.array)
+        if s.mask is not None:
+            store_masked(frame, array, (s.offset,), (s.valid,), s.mask, np.asarray(frame.get(s.tile)), "tile.store")
+            return
         start, count = touched_span(frame, array, s.offset, s.valid, s.tile.type.size, "tile.store")
         array[start : start + count] = frame.get(s.tile)[:count]
 
@@ -165,10 +184,15 @@ class Store(TileOp):
         return s.array, True
 
     def layout(self, s: TileStore, ctx) -> None:
+        if s.mask is not None:
+            ctx.join([s.tile, s.mask])
         prefer_vectorized(ctx, s.tile, s.array)
 
+    def replicates(self, s: TileStore, var: ir.Var) -> bool:
+        return True  # (item by item: threads holding one element write the same value)
+
     def choose(self, s: TileStore, ctx):
-        return choose_transfer(ctx, s, s.tile, s.array, load=False)
+        return choose_transfer(ctx, s, s.tile, s.array, load=False, mask=s.mask)
 
     def lower(self, s: TileStore, w) -> ShimCall:
         call = ShimCall(
@@ -178,7 +202,8 @@ class Store(TileOp):
                 ValueArg(s.offset, "offset"),
                 valid_arg(s.valid, s.tile.type.size),
                 TileArg(s.tile, "items"),
+                *([TileArg(s.mask, "mk")] if s.mask is not None else []),
             ),
         )
-        lower_transfer(w, call, s.cid, "store", s.tile, s.array.type, "")
+        lower_transfer(w, call, s.cid, "store", s.tile, s.array.type, "", s.mask)
         return call

@@ -12,7 +12,7 @@ from ..dtypes import bfloat16, cast, cxx_name, is_half
 from ..errors import TileTypeError
 from ..lang import ir
 from ..lang.types import TileType
-from .base import ShimCall, TileArg, TileOp, register
+from .base import ShimCall, TileArg, TileOp, one_d, register
 
 
 @dataclass
@@ -53,7 +53,7 @@ class FlagHeads(TileOp):
     stmt = TileFlagHeads
 
     def build(self, b, public, t):
-        src = b.tile(t, "tile.flag_heads' argument")
+        src = one_d(b.tile(t, "tile.flag_heads' argument"), "tile.flag_heads")
         out = b.temp(TileType(np.dtype(np.bool_), src.type.size))
         b.emit(TileFlagHeads(out, src))
         return out
@@ -92,7 +92,7 @@ class AdjacentDifference(TileOp):
     stmt = TileAdjacentDifference
 
     def build(self, b, public, t):
-        src = b.tile(t, "tile.adjacent_difference's argument")
+        src = one_d(b.tile(t, "tile.adjacent_difference's argument"), "tile.adjacent_difference")
         if src.type.dtype == np.bool_:
             raise TileTypeError("tile.adjacent_difference of a bool tile is not defined; use tile.flag_heads")
         out = b.temp(src.type)

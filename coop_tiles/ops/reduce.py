@@ -14,23 +14,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .. import tile
+from ..errors import TileValueError
 from ..lang import ir
-from ..lang.types import ScalarType
+from ..lang.types import ScalarType, TileType
 from ..lang.values import Const
-from ..planner.layout import REENTRANT
-from .base import PARITY, OutArg, ShimCall, TileArg, TileOp, errstate, register
+from ..planner.layout import PER_ROW, REENTRANT
+from . import rows
+from .base import PARITY, OutArg, ShimCall, TileArg, TileOp, errstate, register, tile_axis
 from .combining import FORBIDS, OPTIONS, UFUNCS, combine_fold, item_code, typed_op
 
 _NAMED = {tile.sum: "add", tile.max: "max", tile.min: "min"}
 
 
 @dataclass
-class TileReduce(ir.Collective, defs="outs", uses="srcs", attrs="op combine"):
+class TileReduce(ir.Collective, defs="outs", uses="srcs", attrs="op combine axis"):
+    """The fold of `srcs` to scalars `outs`, or with `axis` along that axis to tiles `outs` (of the
+    other axis's extent, or keeping the folded axis as 1 where the outs' rank is the sources')."""
+
     outs: tuple[ir.Var, ...]
     srcs: tuple[ir.Var, ...]
     op: str
     combine: bool
+    axis: int | None = None
 
 
 @register
@@ -40,28 +48,60 @@ class Reduce(TileOp):
     options = OPTIONS
     forbids = FORBIDS
 
-    def build(self, b, public, t, op=None, *, dtype):  # (tile.sum, .max and .min have no op: their name says it)
+    def build(self, b, public, t, op=None, axis=None, keepdims=None, *, dtype):  # (sum/max/min: no op)
+        what = f"tile.{public.__name__}"
         op = Const(_NAMED[public]) if op is None else op
-        op, srcs, dtypes = typed_op(b, op, t, f"tile.{public.__name__}", dtype)
-        outs = tuple(b.temp(ScalarType(dt)) for dt in dtypes)
-        b.emit(TileReduce(outs, srcs, op if isinstance(op, str) else op.name, not isinstance(op, str)))
+        op, srcs, dtypes = typed_op(b, op, t, what, dtype)
+        keep = b.constant(keepdims, "keepdims", bool)
+        axis = b.optional(axis)
+        shape = srcs[0].type.shape
+        k = None if axis is None else tile_axis(b, axis, srcs[0], what)
+        if k is None and keep:
+            raise TileValueError(f"{what}(..., keepdims=True) needs axis=k: with axis=None the result is a scalar")
+        if k is None and len(shape) > 1 and not isinstance(op, str):  # an in-order fold: of the row-major order
+            srcs = tuple(b.remap(v, ir.RESHAPE, (v.type.size,)) for v in srcs)
+        if k is not None and (keep or len(shape) > 1):
+            out_shape = shape[:k] + (1,) * keep + shape[k + 1 :]
+            outs = tuple(b.temp(TileType(dt, 0, out_shape)) for dt in dtypes)
+        else:  # every element folded: a block-uniform scalar
+            k, outs = None, tuple(b.temp(ScalarType(dt)) for dt in dtypes)
+        b.emit(TileReduce(outs, srcs, op if isinstance(op, str) else op.name, not isinstance(op, str), k))
         return outs if len(outs) > 1 or not isinstance(t, ir.Var) else outs[0]
 
     def interpret(self, s: TileReduce, frame) -> None:
         xs = tuple(frame.get(v) for v in s.srcs)
+        if s.axis is not None:
+            xs = tuple(np.moveaxis(x, s.axis, -1) for x in xs)
+        elif xs[0].ndim > 1:
+            xs = tuple(x.reshape(-1) for x in xs)
         if s.combine:
             values = combine_fold(frame, frame.program.combines[s.op], xs)
         else:
             with errstate():
-                values = (UFUNCS[s.op].reduce(xs[0], dtype=xs[0].dtype),)
+                values = (UFUNCS[s.op].reduce(xs[0], axis=-1, dtype=xs[0].dtype),)
         for var, value in zip(s.outs, values):
-            frame.set(var, value)
+            if isinstance(var.type, TileType):
+                frame.env[var.name] = np.asarray(value, var.type.dtype).reshape(var.type.shape)
+            else:
+                frame.set(var, value)
 
     def layout(self, s: TileReduce, ctx) -> None:
-        if s.combine:  # in-order fold: blocked items, one arrangement for the whole tuple
+        if s.axis is not None:  # along rows: the sources share their arrangement, the results follow it
+            (ctx.join_blocked if s.combine else ctx.join)(list(s.srcs))  # (a combine folds each row in order)
+            for v in s.outs:
+                ctx.claim(v, s.srcs[0], PER_ROW)
+        elif s.combine:  # in-order fold: blocked items, one arrangement for the whole tuple
             ctx.join_blocked(list(s.srcs))
 
+    def replicates(self, s: TileReduce, var: ir.Var) -> bool:
+        return var in s.outs  # (every lane of a row gets the row's value)
+
+    def rewrite(self, program: ir.Program, debug: bool) -> None:
+        rows.columns_as_rows(program, TileReduce)
+
     def choose(self, s: TileReduce, ctx):
+        if s.axis is not None:
+            return rows.row_choice(s, ctx, f"reduce[{s.op}]", s.srcs[0], list(s.outs))
         if _all_reduce(s, ctx.block_values, ctx.threads, ctx.depths.get(s.cid, 0)):
             # its own barrier, and two sets of warp totals used in turn: it may run again without one before it
             label = f"reduce[{s.op}], all-reduce"
@@ -71,6 +111,8 @@ class Reduce(TileOp):
         return ctx.choice(s, f"reduce[{s.op}]{thread0}", "BlockReduce", algorithm)
 
     def lower(self, s: TileReduce, w) -> ShimCall:
+        if s.axis is not None:
+            return rows.lower_reduce(s, w)
         k = len(s.srcs)
         lay = w.layout(s.srcs[0])
         items, threads, size = lay.items_per_thread, w.threads, lay.size

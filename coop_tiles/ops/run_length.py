@@ -19,7 +19,7 @@ from ..dtypes import cxx_name, kind
 from ..errors import TileTypeError
 from ..lang import ir
 from ..lang.types import INT64, TileType
-from .base import OutArg, ShimCall, TileArg, TileOp, register
+from .base import OutArg, ShimCall, TileArg, TileOp, one_d, register
 
 
 @dataclass
@@ -36,8 +36,8 @@ class RunLengthDecode(TileOp):
     stmt = TileRunLengthDecode
 
     def build(self, b, public, values, lengths, size):
-        values = b.tile(values, "the run values")
-        lengths = b.tile(lengths, "the run lengths")
+        values = one_d(b.tile(values, "the run values"), "tile.run_length_decode")
+        lengths = one_d(b.tile(lengths, "the run lengths"), "tile.run_length_decode")
         if kind(lengths.type.dtype) not in "iu":
             raise TileTypeError(f"the run lengths must be an integer tile, got {lengths.type}")
         if lengths.type.size != values.type.size:

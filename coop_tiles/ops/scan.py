@@ -27,9 +27,10 @@ from ..dtypes import identity
 from ..errors import TileValueError
 from ..lang import ir
 from ..lang.types import ScalarType, TileType
-from ..planner.layout import REENTRANT, SYNCS
+from ..planner.layout import PER_ROW, REENTRANT, SYNCS
 from . import chained as chain
-from .base import PARITY, OutArg, ShimCall, TileArg, TileOp, ValueArg, errstate, register
+from . import rows
+from .base import PARITY, OutArg, ShimCall, TileArg, TileOp, ValueArg, errstate, one_d, register, tile_axis
 from .combining import FORBIDS, OPTIONS, UFUNCS, combine_operands, combine_scan, item_code, typed_op
 from .options import COMBINE, SCALAR, Forbidden, Option
 
@@ -150,7 +151,12 @@ def reverse_warp_scan(item: str, lanes: int, op: str, temp: str, value: str, inc
 
 
 @dataclass
-class TileScan(ir.Collective, defs="outs totals", uses="srcs initial", attrs="op combine exclusive chained reverse"):
+class TileScan(
+    ir.Collective, defs="outs totals", uses="srcs initial", attrs="op combine exclusive chained reverse axis"
+):
+    """A scan of `srcs` into `outs`; of a 2-D tile along `axis`, each row (or column) on its own, with
+    `initial` and `totals` then scalars or tiles of one value per row (column)."""
+
     outs: tuple[ir.Var, ...]
     srcs: tuple[ir.Var, ...]
     op: str  # a built-in op, or the name of a combine function in `Program.combines`
@@ -160,6 +166,7 @@ class TileScan(ir.Collective, defs="outs totals", uses="srcs initial", attrs="op
     totals: tuple[ir.Var, ...] | None
     chained: bool = False  # continues from the previous program's last element
     reverse: bool = False  # from the last element to the first (and the last program to the first)
+    axis: int | None = None  # the scanned axis of a 2-D tile (None: a 1-D tile)
 
 
 @register
@@ -184,60 +191,79 @@ class Scan(TileOp):
         ),
     )
 
-    def build(self, b, public, t, op, *, reverse, exclusive, initial, return_total, chained, dtype):
+    def build(self, b, public, t, op, *, axis, reverse, exclusive, initial, return_total, chained, dtype):
         op, srcs, dtypes = typed_op(b, op, t, "tile.scan", dtype)
         reverse = b.constant(reverse, "reverse", bool)
         exclusive = b.constant(exclusive, "exclusive", bool)
         return_total = b.constant(return_total, "return_total", bool)
         chained = b.constant(chained, "chained", bool)
+        shape = srcs[0].type.shape
+        k = tile_axis(b, axis, srcs[0], "tile.scan")
+        if reverse and len(shape) > 1:
+            raise TileValueError(
+                "tile.scan(..., reverse=True) of a 2-D tile is not supported yet; scan tile.flip(t) instead"
+            )
         if chained:
+            if len(shape) > 1:
+                one_d(srcs[0], "tile.scan(..., chained=True)")
             chain.check_placement(b)
         initial = b.optional(initial)
         if initial is not None:
-            initial = combine_operands(b, initial, dtypes, "initial")
+            initial = (
+                combine_operands(b, initial, dtypes, "initial")
+                if len(shape) == 1
+                else rows.seeds(b, initial, dtypes, shape[1 - k], "initial")
+            )
         elif exclusive and not isinstance(op, str):
             raise TileValueError(EXCLUSIVE_NEEDS_INITIAL)
-        size = srcs[0].type.size
-        outs = tuple(b.temp(TileType(dt, size)) for dt in dtypes)
-        totals = tuple(b.temp(ScalarType(dt)) for dt in dtypes) if return_total else None
+        outs = tuple(b.temp(TileType(dt, 0, shape)) for dt in dtypes)
+        total_type = (lambda dt: ScalarType(dt)) if len(shape) == 1 else (lambda dt: TileType(dt, shape[1 - k]))
+        totals = tuple(b.temp(total_type(dt)) for dt in dtypes) if return_total else None
         name = op if isinstance(op, str) else op.name
-        b.emit(TileScan(outs, srcs, name, not isinstance(op, str), exclusive, initial, totals, chained, reverse))
+        axis = None if len(shape) == 1 else k
+        b.emit(TileScan(outs, srcs, name, not isinstance(op, str), exclusive, initial, totals, chained, reverse, axis))
         result = outs if len(outs) > 1 or not isinstance(t, ir.Var) else outs[0]
         if not return_total:
             return result
         return result, (totals if len(totals) > 1 or not isinstance(t, ir.Var) else totals[0])
 
     def interpret(self, s: TileScan, frame) -> None:
-        xs = tuple(frame.get(v) for v in s.srcs)
-        if s.reverse:  # the forward scan of the flipped tile: x[n-1] first, the later element on the left
-            xs = tuple(x[::-1] for x in xs)
+        # along the last axis: a 2-D tile's scanned axis is moved there, each row scanned on its own
+        axis = -1 if s.axis is None else s.axis
+        xs = tuple(np.moveaxis(frame.get(v), axis, -1) for v in s.srcs)
+        if s.reverse:  # the forward scan of the flipped rows: x[n-1] first, the later element on the left
+            xs = tuple(x[..., ::-1] for x in xs)
         seed = None if s.initial is None else tuple(frame.get(v) for v in s.initial)
         if s.chained and s.sid in frame.launch:  # programs run in scan order: the previous one's fold
             seed = frame.launch[s.sid]
         if s.combine:
             fn = frame.program.combines[s.op]
             if seed is not None:
-                xs = tuple(np.concatenate([[v], x]).astype(x.dtype) for v, x in zip(seed, xs))
+                xs = tuple(_prepend(v, x) for v, x in zip(seed, xs))
             acc = combine_scan(frame, fn, xs)
             if seed is not None:
-                out = tuple(a[:-1] if s.exclusive else a[1:] for a in acc)
+                out = tuple(a[..., :-1] if s.exclusive else a[..., 1:] for a in acc)
             else:
                 out = acc
-            total = tuple(a[-1] for a in acc)
+            total = tuple(a[..., -1] for a in acc)
         else:
             (x,) = xs
             dt = x.dtype
             ufunc = UFUNCS[s.op]
             start = identity(s.op, dt) if seed is None else seed[0]
             with errstate():
-                acc = ufunc.accumulate(np.concatenate([[start], x]).astype(dt), dtype=dt)
-                inclusive = ufunc.accumulate(x, dtype=dt) if seed is None else acc[1:]
-            out = (acc[:-1] if s.exclusive else inclusive,)
-            total = (acc[-1],)
+                acc = ufunc.accumulate(_prepend(start, x), axis=-1, dtype=dt)
+                inclusive = ufunc.accumulate(x, axis=-1, dtype=dt) if seed is None else acc[..., 1:]
+            out = (acc[..., :-1] if s.exclusive else inclusive,)
+            total = (acc[..., -1],)
         for var, value in zip(s.outs, out):
-            frame.env[var.name] = np.ascontiguousarray(value[::-1] if s.reverse else value)
+            value = value[..., ::-1] if s.reverse else value
+            frame.env[var.name] = np.ascontiguousarray(np.moveaxis(value, -1, axis))
         for var, value in zip(s.totals or (), total):
-            frame.set(var, value)
+            if isinstance(var.type, TileType):
+                frame.env[var.name] = np.asarray(value, var.type.dtype)
+            else:
+                frame.set(var, value)
         if s.chained:
             frame.launch[s.sid] = total
 
@@ -258,14 +284,31 @@ class Scan(TileOp):
         return s.chained and s.reverse
 
     def thread0_reads(self, s: TileScan, threads: int) -> set[str]:
+        if s.axis is not None:  # (every row's lanes read its seed)
+            return set()
         # a carried or reverse scan's seed is thread 0's: it shares it with the block through the scan's own barrier
         solo = _carried(s, s.srcs[0].type.size, threads) or (s.reverse and not s.chained)
         return {v.name for v in s.initial or () if isinstance(v, ir.Var)} if solo else set()
 
     def layout(self, s: TileScan, ctx) -> None:
+        if s.axis is not None:  # along rows (columns: rewritten as rows): per-row seeds and totals follow them
+            ctx.join_blocked([*s.srcs, *s.outs])  # (each row in order: contiguous runs)
+            for v in (*(s.initial or ()), *(s.totals or ())):
+                if isinstance(v, ir.Var) and isinstance(v.type, TileType):
+                    ctx.claim(v, s.srcs[0], PER_ROW)
+            return
         ctx.join_blocked([*s.srcs, *s.outs])
 
+    def replicates(self, s: TileScan, var: ir.Var) -> bool:
+        return s.axis is not None and (var in (s.initial or ()) or var in (s.totals or ()))
+
+    def rewrite(self, program: ir.Program, debug: bool) -> None:
+        rows.columns_as_rows(program, TileScan)
+
     def choose(self, s: TileScan, ctx):
+        if s.axis is not None:
+            per_row = [v for v in (*(s.initial or ()), *(s.totals or ())) if isinstance(v.type, TileType)]
+            return rows.row_choice(s, ctx, f"scan[{s.op}]", s.srcs[0], per_row)
         carried = _carried(s, s.srcs[0].type.size, ctx.threads)
         label = f"scan[{s.op}{', reverse' if s.reverse else ''}{', chained' if s.chained else ''}]"
         label += ", carried" if carried else ""
@@ -280,6 +323,8 @@ class Scan(TileOp):
         return ctx.choice(s, label, "BlockScan", "BLOCK_SCAN_WARP_SCANS", sync=sync)
 
     def lower(self, s: TileScan, w) -> ShimCall:
+        if s.axis is not None:
+            return rows.lower_scan(s, w)
         k = len(s.srcs)
         args = [TileArg(v, f"in{i}") for i, v in enumerate(s.srcs)] + [
             TileArg(v, f"out{i}") for i, v in enumerate(s.outs)
@@ -383,6 +428,12 @@ class Scan(TileOp):
         )
         w.define(call, code, body)
         return call
+
+
+def _prepend(seed, x: np.ndarray) -> np.ndarray:
+    """`x` with `seed` (a scalar, or one value per row) put before the first element of its last axis."""
+    column = np.broadcast_to(np.asarray(seed), x.shape[:-1])[..., None]
+    return np.concatenate([column, x], axis=-1).astype(x.dtype)
 
 
 def _carried(s: TileScan, size: int, threads: int) -> bool:

@@ -28,6 +28,8 @@ from ..lang.values import Const, is_tile
 from .base import ShimCall, TileArg, TileOp, register, seq, valid_arg, valid_count, valid_value
 from .options import COMBINE, COUNT, TILE, TUPLE, Forbidden, Option
 
+ROW_SORT = "row-wise sort (tile.sort of a 2-D tile) is not supported yet; sort a 1-D tile (tile.reshape(t, n))"
+
 #: exponent and mantissa masks of each float width (bits), to find NaNs among stored bits
 _NAN_MASKS = {
     "float16": (0x7C00, 0x03FF),
@@ -86,6 +88,8 @@ class Sort(TileOp):
         keys = seq(keys)
         if not keys or not all(is_tile(k) for k in keys):
             raise TileTypeError(f"tile.sort sorts a tile of keys (or a tuple of them with compare=), got {keys}")
+        if any(k.type.ndim != 1 for k in keys):
+            raise TileValueError(ROW_SORT)
         size = keys[0].type.size
         if any(k.type.size != size for k in keys):
             raise TileTypeError("tile.sort of key tiles of different sizes: " + ", ".join(str(k.type) for k in keys))
