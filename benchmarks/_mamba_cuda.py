@@ -11,6 +11,8 @@ dispatcher (`selective_scan_fwd_cuda`) runs for sequences longer than 1024, with
 (`--use_fast_math` included). Only those lengths are built, to keep the build short.
 
     python benchmarks/_mamba_cuda.py PATH    # PATH: a Mamba work tree, or its git directory
+
+(That command also copies Mamba's Triton `selective_state_update` for benchmarks/_mamba_triton.py.)
 """
 
 from __future__ import annotations
@@ -209,3 +211,7 @@ def selective_scan(ext: Any, u, delta, A, B, C, D=None, z=None, delta_bias=None,
 
 if __name__ == "__main__":
     print(f"copied to {prepare(sys.argv[1])}")
+    sys.path.insert(0, str(BENCH_DIR.parent))
+    from benchmarks import _mamba_triton  # Mamba's Triton selective_state_update, from the same checkout
+
+    print(f"copied to {_mamba_triton.prepare(sys.argv[1])}")

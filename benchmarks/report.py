@@ -50,6 +50,12 @@ def config_times_cell(result: dict, name: Callable[[Any], str]) -> str:
     return ", ".join(f"{name(c)} {ms:.3f}" for c, ms in result["times"].items())
 
 
+def skipped_note(result: dict, name: Callable[[Any], str]) -> str:
+    """`; skipped: config (failure), ...` for the configs `timing.tune_working` could not launch, else nothing."""
+    skipped = result.get("skipped") or {}
+    return "".join(f"; skipped {name(c)} ({why})" for c, why in skipped.items())
+
+
 def rate_cell(result: dict, nbytes: float, label: Callable[[Any], str] | None = None) -> str:
     """GB/s of a result (with its best config when `label` names it), or its failure."""
     if "error" in result:

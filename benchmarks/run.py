@@ -3,7 +3,8 @@
 Every figure is a median over repetitions after warm-up, timed with `ct.testing.do_bench` (kernels: CUDA events,
 the L2 cache flushed before each repetition) or perf_counter over thousands of launches (host overhead), against a
 baseline timed in the same run: the device copy bandwidth, CuPy, a plain Numba kernel, a CuPy RawKernel, Triton
-(benchmarks/_baselines.py), torch.cumsum, torch.bincount and torch.sort, and CUB (benchmarks/cub_baselines.cu,
+(benchmarks/_baselines.py, benchmarks/_baselines_rows.py), torch.cumsum, torch.bincount, torch.sort, torch.softmax
+and layer_norm, Mamba's Triton selective_state_update, and CUB (benchmarks/cub_baselines.cu,
 built with nvcc at run time into the git-ignored benchmarks/.build/ and loaded with ctypes).
 
     python benchmarks/run.py [--out docs/benchmarks.md] [--quick] [--only linrec,half]
@@ -14,8 +15,11 @@ built with nvcc at run time into the git-ignored benchmarks/.build/ and loaded w
 
 Sections: bandwidth, launch, compile, blocks (issues 2 and 3), linrec, half, rows2d (issue 7), histogram,
 segsort (issue 8), chained (issue 11), mamba (issue 9: against Mamba's own CUDA kernel, built by
-benchmarks/_mamba_cuda.py from a Mamba checkout). Each section from issue 7 on records its own failures as rows of
-the table rather than stopping the run. Each is a module of benchmarks/sections/ (`--list` shows what each needs);
+benchmarks/_mamba_cuda.py from a Mamba checkout), softmax, scan2d and state_update (issue 19: row softmax and
+layer norm against Triton's tutorial kernels in benchmarks/_baselines_rows.py and PyTorch; scans along axis 1 and
+the reverse chained scan; Mamba's decode step against its own Triton kernel, copied from a Mamba checkout by
+benchmarks/_mamba_triton.py). Each section from issue 7 on records its own failures as rows of the table rather
+than stopping the run. Each is a module of benchmarks/sections/ (`--list` shows what each needs);
 this file is the command line only.
 
 `--baseline-tree DIR` compares with another checkout (scripts/bench-compare.sh prepares one in `.baseline/`): for
@@ -115,7 +119,7 @@ def _list_sections() -> str:
     lines = []
     for section in SECTIONS:
         needs = ", ".join(section.needs) or "coop_tiles only"
-        lines.append(f"{section.name:10} results '{section.key}'; needs {needs}")
+        lines.append(f"{section.name:12} results '{section.key}'; needs {needs}")
     lines += ["", *(f"{need}: {what}" for need, what in NEEDS.items())]
     return "\n".join(lines)
 

@@ -13,9 +13,11 @@ NEEDS = {
     "cupy": "CuPy (arrays, copies and reductions timed as baselines)",
     "numba": "numba-cuda (a plain Numba kernel, as a baseline)",
     "torch": "PyTorch (bfloat16 data, torch.cumsum / bincount / sort as baselines)",
-    "triton": "Triton (the baselines of benchmarks/_baselines.py)",
+    "triton": "Triton (the baselines of benchmarks/_baselines.py and benchmarks/_baselines_rows.py)",
     "cub": "nvcc and the CUB headers (benchmarks/cub_baselines.cu, built at run time into benchmarks/.build/)",
     "mamba": "Mamba's CUDA sources in benchmarks/.mamba/ and ninja (benchmarks/_mamba_cuda.py)",
+    "mamba_triton": "Mamba's Triton selective_state_update in benchmarks/.mamba/triton/ and einops "
+    "(benchmarks/_mamba_triton.py)",
 }
 
 

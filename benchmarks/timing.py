@@ -59,6 +59,28 @@ def tune(
     return {"best": best, "ms": times[best], "times": times, "correct": correct}
 
 
+def tune_working(
+    configs: Any,
+    launch: Callable,
+    reset: Callable[[], None],
+    check: Callable[[Any], bool],
+) -> dict:
+    """`tune` over the configs whose first launch works (the others, a block size too large for a tile's shared
+    memory or a block shape Triton refuses, are listed under `skipped` with their failures); raises the first failure
+    when none works."""
+    working, skipped = [], {}
+    for config in configs:
+        try:
+            reset()
+            launch(config)()
+            working.append(config)
+        except Exception as error:
+            skipped[config] = failure(error)
+    if not working:
+        raise RuntimeError(f"every config failed; {next(iter(skipped.values()))}")
+    return {**tune(working, launch, reset, check), "skipped": skipped}
+
+
 def failure(error: BaseException) -> str:
     """`Type: first line of the message`, short and safe inside a markdown table cell."""
     lines = str(error).strip().splitlines()

@@ -34,6 +34,9 @@ EXPECTED = (
     "segsort",
     "chained",
     "mamba",
+    "softmax",
+    "state_update",
+    "scan2d",
 )
 
 
@@ -206,7 +209,60 @@ def fake_results(scale: float = 1.0) -> dict:
             "triton": _tune(2.0 * s, (128, 4)),
         },
     ]
+    softmax = [
+        {
+            "kernel": kernel,
+            "shape": (4096, 1024),
+            "dtype": "float32",
+            "copy_ms": 0.012 * s,
+            "bytes": 2 * 4096 * 1024 * 4,
+            "copy_bytes": 2 * 4096 * 1024 * 4,
+            "coop": _tune(0.013 * s, None),
+            "triton": _tune(0.014 * s, 8),
+            "torch": _tune(0.02 * s, None) if kernel == "softmax" else {"error": "RuntimeError: x"},
+        }
+        for kernel in ("softmax", "layer_norm")
+    ] + [{"kernel": "softmax", "shape": (4096, 16384), "dtype": "bfloat16", "error": "ValueError: y"}]
+    scan2d = {
+        "rows": [
+            {
+                "shape": (4096, 256),
+                "dtype": "float32",
+                "case": case,
+                "copy_ms": 0.006 * s,
+                "elements": 4096 * 256,
+                "coop": {"error": "TileTypeError: tile.load's first argument must be a 1-D array"},
+                "triton": _tune(0.008 * s, (16, 4)),
+                "torch": _tune(0.01 * s, None),
+            }
+            for case in ("inclusive", "reverse")
+        ],
+        "chained": [
+            {
+                "n": "2^28",
+                "dtype": "int32",
+                "elements": 1 << 28,
+                "copy_ms": 0.7 * s,
+                "forward": _tune(0.72 * s, (8192, None)),
+                "reverse": _tune(0.74 * s, (8192, 512)),
+            }
+        ],
+    }
+    state_update = [
+        {
+            "case": "Mamba-1",
+            "shape": (64, 5120, 16),
+            "dtype": "bfloat16",
+            "limit_ms": 0.015 * s,
+            "mamba": _tune(0.175 * s, None),
+            "coop": {"error": "NotImplementedError: not available"},
+        },
+        {"case": "Mamba-2", "shape": (64, 80, 64, 128), "dtype": "float32", "error": "RuntimeError: z"},
+    ]
     return {
+        "softmax": softmax,
+        "scan2d": scan2d,
+        "state_update": state_update,
         "bandwidth": bandwidth,
         "launches": launches,
         "blocks": blocks,
@@ -257,6 +313,13 @@ def test_render_every_section():
     assert "failed: MemoryError: out of memory" in text and "failed: TypeError: x \\| y" in text
     # a section that failed before measuring anything
     assert "failed: ImportError" in report.render("Test GPU", {"chained": [{"error": "ImportError: x"}]})
+    assert "failed: ImportError" in report.render("Test GPU", {"scan2d": [{"error": "ImportError: x"}]})
+    # issue 19's sections: ratios and shares from the fake times
+    assert "| softmax | (4096, 1024) | float32 | 2796 | 2581 (auto threads) | **92.3%** |" in text
+    assert "| **1.08x** |" in text  # coop / Triton of that row
+    assert "| (4096, 256) | reverse | 1398 | failed: TileTypeError" in text
+    assert "| 2^28 | 3068 | 2983 (TILE 8192) | **97.2%** | 2902 (TILE 8192 × 512 threads) | **94.6%** | 1.028 |" in text
+    assert "| Mamba-1 | (64, 5120, 16) | bfloat16 | failed: NotImplementedError: not available | — | 0.175 |" in text
 
 
 def test_compare_two_runs(tmp_path):
@@ -301,9 +364,50 @@ def test_command_line():
 
 
 @pytest.mark.parametrize(
-    "name", ["compare", "cub", "device", "kernels", "report", "timing", "compile_profile", "sum_probe", "_mamba_cuda"]
+    "name",
+    [
+        "compare",
+        "cub",
+        "device",
+        "kernels",
+        "report",
+        "timing",
+        "compile_profile",
+        "sum_probe",
+        "_mamba_cuda",
+        "_mamba_triton",
+    ],
 )
 def test_module_imports(name):
     """Every benchmarks module imports without a GPU (_baselines.py needs PyTorch and Triton, which run.py imports
     only inside the measurements that use them)."""
     importlib.import_module(f"benchmarks.{name}")
+
+
+def test_mamba_triton_loads_without_the_package_init(tmp_path):
+    """benchmarks/_mamba_triton.py copies Mamba's Triton module and what it imports from a checkout, and imports the
+    copy without `mamba_ssm/__init__.py` (here a stand-in checkout whose __init__ fails, as Mamba's does without its
+    compiled extension), in a fresh process."""
+    package = tmp_path / "mamba" / "mamba_ssm" / "ops" / "triton"
+    package.mkdir(parents=True)
+    (tmp_path / "mamba" / "mamba_ssm" / "__init__.py").write_text("raise ImportError('the compiled extension')\n")
+    (package / "softplus.py").write_text("def softplus(x):\n    return x + 1\n")
+    (package / "selective_state_update.py").write_text(
+        "from mamba_ssm.ops.triton.softplus import softplus\n\n\n"
+        "def selective_state_update(x):\n    return softplus(x)\n"
+    )
+    script = f"""
+import sys
+sys.path.insert(0, {str(ROOT)!r})
+from benchmarks import _mamba_triton
+from pathlib import Path
+_mamba_triton.ROOT_DIR = Path({str(tmp_path / "copy")!r})
+_mamba_triton.prepare({str(tmp_path / "mamba")!r})
+module = _mamba_triton.load()
+assert module.selective_state_update(1) == 2, module
+assert _mamba_triton.load() is module
+print("loaded", module.__file__)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert f"loaded {tmp_path / 'copy'}" in done.stdout

@@ -38,3 +38,56 @@ def test_tutorial_kernels_compile_without_gpu():
     f = np.zeros(1, np.float32)
     k = softmax["row_softmax"].compile(f, f, f, 1, TILE=1024, arch="sm_90")
     assert k.local_memory_bytes() == 0
+
+
+def _tutorial(stem: str) -> dict:
+    sys.path.insert(0, str(TUTORIALS[0].parent))
+    return runpy.run_path(str(TUTORIALS[0].parent / f"{stem}.py"))
+
+
+def test_softmax_layernorm_kernels_compile_without_gpu():
+    """Tutorial 09's programs at the sizes benchmarks/sections/softmax.py runs: sm_90 cubins, nothing spilled."""
+    import ml_dtypes
+
+    import coop_tiles as ct
+
+    t = _tutorial("09_softmax_layernorm")
+    f, h, v = np.zeros((2, 2), np.float32), np.zeros((2, 2), ml_dtypes.bfloat16), np.zeros(2, np.float32)
+    compiled = [
+        t["softmax_fwd"].compile(f, f, 1, BLOCK=16384, arch="sm_90"),
+        ct.jit(t["softmax_fwd"].fn, block_threads=1024).compile(h, h, 1, BLOCK=16384, arch="sm_90"),
+        t["layer_norm_fwd"].compile(h, h, v, v, v, v, 1, 1e-5, BLOCK=4096, arch="sm_90"),
+        t["layer_norm_fwd"].compile(h, h, h[0], h[0], v, v, 1, 1e-5, BLOCK=16384, arch="sm_90"),  # bfloat16 w, b
+        t["softmax_bwd"].compile(f, f, f, 1, BLOCK=4096, arch="sm_90"),
+        t["layer_norm_bwd"].compile(f, f, v, v, v, f, v, v, 1, 1, ROWS=16, BLOCK=4096, arch="sm_90"),
+    ]
+    assert compiled[1].block_threads == 1024
+    for k in compiled:
+        assert k.local_memory_bytes() == 0
+
+
+def test_softmax_layernorm_bfloat16_in_interpreter():
+    """The forward programs on bfloat16 rows (converted to float32 as they load, rounded back as they store), against
+    float64 NumPy on the same bfloat16 inputs, within bfloat16's rounding."""
+    import ml_dtypes
+
+    import coop_tiles as ct
+
+    t = _tutorial("09_softmax_layernorm")
+    bf16 = ml_dtypes.bfloat16
+    rng = np.random.default_rng(3)
+    rows, cols = 5, 200
+    x = rng.standard_normal((rows, cols)).astype(bf16)
+    w, b = (
+        (1 + 0.1 * rng.standard_normal(cols)).astype(np.float32),
+        (0.1 * rng.standard_normal(cols)).astype(np.float32),
+    )
+    y, ln = np.zeros((rows, cols), bf16), np.zeros((rows, cols), bf16)
+    mean, rstd = np.zeros(rows, np.float32), np.zeros(rows, np.float32)
+    ct.jit(t["softmax_fwd"].fn, interpret=True)[rows](x, y, cols, BLOCK=256)
+    ct.jit(t["layer_norm_fwd"].fn, interpret=True)[rows](x, ln, w, b, mean, rstd, cols, 1e-5, BLOCK=256)
+    np.testing.assert_allclose(y.astype(np.float64), t["softmax_reference"](x), rtol=8e-3, atol=1e-6)
+    expected, mu, rs = t["layer_norm_reference"](x, w, b, 1e-5)
+    np.testing.assert_allclose(ln.astype(np.float64), expected, rtol=8e-3, atol=8e-3)
+    np.testing.assert_allclose(mean, mu, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(rstd, rs, rtol=1e-4)

@@ -1,0 +1,227 @@
+"""Row softmax and layer-norm forward, one row per program (tutorial 09), against Triton's tutorial kernels
+(benchmarks/_baselines_rows.py), PyTorch and the copy rate for their bytes (issue 19)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import coop_tiles as ct
+from benchmarks.device import fill_nan, free_device_memory
+from benchmarks.kernels import tutorial
+from benchmarks.report import (
+    config_times_cell,
+    correct_cell,
+    failed_row,
+    gbs_cell,
+    rate_cell,
+    skipped_note,
+    speedup_cell,
+    table_row,
+)
+from benchmarks.section import Section
+from benchmarks.timing import cuda_time_ms, guarded, tune_working
+
+SOFTMAX_ROWS = 4096
+SOFTMAX_COLS = (1024, 4096, 16384)
+SOFTMAX_DTYPES = ("float32", "bfloat16")
+SOFTMAX_KERNELS = ("softmax", "layer_norm")
+SOFTMAX_THREADS = (None, 256, 512, 1024)  # threads per block tried for coop_tiles (None: the runtime's choice)
+SOFTMAX_MAX_ITEMS = 64  # ... keeping at most this many items per thread
+TRITON_WARPS = (4, 8, 16)  # Triton's num_warps tried (the tutorials' heuristics pick one of them)
+EPS = 1e-5
+#: float32 reference, largest difference at most atol + rtol * |reference| element-wise (torch.allclose)
+SOFTMAX_TOLERANCE = {
+    ("softmax", "float32"): (1e-4, 1e-7),
+    ("softmax", "bfloat16"): (1e-2, 1e-6),
+    ("layer_norm", "float32"): (1e-4, 1e-4),
+    ("layer_norm", "bfloat16"): (1e-2, 2e-2),
+}
+
+
+def _threads_name(threads: int | None) -> str:
+    return "auto threads" if threads is None else f"{threads} threads"
+
+
+def _warps_name(warps: int) -> str:
+    return f"{warps} warps"
+
+
+def softmax_rows() -> list[dict]:
+    """Every kernel, row length and dtype: coop_tiles (tutorial 09's programs, best of SOFTMAX_THREADS), Triton
+    (best of TRITON_WARPS), PyTorch, and a same-sized copy."""
+    import torch  # noqa: F401 - the section needs PyTorch before anything is measured
+
+    rows = []
+    for kernel in SOFTMAX_KERNELS:
+        for cols in SOFTMAX_COLS:
+            for dtype in SOFTMAX_DTYPES:
+                key = {"kernel": kernel, "shape": (SOFTMAX_ROWS, cols), "dtype": dtype}
+                rows.append({**key, **guarded(_softmax_row, kernel, cols, dtype)})
+                free_device_memory()
+    return rows
+
+
+_PINNED: dict[tuple[Any, int], Any] = {}
+
+
+def _with_threads(kernel: Any, threads: int | None) -> Any:
+    """`kernel`, or one copy of it per thread count with the count pinned (so each compiles once)."""
+    if threads is None:
+        return kernel
+    if (kernel, threads) not in _PINNED:
+        _PINNED[kernel, threads] = ct.jit(kernel.fn, block_threads=threads)
+    return _PINNED[kernel, threads]
+
+
+def _bytes(kernel: str, rows: int, cols: int, itemsize: int) -> int:
+    """What a kernel must move: the rows read and written; layer norm also reads w and b (in the rows' dtype) and
+    writes each row's mean and 1/std (float32)."""
+    moved = 2 * rows * cols * itemsize
+    return moved if kernel == "softmax" else moved + 2 * cols * itemsize + 2 * rows * 4
+
+
+def _softmax_row(kernel: str, cols: int, dtype: str) -> dict:
+    """One kernel, row length and dtype. Every implementation writes into an output poisoned with NaN before it
+    runs, and is checked against PyTorch in float32 on the same input over the whole output (and the mean and
+    1/std for layer norm), with SOFTMAX_TOLERANCE."""
+    import torch
+
+    from benchmarks._baselines_rows import triton_layer_norm, triton_softmax
+
+    ops = tutorial("09_softmax_layernorm")
+    rows = SOFTMAX_ROWS
+    t = getattr(torch, dtype)
+    g = torch.Generator(device="cuda").manual_seed(19)
+    x = torch.randn(rows, cols, device="cuda", generator=g).to(t)
+    y = torch.empty_like(x)
+    copy_ms = cuda_time_ms(lambda: y.copy_(x))
+    rtol, atol = SOFTMAX_TOLERANCE[kernel, dtype]
+    threads = [n for n in SOFTMAX_THREADS if n is None or cols <= SOFTMAX_MAX_ITEMS * n]
+
+    def close(out: Any, expected: Any) -> bool:
+        return bool(torch.allclose(out.float(), expected, rtol=rtol, atol=atol))
+
+    if kernel == "softmax":
+        expected = torch.softmax(x.float(), dim=1)
+        ours = {
+            "coop": lambda n: lambda: _with_threads(ops.softmax_fwd, n)[rows](x, y, cols, BLOCK=cols),
+            "triton": lambda w: triton_softmax(x, y, warps=w),
+        }
+
+        def check(_config: Any = None) -> bool:
+            return close(y, expected)
+
+        def reset() -> None:
+            fill_nan(y)
+
+        torch_launch: Callable[[], Any] = lambda: torch.softmax(x, dim=1)  # noqa: E731
+        torch_check: Callable[[Any], bool] = lambda out: close(out, expected)  # noqa: E731
+    else:
+        w = (1 + 0.1 * torch.randn(cols, device="cuda", generator=g)).to(t)
+        b = (0.1 * torch.randn(cols, device="cuda", generator=g)).to(t)
+        mean, rstd = torch.empty(rows, device="cuda"), torch.empty(rows, device="cuda")
+        xf = x.float()
+        expected = torch.nn.functional.layer_norm(xf, (cols,), w.float(), b.float(), EPS)
+        expected_mean = xf.mean(dim=1)
+        expected_rstd = torch.rsqrt(xf.var(dim=1, unbiased=False) + EPS)
+        ours = {
+            "coop": lambda n: (
+                lambda: _with_threads(ops.layer_norm_fwd, n)[rows](x, y, w, b, mean, rstd, cols, EPS, BLOCK=cols)
+            ),
+            "triton": lambda warps: triton_layer_norm(x, y, w, b, mean, rstd, EPS, warps=warps),
+        }
+
+        def check(_config: Any = None) -> bool:
+            stats = torch.allclose(mean, expected_mean, rtol=1e-4, atol=1e-5)
+            return close(y, expected) and stats and bool(torch.allclose(rstd, expected_rstd, rtol=1e-4))
+
+        def reset() -> None:
+            for out in (y, mean, rstd):
+                fill_nan(out)
+
+        torch_launch = lambda: torch.nn.functional.layer_norm(x, (cols,), w, b, EPS)  # noqa: E731
+        torch_check = lambda out: close(out, expected)  # noqa: E731
+
+    return {
+        "copy_ms": copy_ms,
+        "bytes": _bytes(kernel, rows, cols, x.element_size()),
+        "copy_bytes": 2 * x.numel() * x.element_size(),
+        "coop": guarded(tune_working, threads, ours["coop"], reset, check),
+        "triton": guarded(tune_working, TRITON_WARPS, ours["triton"], reset, check),
+        "torch": guarded(_torch_result, torch_launch, torch_check),
+    }
+
+
+def _torch_result(launch: Callable[[], Any], check: Callable[[Any], bool]) -> dict:
+    """PyTorch's function (allocating its output, as it does), timed, and its result checked."""
+    ms = cuda_time_ms(launch)
+    return {"best": None, "ms": ms, "times": {None: ms}, "correct": check(launch())}
+
+
+def softmax_lines(rows: list[dict]) -> list[str]:
+    threads = ", ".join(_threads_name(n) for n in SOFTMAX_THREADS)
+    tols = "; ".join(f"{k} {d}: rtol {r:g}, atol {a:g}" for (k, d), (r, a) in SOFTMAX_TOLERANCE.items())
+    lines = [
+        "",
+        "## Row softmax and layer-norm forward: one row per program (tutorial 09)",
+        "",
+        f"A ({SOFTMAX_ROWS}, N) PyTorch tensor, N in {', '.join(map(str, SOFTMAX_COLS))}, float32 and bfloat16 "
+        "(computed in float32, written in the input's dtype); layer norm with w and b in the input's dtype, writing "
+        "each row's mean and 1/std (float32), eps 1e-5. coop_tiles: tutorial 09's `softmax_fwd` and "
+        f"`layer_norm_fwd` (the whole row as one tile, BLOCK = N), best of {threads} (at most "
+        f"{SOFTMAX_MAX_ITEMS} items per thread). Triton: the kernels of Triton's tutorials 02 and 05 "
+        "(benchmarks/_baselines_rows.py: one row per program, BLOCK_SIZE the next power of two of N, layer norm in "
+        f"its three passes over the row), best of num_warps {'/'.join(map(str, TRITON_WARPS))}. PyTorch: "
+        "`torch.softmax(x, dim=1)` and `torch.nn.functional.layer_norm` (allocating their outputs).",
+        "*of copy* is the time of `y.copy_(x)` on the same tensor, scaled to the kernel's bytes (rows read and "
+        "written; layer norm also w and b read and mean and 1/std written), over coop_tiles' time; *coop / X* is "
+        "X's time over coop_tiles' (above 1: coop_tiles faster).",
+        f"Correct: the whole output against PyTorch in float32 on the same input (`torch.allclose`: {tols}; layer "
+        "norm's mean and 1/std too, rtol 1e-4); data standard normal.",
+        "",
+        "| kernel | (M, N) | dtype | copy GB/s | coop_tiles GB/s | of copy | Triton GB/s | coop / Triton "
+        "| PyTorch GB/s | coop / PyTorch | correct (coop / Triton / PyTorch) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(failed_row(r, ("kernel", "shape", "dtype"), 11))
+            continue
+        coop, triton, torch_ = r["coop"], r["triton"], r["torch"]
+        nbytes = r["bytes"]
+        share = "—" if "error" in coop else f"**{r['copy_ms'] * nbytes / r['copy_bytes'] / coop['ms']:.1%}**"
+        lines.append(
+            table_row(
+                r["kernel"],
+                str(r["shape"]),
+                r["dtype"],
+                gbs_cell(r["copy_bytes"], r["copy_ms"]),
+                rate_cell(coop, nbytes, _threads_name),
+                share,
+                rate_cell(triton, nbytes, _warps_name),
+                speedup_cell(triton, coop),
+                rate_cell(torch_, nbytes),
+                speedup_cell(torch_, coop),
+                " / ".join(correct_cell(v) for v in (coop, triton, torch_)),
+            )
+        )
+    measured = [r for r in rows if "error" not in r]
+    if measured:
+        lines += ["", "Every configuration, ms:", ""]
+    for r in measured:
+        name = f"{r['kernel']} {r['shape']} {r['dtype']}"
+        lines.append(
+            f"- {name}: coop_tiles {config_times_cell(r['coop'], _threads_name)}"
+            f"{skipped_note(r['coop'], _threads_name)}; Triton {config_times_cell(r['triton'], _warps_name)}"
+            f"{skipped_note(r['triton'], _warps_name)}"
+        )
+    bar = "Bar (issue 19): at least 1.0x Triton on every row, and at least 90% of the copy rate for their bytes."
+    return lines + ["", bar, ""]
+
+
+def run(sizes: list[int], arch: str) -> list[dict]:
+    return softmax_rows()
+
+
+SECTION = Section("softmax", key="softmax", needs=("torch", "triton"), run=run, lines=softmax_lines, guarded=True)

@@ -1,0 +1,234 @@
+"""Tutorial 09: Triton's fused softmax and layer norm, forward and backward, as tile programs.
+
+Triton's tutorials 02 (fused softmax) and 05 (layer normalization) fuse a row's whole
+computation into one kernel: one program per row reads the row once, reduces it, and writes
+the result, so the row never makes a second trip through global memory. A tile program is
+written the same way, one program per row:
+
+    Triton (per program)                                 the tile program (per program)
+    row = tl.load(X + r * stride + cols,                 x = tile.load(X[r], 0, BLOCK,
+                  mask=cols < n, other=-inf)                       valid=n, other=-inf)
+    row - tl.max(row, axis=0)                            x - tile.max(x)  (a block-uniform scalar)
+    num / tl.sum(num, axis=0)                            e / tile.sum(e)
+    BLOCK_SIZE = next_power_of_2(n), num_warps by hand   BLOCK: any size >= n, threads: the planner
+
+`X[r]` is the r-th row of the 2-D array as a 1-D view (its stride is the array's), and the
+padding past `n` is `-inf` for the max (exp gives 0 there, so it does not change the sum) and
+0 for the sums. `tile.max` and `tile.sum` fold the tile to a scalar every thread holds
+(`cub::BlockReduce` and a broadcast), so the rest of the row's arithmetic is element-wise.
+16-bit rows (bfloat16, float16) are converted to float32 once, as they are loaded, and the
+store rounds the float32 result back to the output's dtype.
+
+The backward passes are per row too:
+
+- softmax: `dx = y * (dy - sum(y * dy))`, one reduction per row;
+- layer norm: with `xhat = (x - mean) * rstd` and `g = w * dy`,
+  `dx = (g - (xhat * mean(xhat * g) + mean(g))) * rstd`, two reductions per row, reading the
+  mean and 1/std the forward wrote. The weight and bias gradients `dw = sum over rows of
+  dy * xhat`, `db = sum over rows of dy` are column sums: each program takes ROWS rows,
+  accumulates its partial sums in a tile (registers), and adds them into float32 `dw`, `db`
+  with one `tile.atomic_add` each at the end (Triton's tutorial adds its partials into a
+  buffer of GROUP_SIZE_M rows under a spin lock and sums that in a second kernel).
+
+A block of rows per program (2-D tiles, for rows too short to fill a block: Triton's
+softmax holds `(BLOCK_M, BLOCK_N)` tiles there) is the natural next step; see the section
+"2-D variant" at the end of the programs.
+
+    python tutorials/09_softmax_layernorm.py
+"""
+
+import numpy as np
+from _runner import ON_GPU, kernel, to_device, to_host, where
+
+import coop_tiles as ct
+from coop_tiles import tile
+
+
+@ct.jit
+def softmax_fwd(x, y, n_cols, BLOCK: ct.constexpr):
+    r = ct.program_id(0)
+    row = tile.load(x[r], 0, BLOCK, valid=n_cols, other=-np.inf).astype(np.float32)
+    e = ct.exp(row - tile.max(row))  # the padding is -inf: exp gives 0, the sum is unchanged
+    tile.store(y[r], 0, e / tile.sum(e), valid=n_cols)
+
+
+@ct.jit
+def softmax_bwd(y, dy, dx, n_cols, BLOCK: ct.constexpr):
+    r = ct.program_id(0)
+    yt = tile.load(y[r], 0, BLOCK, valid=n_cols, other=0).astype(np.float32)
+    g = tile.load(dy[r], 0, BLOCK, valid=n_cols, other=0).astype(np.float32)
+    tile.store(dx[r], 0, yt * (g - tile.sum(yt * g)), valid=n_cols)
+
+
+@ct.jit
+def layer_norm_fwd(x, y, w, b, mean, rstd, n_cols, eps, BLOCK: ct.constexpr):
+    r = ct.program_id(0)
+    t = tile.load(x[r], 0, BLOCK, valid=n_cols, other=0).astype(np.float32)
+    mu = tile.sum(t) / n_cols
+    centered = ct.where(tile.arange(BLOCK) < n_cols, t - mu, 0.0)  # the padding must not count in the variance
+    rs = 1.0 / ct.sqrt(tile.sum(centered * centered) / n_cols + eps)
+    wt = tile.load(w, 0, BLOCK, valid=n_cols, other=0).astype(np.float32)
+    bt = tile.load(b, 0, BLOCK, valid=n_cols, other=0).astype(np.float32)
+    tile.store(y[r], 0, centered * rs * wt + bt, valid=n_cols)
+    mean[r] = mu
+    rstd[r] = rs
+
+
+@ct.jit
+def layer_norm_bwd(x, dy, w, mean, rstd, dx, dw, db, n_rows, n_cols, ROWS: ct.constexpr, BLOCK: ct.constexpr):
+    first = ct.program_id(0) * ROWS
+    wt = tile.load(w, 0, BLOCK, valid=n_cols, other=0).astype(np.float32)
+    dw_part = tile.zeros(BLOCK, np.float32)
+    db_part = tile.zeros(BLOCK, np.float32)
+    for r in range(first, ct.minimum(first + ROWS, n_rows)):
+        t = tile.load(x[r], 0, BLOCK, valid=n_cols, other=0).astype(np.float32)
+        g = tile.load(dy[r], 0, BLOCK, valid=n_cols, other=0).astype(np.float32)  # 0 in the padding
+        xhat = (t - mean[r]) * rstd[r]
+        wg = wt * g
+        c1 = tile.sum(xhat * wg) / n_cols
+        c2 = tile.sum(wg) / n_cols
+        tile.store(dx[r], 0, (wg - (xhat * c1 + c2)) * rstd[r], valid=n_cols)
+        dw_part = dw_part + g * xhat
+        db_part = db_part + g
+    tile.atomic_add(dw, 0, dw_part, valid=n_cols)  # dw, db: float32, zeroed before the launch
+    tile.atomic_add(db, 0, db_part, valid=n_cols)
+
+
+# ----- 2-D variant: a block of rows per program --------------------------------------------------
+# Reserved for when 2-D tiles land (issue 19): for short rows (N of a few hundred), one program per
+# row leaves most of a block idle; Triton's answer is a (BLOCK_M, BLOCK_N) tile and `axis=1`
+# reductions. Its tile program loads `tile.load(x, (r, 0), (BM, BN), valid=(M - r, N), other=-inf)`,
+# reduces with `tile.max(t, axis=1, keepdims=True)` / `tile.sum(e, axis=1, keepdims=True)` and
+# broadcasts the per-row scalars back over the row. Not written yet: the language is 1-D today.
+
+
+def softmax_reference(x: np.ndarray) -> np.ndarray:
+    x = x.astype(np.float64)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def layer_norm_reference(x: np.ndarray, w: np.ndarray, b: np.ndarray, eps: float) -> tuple:
+    """(y, mean, rstd) in float64."""
+    x = x.astype(np.float64)
+    mu = x.mean(axis=1)
+    rs = 1 / np.sqrt(((x - mu[:, None]) ** 2).mean(axis=1) + eps)
+    return (x - mu[:, None]) * rs[:, None] * w + b, mu, rs
+
+
+def layer_norm_bwd_reference(x, dy, w, mu, rs) -> tuple:
+    """(dx, dw, db) in float64: the layer norm's gradients, written out from its definition."""
+    x, dy = x.astype(np.float64), dy.astype(np.float64)
+    xhat = (x - mu[:, None]) * rs[:, None]
+    g = dy * w
+    n = x.shape[1]
+    dx = rs[:, None] * (g - g.mean(axis=1, keepdims=True) - xhat * (g * xhat).sum(axis=1, keepdims=True) / n)
+    return dx, (dy * xhat).sum(axis=0), dy.sum(axis=0)
+
+
+def run(rows: int, cols: int, block: int, rows_per_program: int, eps: float = 1e-5) -> dict:
+    """Every program on a float32 (rows, cols) problem; the outputs on the host."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    dy = rng.standard_normal((rows, cols)).astype(np.float32)
+    w = (1 + 0.1 * rng.standard_normal(cols)).astype(np.float32)
+    b = (0.1 * rng.standard_normal(cols)).astype(np.float32)
+    xd, dyd, wd, bd = to_device(x, dy, w, b)
+    y, dx, ln, lndx = to_device(*(np.zeros((rows, cols), np.float32) for _ in range(4)))  # four distinct outputs
+    mean, rstd, dw, db = to_device(*(np.zeros(n, np.float32) for n in (rows, rows, cols, cols)))
+
+    kernel(softmax_fwd)[rows](xd, y, cols, BLOCK=block)
+    kernel(softmax_bwd)[rows](y, dyd, dx, cols, BLOCK=block)
+    kernel(layer_norm_fwd)[rows](xd, ln, wd, bd, mean, rstd, cols, eps, BLOCK=block)
+    grid = ct.cdiv(rows, rows_per_program)
+    kernel(layer_norm_bwd)[grid](xd, dyd, wd, mean, rstd, lndx, dw, db, rows, cols, ROWS=rows_per_program, BLOCK=block)
+    out = {"x": x, "dy": dy, "w": w, "b": b, "eps": eps}
+    names = ("y", "dx", "ln", "mean", "rstd", "lndx", "dw", "db")
+    return {**out, **{name: to_host(v) for name, v in zip(names, (y, dx, ln, mean, rstd, lndx, dw, db))}}
+
+
+def check(r: dict) -> None:
+    """Every output against float64 NumPy."""
+    x, dy, w, b = r["x"], r["dy"], r["w"], r["b"]
+    y = softmax_reference(x)
+    np.testing.assert_allclose(r["y"], y, rtol=1e-5, atol=1e-7)
+    # the softmax gradient from the float32 y the forward wrote, as autograd does
+    y32 = r["y"].astype(np.float64)
+    expected_dx = y32 * (dy - (y32 * dy).sum(axis=1, keepdims=True))
+    np.testing.assert_allclose(r["dx"], expected_dx, rtol=1e-4, atol=1e-6)
+    ln, mu, rs = layer_norm_reference(x, w, b, r["eps"])
+    np.testing.assert_allclose(r["ln"], ln, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(r["mean"], mu, rtol=1e-4, atol=1e-6)
+    np.testing.assert_allclose(r["rstd"], rs, rtol=1e-4)
+    dx, dw, db = layer_norm_bwd_reference(x, dy, w, mu, rs)
+    np.testing.assert_allclose(r["lndx"], dx, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(r["dw"], dw, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(r["db"], db, rtol=1e-4, atol=1e-3)
+
+
+def against_torch(rows: int, cols: int, block: int, rows_per_program: int) -> None:
+    """On a GPU: the same programs against PyTorch (forward and autograd's backward), and their times."""
+    try:
+        import torch
+    except ImportError:
+        print("(no PyTorch: the comparison with torch.softmax and layer_norm is skipped)")
+        return
+    F = torch.nn.functional
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(rows, cols, device="cuda", generator=g, requires_grad=True)
+    dy = torch.randn(rows, cols, device="cuda", generator=g)
+    w = (1 + 0.1 * torch.randn(cols, device="cuda", generator=g)).requires_grad_()
+    b = (0.1 * torch.randn(cols, device="cuda", generator=g)).requires_grad_()
+    y, dx, ln, lndx = (torch.empty(rows, cols, device="cuda") for _ in range(4))
+    mean, rstd = torch.empty(rows, device="cuda"), torch.empty(rows, device="cuda")
+    dw, db = torch.zeros(cols, device="cuda"), torch.zeros(cols, device="cuda")
+    xv = x.detach()
+    grid = ct.cdiv(rows, rows_per_program)
+    ours = {
+        "softmax forward": lambda: softmax_fwd[rows](xv, y, cols, BLOCK=block),
+        "softmax backward": lambda: softmax_bwd[rows](y, dy, dx, cols, BLOCK=block),
+        "layer norm forward": lambda: layer_norm_fwd[rows](
+            xv, ln, w.detach(), b.detach(), mean, rstd, cols, 1e-5, BLOCK=block
+        ),  # fmt: skip
+        "layer norm backward": lambda: (
+            dw.zero_(),
+            db.zero_(),
+            layer_norm_bwd[grid](
+                xv, dy, w.detach(), mean, rstd, lndx, dw, db, rows, cols, ROWS=rows_per_program, BLOCK=block
+            ),  # fmt: skip
+        ),
+    }
+    for launch in ours.values():
+        launch()
+    ty = torch.softmax(x, dim=1)
+    (tdx,) = torch.autograd.grad(ty, x, dy)
+    tln = F.layer_norm(x, (cols,), w, b, 1e-5)
+    tlndx, tdw, tdb = torch.autograd.grad(tln, (x, w, b), dy, retain_graph=True)  # kept for the timing below
+    for name, got, expected in (("softmax y", y, ty), ("softmax dx", dx, tdx), ("layer norm y", ln, tln),
+                                ("layer norm dx", lndx, tlndx), ("dw", dw, tdw), ("db", db, tdb)):  # fmt: skip
+        torch.testing.assert_close(got, expected.detach(), rtol=1e-4, atol=1e-3, msg=name)
+    print(f"({rows}, {cols}) float32 on the GPU: every output matches PyTorch")
+    theirs = {
+        "softmax forward": lambda: torch.softmax(xv, dim=1),
+        "softmax backward": lambda: torch._softmax_backward_data(dy, ty.detach(), 1, torch.float32),
+        "layer norm forward": lambda: F.layer_norm(xv, (cols,), w.detach(), b.detach(), 1e-5),
+        "layer norm backward": lambda: torch.autograd.grad(tln, (x, w, b), dy, retain_graph=True),
+    }
+    for name in ours:
+        mine, torch_ms = ct.testing.do_bench(ours[name]), ct.testing.do_bench(theirs[name])
+        print(f"  {name:20} coop_tiles {mine * 1e3:7.1f} us   PyTorch {torch_ms * 1e3:7.1f} us   "
+              f"PyTorch / coop_tiles {torch_ms / mine:.2f}x")  # fmt: skip
+
+
+def main() -> None:
+    # in the interpreter: a small problem whose rows do not fill the tile (the padding is exercised)
+    rows, cols, block, rows_per_program = (4096, 4096, 4096, 16) if ON_GPU else (12, 300, 512, 5)
+    check(run(rows, cols, block, rows_per_program))
+    print(f"softmax and layer norm, forward and backward, of a {rows}x{cols} float32 matrix ran {where()}: "
+          "matches NumPy")  # fmt: skip
+    if ON_GPU:
+        against_torch(rows, cols, block, rows_per_program)
+
+
+if __name__ == "__main__":
+    main()
