@@ -34,23 +34,22 @@ def state_update(
     state, x, dt, dt_bias, A, B, C, D, z, out, state_batch_indices,
     HEADS: ct.constexpr, HAS_DT_BIAS: ct.constexpr, HAS_D: ct.constexpr, HAS_Z: ct.constexpr,
     HAS_INDICES: ct.constexpr, SOFTPLUS: ct.constexpr, TIE_HDIM: ct.constexpr,
-    BLOCK_D: ct.constexpr, DSTATE: ct.constexpr,
+    BLOCK_D: ct.constexpr, DSTATE: ct.constexpr, EVEN_DSTATE: ct.constexpr,
 ):  # fmt: skip
     r, b, h = ct.program_id(0) * BLOCK_D, ct.program_id(1), ct.program_id(2)
     out_rows = out[b, h] if HEADS else out[b]
-    dim = out_rows.shape[0]
+    rows = out_rows.shape[0] - r  # rows of this block in the head (BLOCK_D but at the end)
     s = b
     if HAS_INDICES:
         s = state_batch_indices[b]
     if s >= 0:
         block = state[s, h] if HEADS else state[s]  # (dim, dstate)
-        dstate = block.shape[1]
-        valid = (dim - r, dstate)
+        cols = None if EVEN_DSTATE else block.shape[1]  # None: all DSTATE columns, nothing masked
         g = h // (state.shape[1] // B.shape[1]) if HEADS else 0  # head h's group of B and C
-        Bv = tile.load(B[b, g] if HEADS else B[b], 0, DSTATE, valid=dstate, other=0).astype(np.float32)
-        Cv = tile.load(C[b, g] if HEADS else C[b], 0, DSTATE, valid=dstate, other=0).astype(np.float32)
-        xv = tile.load(x[b, h] if HEADS else x[b], r, BLOCK_D, valid=dim - r, other=0).astype(np.float32)
-        old = tile.load(block, (r, 0), (BLOCK_D, DSTATE), valid=valid, other=0).astype(np.float32)
+        Bv = tile.load(B[b, g] if HEADS else B[b], 0, DSTATE, valid=cols, other=0).astype(np.float32)
+        Cv = tile.load(C[b, g] if HEADS else C[b], 0, DSTATE, valid=cols, other=0).astype(np.float32)
+        xv = tile.load(x[b, h] if HEADS else x[b], r, BLOCK_D, valid=rows, other=0).astype(np.float32)
+        old = tile.load(block, (r, 0), (BLOCK_D, DSTATE), valid=(rows, cols), other=0).astype(np.float32)
         if TIE_HDIM:  # one dt and one A per head: the decay is a scalar
             dtv = np.float32(dt[b, h, 0] if HEADS else dt[b, 0])
             if HAS_DT_BIAS:
@@ -60,23 +59,23 @@ def state_update(
             decay = ct.exp2((A[h, 0, 0] if HEADS else A[0, 0]) * dtv * LOG2E)
             new = old * decay + Bv[None, :] * (xv * dtv)[:, None]
         else:
-            dtv = tile.load(dt[b, h] if HEADS else dt[b], r, BLOCK_D, valid=dim - r, other=0).astype(np.float32)
+            dtv = tile.load(dt[b, h] if HEADS else dt[b], r, BLOCK_D, valid=rows, other=0).astype(np.float32)
             if HAS_DT_BIAS:
-                dtv = dtv + tile.load(dt_bias[h] if HEADS else dt_bias, r, BLOCK_D, valid=dim - r, other=0)
+                dtv = dtv + tile.load(dt_bias[h] if HEADS else dt_bias, r, BLOCK_D, valid=rows, other=0)
             if SOFTPLUS:
                 dtv = ct.softplus(dtv)
-            Av = tile.load(A[h] if HEADS else A, (r, 0), (BLOCK_D, DSTATE), valid=valid, other=0).astype(np.float32)
-            new = old * ct.exp2(Av * (dtv * LOG2E)[:, None]) + Bv[None, :] * (xv * dtv)[:, None]
-        tile.store(block, (r, 0), new, valid=valid)
+            Av = tile.load(A[h] if HEADS else A, (r, 0), (BLOCK_D, DSTATE), valid=(rows, cols), other=0)
+            new = old * ct.exp2(Av.astype(np.float32) * (dtv * LOG2E)[:, None]) + Bv[None, :] * (xv * dtv)[:, None]
+        tile.store(block, (r, 0), new, valid=(rows, cols))
         y = tile.sum(new * Cv[None, :], axis=1)
         if HAS_D:
-            y = y + xv * tile.load(D[h] if HEADS else D, r, BLOCK_D, valid=dim - r, other=0)
+            y = y + xv * tile.load(D[h] if HEADS else D, r, BLOCK_D, valid=rows, other=0)
         if HAS_Z:
-            zv = tile.load(z[b, h] if HEADS else z[b], r, BLOCK_D, valid=dim - r, other=0).astype(np.float32)
+            zv = tile.load(z[b, h] if HEADS else z[b], r, BLOCK_D, valid=rows, other=0).astype(np.float32)
             y = y * zv * ct.sigmoid(zv)
-        tile.store(out_rows, r, y, valid=dim - r)
+        tile.store(out_rows, r, y, valid=rows)
     else:  # a padding token (a negative state index): out is 0, no state is touched
-        tile.store(out_rows, r, tile.zeros(BLOCK_D, np.float32), valid=dim - r)
+        tile.store(out_rows, r, tile.zeros(BLOCK_D, np.float32), valid=rows)
 
 
 _interpreting = ct.jit(state_update.fn, interpret=True)
@@ -160,7 +159,7 @@ def selective_state_update(
         x if state_batch_indices is None else state_batch_indices,
         HEADS=heads, HAS_DT_BIAS=dt_bias is not None, HAS_D=D is not None, HAS_Z=z is not None,
         HAS_INDICES=state_batch_indices is not None, SOFTPLUS=bool(dt_softplus), TIE_HDIM=tie,
-        BLOCK_D=block_d, DSTATE=dstate_p2,
+        BLOCK_D=block_d, DSTATE=dstate_p2, EVEN_DSTATE=dstate == dstate_p2,
     )  # fmt: skip
     return out[:, 0] if squeeze else out
 
