@@ -211,11 +211,13 @@ def _torch_args(args: dict, torch) -> dict:
     return out
 
 
-def _to_numpy(t, dtype: np.dtype) -> np.ndarray:
-    return t.float().cpu().numpy().astype(dtype)
+def _to_host(t) -> np.ndarray:
+    """A tensor as a NumPy array of its dtype (bfloat16 as ml_dtypes')."""
+    return t.float().cpu().numpy().astype(BF16) if str(t.dtype) == "torch.bfloat16" else t.cpu().numpy()
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("state_dtype", ["float32", "input"], ids=["f32-state", "input-dtype-state"])
 @pytest.mark.parametrize("dtype", [F32, F16, BF16], ids=lambda d: d.name)
 @pytest.mark.parametrize("has_z", [False, True], ids=["no-z", "z"])
 @pytest.mark.parametrize("tie", [False, True], ids=["per-row", "tied"])
@@ -224,18 +226,39 @@ def _to_numpy(t, dtype: np.dtype) -> np.ndarray:
     [(2, None, 2048, 16, 1), (2, None, 2064, 64, 1), (2, 32, 64, 16, 1), (2, 32, 64, 64, 2), (2, 64, 64, 128, 4)],
     ids=lambda s: "x".join(str(n) for n in s if n is not None),
 )
-def test_gpu_matches_reference(shape, tie, has_z, dtype):
+def test_gpu_matches_reference(shape, tie, has_z, dtype, state_dtype):
+    """Mamba's own test matrix (its shapes, z on and off, tied A and dt, groups), state float32 or of the inputs'
+    dtype (as Mamba's tests have it), against the float64 reference at Mamba's tolerances."""
     torch = pytest.importorskip("torch")
     if tie and shape[1] is None:
         pytest.skip("tied A and dt are Mamba-2's")
-    args = make_inputs(*shape, dtype=dtype, tie=tie)
+    held = F32 if state_dtype == "float32" else dtype
+    args = make_inputs(*shape, dtype=dtype, state_dtype=held, tie=tie)
     if not has_z:
         del args["z"]
     device = _torch_args(args, torch)
     out = selective_state_update(**device, dt_softplus=True)
     expected_state = args["state"].copy()
     expected_out = reference(**{**args, "state": expected_state}, dt_softplus=True)
-    check(_to_numpy(device["state"], F32), _to_numpy(out, dtype), expected_state, expected_out, MAMBA_TOL[dtype])
+    check(_to_host(device["state"]), _to_host(out), expected_state, expected_out, MAMBA_TOL[dtype])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("case", ["Mamba-1", "Mamba-2"])
+def test_gpu_benchmark_arguments(case, dtype):
+    """The arguments benchmarks/sections/state_update.py passes (Mamba-2's A, dt, dt_bias and D broadcast with
+    stride 0, no z), at its shapes, against the NumPy reference."""
+    pytest.importorskip("torch")
+    from benchmarks.sections.state_update import STATE_UPDATE_SHAPES, STATE_UPDATE_TOLERANCE, state_update_inputs
+
+    shape = next(tuple(s) for name, *s in STATE_UPDATE_SHAPES if name == case)
+    device = state_update_inputs(case, shape, dtype)
+    host = {k: None if v is None else _to_host(v) for k, v in device.items()}
+    out = selective_state_update(**device, dt_softplus=True)
+    expected_state = host["state"].copy()
+    expected_out = reference(**{**host, "state": expected_state}, dt_softplus=True)
+    check(_to_host(device["state"]), _to_host(out), expected_state, expected_out, STATE_UPDATE_TOLERANCE[dtype])
 
 
 @pytest.mark.gpu
@@ -254,7 +277,7 @@ def test_gpu_state_batch_indices_with_padding(nheads, dtype):
     expected_state = args["state"].copy()
     expected_out = reference(**{**args, "state": expected_state}, dt_softplus=True, state_batch_indices=indices)
     rtol, atol = (6e-2, 6e-2) if dtype == BF16 else MAMBA_TOL[dtype]  # Mamba's batch-indices test's
-    check(_to_numpy(device["state"], dtype), _to_numpy(out, dtype), expected_state, expected_out, (rtol, atol))
+    check(_to_host(device["state"]), _to_host(out), expected_state, expected_out, (rtol, atol))
 
 
 @pytest.mark.gpu
