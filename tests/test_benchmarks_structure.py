@@ -374,6 +374,7 @@ def test_command_line():
         "timing",
         "compile_profile",
         "sum_probe",
+        "state_update_probe",
         "_mamba_cuda",
         "_mamba_triton",
     ],

@@ -10,7 +10,7 @@ from ssm_references import selective_state_update as reference
 
 import coop_tiles as ct
 from coop_tiles.examples import selective_state_update
-from coop_tiles.examples.selective_state_update import launch_choice
+from coop_tiles.examples.state_update import launch_choice
 
 BF16 = np.dtype(ct.bfloat16)
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
