@@ -10,7 +10,7 @@ from ssm_references import selective_state_update as reference
 
 import coop_tiles as ct
 from coop_tiles.examples import selective_state_update
-from coop_tiles.examples.state_update import launch_choice
+from coop_tiles.examples.state_update import kernel_for, launch_choice, prepare
 
 BF16 = np.dtype(ct.bfloat16)
 F16, F32 = np.dtype(np.float16), np.dtype(np.float32)
@@ -191,10 +191,40 @@ def test_groups_must_divide_heads():
 
 
 def test_launch_choice():
-    """About 4096 elements of state per program, 16 per thread; no more rows than dim needs."""
-    assert launch_choice(5120, 16) == (256, 16, 256)
-    assert launch_choice(64, 128) == (32, 128, 256)
+    """About 2048 elements of state per program, 8 per thread; no more rows than dim needs."""
+    assert launch_choice(5120, 16) == (128, 16, 256)
+    assert launch_choice(64, 128) == (16, 128, 256)
     assert launch_choice(20, 6) == (32, 8, 32)
+    assert launch_choice(3, 4096) == (1, 4096, 512)
+
+
+def _benchmark_like(case: str, dtype: np.dtype) -> dict:
+    """NumPy arguments of the forms benchmarks/sections/state_update.py passes (batch 2 of its shapes): Mamba-1 with
+    z, D and dt_bias; Mamba-2 with A, dt, dt_bias and D broadcast over each head (stride 0), one group, no z."""
+    if case == "Mamba-1":
+        return make_inputs(2, None, 5120, 16, dtype=dtype)
+    args = make_inputs(2, 80, 64, 128, dtype=dtype, tie=True)
+    args["D"] = np.broadcast_to(args["D"][:, :1], args["D"].shape)
+    del args["z"]
+    return args
+
+
+@pytest.mark.parametrize("dtype", [F32, BF16], ids=lambda d: d.name)
+@pytest.mark.parametrize("case", ["Mamba-1", "Mamba-2"])
+def test_compiles_for_sm90(case, dtype):
+    """The program as the entry point launches it for the benchmark's shapes, compiled to an sm_90 cubin without a
+    GPU: the state block moves in 16-byte words (vector loads and stores in the PTX), nothing in shared or local
+    memory, the sum along each row is per-thread work and warp shuffles, and Mamba-2's tied A and dt give one decay
+    per head (no 2-D tile of A)."""
+    launch = prepare(**_benchmark_like(case, dtype), dt_softplus=True)
+    compiled = kernel_for(launch.threads, False).compile(*launch.args, **launch.constexprs, arch="sm_90")
+    plan = str(compiled.plan)
+    assert compiled.block_threads == launch.threads and compiled.shared_bytes == 0
+    assert compiled.local_memory_bytes() == 0
+    assert "load 2-D, 16-byte words per row run" in plan and "store 2-D, 16-byte words per row run" in plan
+    assert "ld.global.v4" in compiled.ptx and "st.global.v4" in compiled.ptx
+    assert "reduce[add] axis=1: thread-sequential" in plan and "BlockReduce" not in compiled.shim_source
+    assert ("Av" in plan) == (case == "Mamba-1")
 
 
 # ----- GPU ---------------------------------------------------------------------------------------------------

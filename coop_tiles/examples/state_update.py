@@ -17,7 +17,7 @@ exp(A * dt) is a scalar.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -82,15 +82,20 @@ _interpreting = ct.jit(state_update.fn, interpret=True)
 _by_threads: dict[int, ct.JITFunction] = {}
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 INDEX_DTYPES = ("int32", "int64")
-#: the elements of state one program updates: BLOCK_D rows of DSTATE states
-BLOCK_ELEMENTS = 4096
-ITEMS_PER_THREAD = 16
+#: the elements of state one program updates (BLOCK_D rows of DSTATE states), and each of its threads
+BLOCK_ELEMENTS = 2048
+ITEMS_PER_THREAD = 8
 
 
 def launch_choice(dim: int, dstate: int) -> tuple[int, int, int]:
     """(BLOCK_D, DSTATE, threads per block) for rows of `dim` states of `dstate`: DSTATE the power of two at or
     above dstate, BLOCK_D rows of it making about BLOCK_ELEMENTS elements (no more rows than dim rounded up to a
-    power of two), ITEMS_PER_THREAD elements of state per thread (at least a warp)."""
+    power of two), ITEMS_PER_THREAD elements of state per thread (at least a warp).
+
+    Eight states per thread make the planner give each thread a run of 8 contiguous states of one row (two
+    16-byte words of float32) and a row's runs to consecutive lanes (DSTATE / 8 lanes a row, which the sum along
+    the row reduces with warp shuffles). benchmarks/state_update_probe.py times the alternatives (4 and 16 per
+    thread) on the benchmark's shapes."""
     dstate_p2 = 1 << max(0, dstate - 1).bit_length()
     block_d = max(1, min(BLOCK_ELEMENTS // dstate_p2, 1 << max(0, dim - 1).bit_length()))
     return block_d, dstate_p2, max(32, block_d * dstate_p2 // ITEMS_PER_THREAD)
@@ -139,6 +144,38 @@ def selective_state_update(
     states: one value is read per head). PyTorch tensors or CuPy arrays run on their GPU; NumPy arrays run in
     the interpreter.
     """
+    launch = prepare(state, x, dt, A, B, C, D, z, dt_bias, dt_softplus, state_batch_indices)
+    kernel_for(launch.threads, isinstance(state, np.ndarray))[launch.grid](*launch.args, **launch.constexprs)
+    return launch.out[:, 0] if launch.squeeze else launch.out
+
+
+class Launch(NamedTuple):
+    """How `selective_state_update` launches the program for its arguments (`prepare`)."""
+
+    threads: int
+    grid: tuple[int, int, int]
+    args: tuple
+    constexprs: dict[str, Any]
+    out: Any
+    #: out loses its head axis on return (a 3-D state taken as one head)
+    squeeze: bool
+
+
+def prepare(
+    state: Any,
+    x: Any,
+    dt: Any,
+    A: Any,
+    B: Any,
+    C: Any,
+    D: Any = None,
+    z: Any = None,
+    dt_bias: Any = None,
+    dt_softplus: bool = False,
+    state_batch_indices: Any = None,
+) -> Launch:
+    """`selective_state_update`'s checks, its output and its launch of the program, without launching it (for
+    `kernel_for(launch.threads, False).compile(*launch.args, **launch.constexprs)`)."""
     args = {"state": state, "x": x, "dt": dt, "A": A, "B": B, "C": C, "D": D, "z": z, "dt_bias": dt_bias}
     heads = _has_heads(args)
     squeeze = heads and state.ndim == 3  # Mamba's rule: out has no head axis when the state has none
@@ -154,14 +191,14 @@ def selective_state_update(
     out = empty_like(x, (batch, nheads, dim) if heads else (batch, dim), x.dtype)
     block_d, dstate_p2, threads = launch_choice(dim, dstate)
     given = {k: x if v is None else v for k, v in args.items()}  # absent ones: any array, never read
-    kernel_for(threads, isinstance(state, np.ndarray))[(-(-dim // block_d), batch, nheads)](
-        state, x, dt, given["dt_bias"], A, args["B"], args["C"], given["D"], given["z"], out,
-        x if state_batch_indices is None else state_batch_indices,
+    indices = x if state_batch_indices is None else state_batch_indices
+    constexprs = dict(
         HEADS=heads, HAS_DT_BIAS=dt_bias is not None, HAS_D=D is not None, HAS_Z=z is not None,
         HAS_INDICES=state_batch_indices is not None, SOFTPLUS=bool(dt_softplus), TIE_HDIM=tie,
         BLOCK_D=block_d, DSTATE=dstate_p2, EVEN_DSTATE=dstate == dstate_p2,
     )  # fmt: skip
-    return out[:, 0] if squeeze else out
+    launch_args = (state, x, dt, given["dt_bias"], A, args["B"], args["C"], given["D"], given["z"], out, indices)
+    return Launch(threads, (-(-dim // block_d), batch, nheads), launch_args, constexprs, out, squeeze)
 
 
 #: each argument's rank without heads (Mamba-1's); with heads it is one more
