@@ -206,7 +206,7 @@ def make_cases() -> list[Case]:
     rng = np.random.default_rng(19)
     cases = []
     for dt in (np.float32, np.float64):
-        for m, n, bm, bn in ((10, 7, 4, 8), (64, 64, 8, 64), (33, 300, 2, 512)):
+        for m, n, bm, bn in ((10, 7, 4, 8), (64, 64, 8, 64), (33, 300, 2, 512), (6, 3000, 1, 4096)):
             x = (rng.standard_normal((m, n)) * 3).astype(dt)
             cases.append(
                 Case(
@@ -221,7 +221,7 @@ def make_cases() -> list[Case]:
                     atol=1e-6,
                 )
             )
-    for m, n, bm, bn in ((12, 50, 4, 64), (16, 128, 16, 128)):
+    for m, n, bm, bn in ((12, 50, 4, 64), (16, 128, 16, 128), (9, 1000, 2, 1024)):
         x = rng.standard_normal((m, n)).astype(np.float32)
         w, bias = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
         cases.append(

@@ -40,7 +40,14 @@ def test_compiles_for_sm_80(case):
     assert case.kernel.compile(*case.args, arch="sm_80", **case.constexprs).cubin[:4] == b"\x7fELF"
 
 
-SHAPES = [RowShape(64, 64, 4, 16, 1), RowShape(10, 7, 2, 4, 3), RowShape(33, 300, 64, 5, 1), RowShape(5, 3, 1, 3, 2)]
+SHAPES = [
+    RowShape(64, 64, 4, 16, 1),
+    RowShape(10, 7, 2, 4, 3),
+    RowShape(33, 300, 64, 5, 1),
+    RowShape(5, 3, 1, 3, 2),
+    RowShape(4, 64, 4, 16, 1, run=4),  # interleaved 16-byte runs
+    RowShape(3, 100, 8, 16, 1, run=4),
+]
 
 
 def _python(expr: str) -> str:
@@ -100,6 +107,9 @@ def test_row_arrangement_prefers_no_padding_then_vectors_then_narrow_rows():
     assert choose_rows(1, 4096, 256, 4) == RowShape(1, 4096, 256, 16, 1)  # one long row over the block
     assert choose_rows(64, 32, 256, 4) == RowShape(64, 32, 4, 8, 1)
     assert choose_rows(4096, 1, 256, 4).lanes == 1
+    # rows no op takes in order: a lane's columns in interleaved 16-byte runs (coalesced loads)
+    assert choose_rows(1, 16384, 512, 4, in_order=False) == RowShape(1, 16384, 512, 32, 1, run=4)
+    assert choose_rows(1, 16384, 512, 2, in_order=False).run == 8
 
 
 def test_softmax_plan_keeps_rows_in_registers():
@@ -111,6 +121,22 @@ def test_softmax_plan_keeps_rows_in_registers():
     assert "broadcast, each thread's own items" in text and "through shared memory" not in text
     assert k.shared_bytes == 0 and k.local_memory_bytes() == 0
     assert "bar.sync" not in k.ptx
+
+
+def test_long_rows_load_in_interleaved_runs_and_scans_in_contiguous_ones():
+    @ct.jit
+    def both(x, y, z, BN: ct.constexpr):
+        t = tile.load(x, (0, 0), (1, BN))
+        tile.store(y, (0, 0), t - tile.max(t, axis=1, keepdims=True))
+        u = tile.load(x, (0, 0), (1, BN))
+        tile.store(z, (0, 0), tile.scan(u, axis=1))
+
+    x = np.zeros((1, 8192), np.float32)
+    k = both.compile(x, x, x, BN=8192, arch="sm_90")
+    plan = str(k.plan)
+    assert "rows: 256 lanes x 32 items in runs of 4, 1 row/thread" in plan
+    assert "rows: 256 lanes x 32 items, 1 row/thread" in plan
+    assert k.local_memory_bytes() == 0
 
 
 def test_layer_norm_weights_broadcast_down_columns_in_registers():

@@ -212,9 +212,9 @@ class Store2D(TileOp):
 
 
 def _vector_rows(tile: ir.Var, array: ir.Var, mask: ir.Var | None, rows: Any) -> bool:
-    """Whether each thread's run of a row moves as whole 16-byte words (where the run is whole and aligned):
-    rows of unit stride, runs a whole number of words, no mask."""
-    return array.type.unit_stride and mask is None and rows.row_items * array.type.dtype.itemsize % VECTOR_BYTES == 0
+    """Whether each run of a row a thread holds moves as whole 16-byte words (where the run is whole and
+    aligned): rows of unit stride, runs a whole number of words, no mask."""
+    return array.type.unit_stride and mask is None and rows.run * array.type.dtype.itemsize % VECTOR_BYTES == 0
 
 
 def _choose(s: ir.Collective, ctx: Any, tile: ir.Var, mask: ir.Var | None, kind: str) -> Any:
@@ -224,7 +224,7 @@ def _choose(s: ir.Collective, ctx: Any, tile: ir.Var, mask: ir.Var | None, kind:
 
 
 def lower_block(w: Any, s: Any, tile: ir.Var, mask: ir.Var | None, load: bool) -> Any:
-    """The shim of a 2-D load or store: per thread, each of its rows as its run of contiguous items, in 16-byte
+    """The shim of a 2-D load or store: per thread, each run of each of its rows (`RowShape`), in 16-byte
     words where the run is whole, inside the array, valid and aligned, else item by item (valid counts,
     array bounds and mask checked per item)."""
     lay = w.layout(tile)
@@ -243,44 +243,46 @@ def lower_block(w: Any, s: Any, tile: ir.Var, mask: ir.Var | None, load: bool) -
     body += w.items_ref("keep", "mk", mask, lay.items_per_thread) if mask is not None else ""
     stride1 = "" if s.array.type.unit_stride else " * a_stride1"
     shift = rs.lanes.bit_length() - 1
+    run, ipr = rs.run, rs.row_items
     body += (
         f"  const int group = int(threadIdx.x) >> {shift}, lane = int(threadIdx.x) & {rs.lanes - 1};\n"
         f"  const long long vr_c = vr < 0 ? 0 : (vr > {m} ? {m} : vr), vc_c = vc < 0 ? 0 : (vc > {n} ? {n} : vc);\n"
-        f"  const int c0 = lane * {rs.row_items};\n"
         f"  for (int k = 0; k < {rs.rows}; ++k) {{\n"
         f"    const int rr = group * {rs.rows} + k;\n"
         "    const long long ar = row + rr;\n"
         "    const bool row_ok = rr < vr_c && ar >= 0 && ar < a_rows;\n"
+        f"    for (int q = 0; q < {ipr // run}; ++q) {{\n"
+        f"      const int c0 = (q * {rs.lanes} + lane) * {run}, first = k * {ipr} + q * {run};\n"
     )
     each = (
-        f"for (int j = 0; j < {rs.row_items}; ++j) {{ const int cc = c0 + j; const long long ac = col + cc; "
+        f"for (int j = 0; j < {run}; ++j) {{ const int cc = c0 + j; const long long ac = col + cc; "
         f"const bool ok = row_ok && cc < vc_c && ac >= 0 && ac < a_cols"
-        + (f" && keep[k * {rs.row_items} + j]" if mask is not None else "")
+        + (" && keep[first + j]" if mask is not None else "")
         + "; "
         + (
-            f"x[k * {rs.row_items} + j] = ok ? a[a_off + ar * a_stride0 + ac{stride1}] : other; }}"
+            f"x[first + j] = ok ? a[a_off + ar * a_stride0 + ac{stride1}] : other; }}"
             if load
-            else f"if (ok) a[a_off + ar * a_stride0 + ac{stride1}] = x[k * {rs.row_items} + j]; }}"
+            else f"if (ok) a[a_off + ar * a_stride0 + ac{stride1}] = x[first + j]; }}"
         )
     )
     if _vector_rows(tile, s.array, mask, rs):
-        words = rs.row_items * s.array.type.dtype.itemsize // VECTOR_BYTES
-        whole = f"row_ok && c0 + {rs.row_items} <= vc_c && col + c0 >= 0 && col + c0 + {rs.row_items} <= a_cols"
+        words = run * s.array.type.dtype.itemsize // VECTOR_BYTES
+        whole = f"row_ok && c0 + {run} <= vc_c && col + c0 >= 0 && col + c0 + {run} <= a_cols"
         ptr = "a + a_off + ar * a_stride0 + col + c0"
         aligned = f"reinterpret_cast<unsigned long long>({ptr}) % 16 == 0"
         if load:
             move = (
                 f"const uint4* src = reinterpret_cast<const uint4*>({ptr}); uint4 wd[{words}]; "
-                f"for (int q = 0; q < {words}; ++q) wd[q] = src[q]; memcpy(&x[k * {rs.row_items}], wd, sizeof(wd));"
+                f"for (int u = 0; u < {words}; ++u) wd[u] = src[u]; memcpy(&x[first], wd, sizeof(wd));"
             )
         else:
             move = (
-                f"uint4 wd[{words}]; memcpy(wd, &x[k * {rs.row_items}], sizeof(wd)); "
-                f"uint4* dst = reinterpret_cast<uint4*>({ptr}); for (int q = 0; q < {words}; ++q) dst[q] = wd[q];"
+                f"uint4 wd[{words}]; memcpy(wd, &x[first], sizeof(wd)); "
+                f"uint4* dst = reinterpret_cast<uint4*>({ptr}); for (int u = 0; u < {words}; ++u) dst[u] = wd[u];"
             )
-        body += f"    if ({whole} && {aligned}) {{ {move} }}\n    else {{ {each} }}\n"
+        body += f"      if ({whole} && {aligned}) {{ {move} }}\n      else {{ {each} }}\n"
     else:
-        body += f"    {each}\n"
-    body += "  }\n"
+        body += f"      {each}\n"
+    body += "    }\n  }\n"
     w.define(call, "", body)
     return call

@@ -87,7 +87,7 @@ class Reduce(TileOp):
 
     def layout(self, s: TileReduce, ctx) -> None:
         if s.axis is not None:  # along rows: the sources share their arrangement, the results follow it
-            ctx.join(list(s.srcs))
+            (ctx.join_blocked if s.combine else ctx.join)(list(s.srcs))  # (a combine folds each row in order)
             for v in s.outs:
                 ctx.claim(v, s.srcs[0], PER_ROW)
         elif s.combine:  # in-order fold: blocked items, one arrangement for the whole tuple

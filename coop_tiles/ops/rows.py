@@ -90,7 +90,7 @@ def row_choice(s: Any, ctx: Any, what: str, src: ir.Var, vectors: list[ir.Var]) 
 
 
 def lower_reduce(s: Any, w: Any) -> ShimCall:
-    """`tile.reduce(t, axis=1)` over the rows arrangement: each thread folds its run of each of its rows, the
+    """`tile.reduce(t, axis=1)` over the rows arrangement: each thread folds its items of each of its rows, the
     row's lanes fold their values with shuffles in lane order (butterfly: every lane gets the row's value),
     rows wider than a warp fold the warps' values through shared memory; the results are the row's values
     in every lane (PER_ROW), or go through shared memory into another arrangement."""
@@ -115,7 +115,8 @@ def lower_reduce(s: Any, w: Any) -> ShimCall:
         code += f"struct coop_rows_{s.cid}_t {{ struct TempStorage {{ {fields}}}; }};\n"
         code += w.storage(s.cid, f"coop_rows_{s.cid}_t")
         body = w.storage_ref(s.cid) + body
-    if s.combine:  # no identity: a flag says whether a value holds any element yet
+    if s.combine:  # no identity: a flag says whether a value holds any element yet (runs: contiguous, in order)
+        assert rs.contiguous, "an in-order fold along rows takes each lane's columns as one run"
         body += f"  {item} acc[{R}];\n  bool has[{R}];\n"
         body += f"  for (int k = 0; k < {R}; ++k) {{\n    has[k] = false;\n"
         body += f"    for (int j = 0; j < {ipr}; ++j) {{\n      if (c0 + j >= {rs.n}) continue;\n"
@@ -132,8 +133,9 @@ def lower_reduce(s: Any, w: Any) -> ShimCall:
     else:  # padding takes the identity; lanes combine in order (the lower lane's value on the left)
         body += f"  {item} acc[{R}];\n  bool has[{R}] = {{{', '.join(['true'] * R)}}};\n"
         body += f"  for (int k = 0; k < {R}; ++k) {{\n    acc[k] = {w.identity(s.op, dtypes[0])};\n"
+        col = rs.column_expr("lane", "j")  # (the order of a row's items does not matter to a built-in op)
         body += (
-            f"    for (int j = 0; j < {ipr}; ++j) if (c0 + j < {rs.n}) acc[k] = {op}{{}}(acc[k], x0[k * {ipr} + j]);\n"
+            f"    for (int j = 0; j < {ipr}; ++j) if ({col} < {rs.n}) acc[k] = {op}{{}}(acc[k], x0[k * {ipr} + j]);\n"
         )
         if G > 1:
             body += (
@@ -246,6 +248,7 @@ def lower_scan(s: Any, w: Any) -> ShimCall:
     then the earlier lanes') to its items. A row's total comes from the lane holding its last element."""
     src = s.srcs[0]
     rs = w.layout(src).rows
+    assert rs.contiguous, "a scan along rows takes each lane's columns as one run (Scan.layout asks for it)"
     dtypes = [v.type.dtype for v in s.srcs]
     k_ops = len(dtypes)
     item, op, code, pack, unpack = item_code(w, s.cid, s.op, s.combine, dtypes)

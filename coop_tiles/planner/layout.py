@@ -52,12 +52,16 @@ REGISTER_FILE = 65536
 @dataclass(frozen=True)
 class RowShape:
     """How a family of 2-D tiles of shape (m, n) is spread over the block: `lanes` threads (a power of
-    two) share each row, thread `lane` holding the `row_items` contiguous columns `lane * row_items + j`;
-    the `threads / lanes` row groups take `rows` consecutive rows each (group `g`: rows `g * rows + k`).
-    Item `i` of a thread is row `k = i // row_items`, column `j = i % row_items`; items past the block
-    (padding) have no element. With `lanes * row_items == n` and one row per thread it is BLOCKED over the
-    flat tile. A vector of the family (`holds`) keeps only the row index (PER_ROW: `rows` items, the same in
-    every lane of a group) or the column index (PER_COL: `row_items` items, the same in every group)."""
+    two) share each row, each holding `row_items` of its columns in runs of `run` contiguous ones, the
+    lanes' runs interleaved (lane `l`'s item `j` is column `((j // run) * lanes + l) * run + j % run`:
+    with `run == row_items`, the contiguous columns `l * row_items + j`; with a 16-byte `run`, a warp's
+    loads of one run cover contiguous memory, as Triton's layouts do); the `threads / lanes` row groups
+    take `rows` consecutive rows each (group `g`: rows `g * rows + k`). Item `i` of a thread is row `k = i
+    // row_items`, its item `j = i % row_items` of that row; items past the block (padding) have no
+    element. With one run per row, `lanes * row_items == n` and one row per thread it is BLOCKED over the
+    flat tile. A vector of the family (`holds`) keeps only the row index (PER_ROW: `rows` items, the same
+    in every lane of a group) or the column index (PER_COL: `row_items` items, the same in every group).
+    Ops that take a row in order (scans, combine folds) need contiguous runs (`run == row_items`)."""
 
     m: int
     n: int
@@ -65,6 +69,27 @@ class RowShape:
     row_items: int
     rows: int
     holds: str = WHOLE
+    run: int = 0  # (0: row_items, one contiguous run)
+
+    def __post_init__(self) -> None:
+        if not self.run:
+            object.__setattr__(self, "run", self.row_items)
+
+    @property
+    def contiguous(self) -> bool:
+        """Whether each lane's columns of a row are one contiguous run."""
+        return self.run == self.row_items
+
+    def column(self, lane: int, j: int) -> int:
+        """The column of a lane's item `j` of a row."""
+        return ((j // self.run) * self.lanes + lane) * self.run + j % self.run
+
+    def column_expr(self, lane: str, j: str, python: bool = False) -> str:
+        """`column` as an expression (C++, or Python with `python`)."""
+        if self.contiguous:
+            return f"({lane} * {self.row_items} + {j})"
+        div = "//" if python else "/"
+        return f"((({j}) {div} {self.run} * {self.lanes} + {lane}) * {self.run} + ({j}) % {self.run})"
 
     @property
     def items(self) -> int:
@@ -81,9 +106,9 @@ class RowShape:
             row = group * self.rows + i
             return row if row < self.m else None
         if self.holds == PER_COL:
-            col = lane * self.row_items + i
+            col = self.column(lane, i)
             return col if col < self.n else None
-        row, col = group * self.rows + i // self.row_items, lane * self.row_items + i % self.row_items
+        row, col = group * self.rows + i // self.row_items, self.column(lane, i % self.row_items)
         return row * self.n + col if row < self.m and col < self.n else None
 
     def index_expr(self, tid: str, size: int, python: bool = False) -> str:
@@ -99,26 +124,29 @@ class RowShape:
             row = f"({group} * {self.rows} + i)"
             return pick(f"{row} < {self.m}", row)
         if self.holds == PER_COL:
-            col = f"({lane} * {self.row_items} + i)"
+            col = self.column_expr(lane, "i", python)
             return pick(f"{col} < {self.n}", col)
         row = f"({group} * {self.rows} + i {div} {self.row_items})"
-        col = f"({lane} * {self.row_items} + i {mod} {self.row_items})"
+        col = self.column_expr(lane, f"i {mod} {self.row_items}", python)
         both = f"{row} < {self.m} and {col} < {self.n}" if python else f"{row} < {self.m} && {col} < {self.n}"
         return pick(both, f"({row} * {self.n} + {col})")
 
     def __str__(self) -> str:
         lanes = f"{self.lanes} lane{'s' * (self.lanes > 1)}"
+        runs = "" if self.contiguous else f" in runs of {self.run}"
         per = f"{self.rows} row{'s' * (self.rows > 1)}/thread"
         if self.holds == WHOLE:
-            return f"rows: {lanes} x {self.row_items} items, {per}"
+            return f"rows: {lanes} x {self.row_items} items{runs}, {per}"
         what = "per row, over" if self.holds == PER_ROW else "per column, over"
-        return f"{what} rows: {lanes} x {self.row_items} items, {per}"
+        return f"{what} rows: {lanes} x {self.row_items} items{runs}, {per}"
 
 
-def choose_rows(m: int, n: int, threads: int, itemsize: int) -> RowShape:
+def choose_rows(m: int, n: int, threads: int, itemsize: int, in_order: bool = True) -> RowShape:
     """The row arrangement of an (m, n) block at `threads`: lanes per row (a power of two) giving the fewest
     items per thread (least padding), then 16-byte runs per row where rows are long enough, then rows in
-    one warp (no barrier for an axis op), then the fewest shuffle steps of axis ops (rows x log2 lanes)."""
+    one warp (no barrier for an axis op), then the fewest shuffle steps of axis ops (rows x log2 lanes).
+    Unless an op takes its rows `in_order`, a lane's columns come in interleaved 16-byte runs (so that each
+    load instruction of a warp reads contiguous memory) where they are several."""
     best, key = None, None
     lanes = 1
     while lanes <= threads:
@@ -129,6 +157,9 @@ def choose_rows(m: int, n: int, threads: int, itemsize: int) -> RowShape:
         if key is None or k < key:
             best, key = RowShape(m, n, lanes, row_items, rows), k
         lanes *= 2
+    run = max(1, ROW_VECTOR_BYTES // itemsize)
+    if not in_order and best.row_items > run and best.row_items % run == 0:
+        best = replace(best, run=run)
     return best
 
 
@@ -389,26 +420,42 @@ def row_layouts(program: ir.Program, tiles: dict[str, TileType], ctx: LayoutCont
     it (so that softmax's row maxima and layer-norm's weights broadcast in registers); every other 2-D tile
     gets the arrangement `choose_rows` picks for its shape. 1-D tiles outside claimed groups stay BLOCKED or
     STRIPED."""
-    families: dict[str, RowShape] = {}
-    for name, t in tiles.items():
-        if t.ndim == 2 and min(t.shape) > 1:
-            families.setdefault(ctx.groups.find(name), choose_rows(*t.shape, ctx.threads, t.dtype.itemsize))
+    in_order = {ctx.groups.find(n) for n in ctx.blocked}
     refused = {v.name for s in program.walk() for v in (*ir.defs(s), *ir.uses(s)) if not _replicates(s, v)}
     refused_roots = {ctx.groups.find(n) for n in refused}
+    families: dict[str, RowShape] = {}
     claimed: dict[str, RowShape] = {}
-    for vector, family, holds in ctx.claims:
-        root, fam = ctx.groups.find(vector.name), families.get(ctx.groups.find(family.name))
-        if fam is not None and root not in families and root not in claimed and root not in refused_roots:
-            claimed[root] = fam.holding(holds)
+
+    def family(root: str, t: TileType) -> None:
+        if root not in families and root not in claimed:
+            families[root] = choose_rows(*t.shape, ctx.threads, t.dtype.itemsize, root in in_order)
+
+    def take_claims() -> None:
+        for vector, fam_tile, holds in ctx.claims:
+            root, fam = ctx.groups.find(vector.name), families.get(ctx.groups.find(fam_tile.name))
+            if fam is not None and root not in families and root not in claimed and root not in refused_roots:
+                claimed[root] = fam.holding(holds)
+
+    # blocks of several rows and columns first; then 2-D tiles of one row or column that no such block
+    # claimed (a one-row softmax's row) are families of their own, whose vectors they may claim in turn
+    for name, t in tiles.items():
+        if t.ndim == 2 and min(t.shape) > 1:
+            family(ctx.groups.find(name), t)
+    take_claims()
+    for name, t in sorted(tiles.items(), key=lambda item: -item[1].size):  # (largest first: rows before vectors)
+        root = ctx.groups.find(name)
+        if t.ndim == 2 and root not in families and root not in claimed:
+            family(root, t)
+            take_claims()
     out = {}
     for name, t in tiles.items():
         root = ctx.groups.find(name)
-        if root in families and t.ndim == 2 and t.shape == (families[root].m, families[root].n):
-            out[name] = families[root]
-        elif root in claimed:
+        if root in claimed:
             out[name] = claimed[root]
+        elif t.ndim == 2 and root in families and t.shape == (families[root].m, families[root].n):
+            out[name] = families[root]
         elif t.ndim == 2:
-            out[name] = choose_rows(*t.shape, ctx.threads, t.dtype.itemsize)
+            out[name] = choose_rows(*t.shape, ctx.threads, t.dtype.itemsize, root in in_order)
     return out
 
 
