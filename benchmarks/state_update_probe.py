@@ -6,11 +6,10 @@ GPU run over the launch choices, for the shapes and dtypes of benchmarks/section
 For each case (Mamba-1 (64, 5120, 16), Mamba-2 (64, 80, 64, 128)) and input dtype, every (BLOCK_D, threads) below is
 run once from the same state and checked against the section's float64 reference, then timed as the section times it
 (a working state updated in place, `ct.testing.do_bench`: the L2 flushed before each call). The choices differ in the
-elements of state per thread (BLOCK_D * DSTATE / threads: 4, 8 or 16), and so in how the planner spreads a row: 4 per
-thread gives each thread one 16-byte word of a row and a row's words to consecutive lanes (each warp access whole
-sectors), 8 or 16 per thread give a thread 32 or 64 contiguous bytes of a row (more bytes in flight per thread, each
-16-byte access half a sector). `launch_choice`'s current choice (8 per thread, 256 threads) is marked *; the fastest
-correct choice per case is what it should return.
+elements of state per thread (BLOCK_D * DSTATE / threads: 4, 8 or 16: one to four 16-byte words of a row, the lanes'
+words interleaved) and so in bytes in flight per thread, registers, and lanes per row (shuffle steps of the row sums).
+`launch_choice`'s current choice (8 per thread, 256 threads) is marked *; the fastest correct choice per case is what
+it should return.
 """
 
 from __future__ import annotations

@@ -92,10 +92,10 @@ def launch_choice(dim: int, dstate: int) -> tuple[int, int, int]:
     above dstate, BLOCK_D rows of it making about BLOCK_ELEMENTS elements (no more rows than dim rounded up to a
     power of two), ITEMS_PER_THREAD elements of state per thread (at least a warp).
 
-    Eight states per thread make the planner give each thread a run of 8 contiguous states of one row (two
-    16-byte words of float32) and a row's runs to consecutive lanes (DSTATE / 8 lanes a row, which the sum along
-    the row reduces with warp shuffles). benchmarks/state_update_probe.py times the alternatives (4 and 16 per
-    thread) on the benchmark's shapes."""
+    Eight states per thread: the planner gives each thread two 16-byte words of one row, interleaved with the
+    other lanes' (DSTATE / 8 lanes a row), so each warp's access to the state covers whole sectors, and the sum
+    along a row is per-thread adds and warp shuffles. benchmarks/state_update_probe.py times the alternatives (4
+    and 16 per thread) on the benchmark's shapes."""
     dstate_p2 = 1 << max(0, dstate - 1).bit_length()
     block_d = max(1, min(BLOCK_ELEMENTS // dstate_p2, 1 << max(0, dim - 1).bit_length()))
     return block_d, dstate_p2, max(32, block_d * dstate_p2 // ITEMS_PER_THREAD)
