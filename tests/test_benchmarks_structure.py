@@ -389,6 +389,7 @@ def test_command_line():
         "compile_profile",
         "sum_probe",
         "reverse_probe",
+        "state_update_probe",
         "_mamba_cuda",
         "_mamba_triton",
     ],

@@ -91,3 +91,17 @@ def test_softmax_layernorm_bfloat16_in_interpreter():
     np.testing.assert_allclose(ln.astype(np.float64), expected, rtol=8e-3, atol=8e-3)
     np.testing.assert_allclose(mean, mu, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(rstd, rs, rtol=1e-4)
+
+
+def test_mamba_decode_kernel_compiles_without_gpu():
+    """Tutorial 10's decode_step at Mamba-2's decode shape: an sm_90 cubin, the state block in 16-byte words, its row
+    sums in registers and warp shuffles, nothing spilled."""
+    t = _tutorial("10_mamba_decode")
+    shapes = [(2, 2, 64, 128), (2, 2, 64), (2, 2, 64), (2, 64), (2, 64, 128), (2, 1, 128), (2, 1, 128), (2, 64)]
+    shapes += [(2, 2, 64), (2, 2, 64)]
+    args = [np.zeros(s, np.float32) for s in shapes]
+    k = t["decode_step"].compile(*args, BLOCK_D=16, DSTATE=128, arch="sm_90")
+    plan = str(k.plan)
+    assert "load 2-D, 16-byte words per row run" in plan and "store 2-D, 16-byte words per row run" in plan
+    assert "reduce[add] axis=1: thread-sequential" in plan
+    assert k.local_memory_bytes() == 0 and k.shared_bytes == 0

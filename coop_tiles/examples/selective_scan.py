@@ -27,6 +27,8 @@ import numpy as np
 import coop_tiles as ct
 from coop_tiles import tile
 
+from ._arrays import empty_like
+
 LOG2E = 1.4426950408889634
 MAX_CHUNK = 2048
 ITEMS_PER_THREAD = 16
@@ -129,8 +131,8 @@ def selective_scan_fwd(
     for X in (B, C):
         if X.ndim == 4 and dim % X.shape[1]:
             raise ValueError(f"dim ({dim}) must be a multiple of the number of groups ({X.shape[1]})")
-    out = _empty_like(u, (batch, dim, seqlen), u.dtype)
-    last_state = _empty_like(u, (batch, dim, dstate), "float32")
+    out = empty_like(u, (batch, dim, seqlen), u.dtype)
+    last_state = empty_like(u, (batch, dim, dstate), "float32")
     chunk, registers = launch_choice(seqlen, u.itemsize)
     kernel_for(chunk, isinstance(u, np.ndarray), registers)[(dim, batch)](
         u, delta, A, B, C,
@@ -140,20 +142,6 @@ def selective_scan_fwd(
         SOFTPLUS=bool(delta_softplus), CHUNK=chunk,
     )  # fmt: skip
     return (out, last_state) if return_last_state else out
-
-
-def _empty_like(like: Any, shape: tuple[int, ...], dtype: Any) -> Any:
-    """A new contiguous array of `shape` and `dtype` from the library (and device) of `like`."""
-    if isinstance(like, np.ndarray):
-        return np.empty(shape, np.dtype(dtype))
-    if type(like).__module__.split(".")[0] == "torch":
-        import torch
-
-        return torch.empty(shape, dtype=getattr(torch, dtype) if isinstance(dtype, str) else dtype, device=like.device)
-    import cupy as cp
-
-    with cp.cuda.Device(like.device.id):
-        return cp.empty(shape, dtype)
 
 
 def selective_scan_reference(

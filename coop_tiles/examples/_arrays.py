@@ -1,0 +1,21 @@
+"""Arrays of the caller's library, shared by the examples' host entry points."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def empty_like(like: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    """A new contiguous array of `shape` and `dtype` from the library (and device) of `like`."""
+    if isinstance(like, np.ndarray):
+        return np.empty(shape, np.dtype(dtype))
+    if type(like).__module__.split(".")[0] == "torch":
+        import torch
+
+        return torch.empty(shape, dtype=getattr(torch, dtype) if isinstance(dtype, str) else dtype, device=like.device)
+    import cupy as cp
+
+    with cp.cuda.Device(like.device.id):
+        return cp.empty(shape, dtype)
