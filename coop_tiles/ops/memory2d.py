@@ -278,7 +278,9 @@ def lower_block(w: Any, s: Any, tile: ir.Var, mask: ir.Var | None, load: bool) -
         else:
             move = (
                 f"uint4 wd[{words}]; memcpy(wd, &x[first], sizeof(wd)); "
-                f"uint4* dst = reinterpret_cast<uint4*>({ptr}); for (int u = 0; u < {words}; ++u) dst[u] = wd[u];"
+                # (a plain `dst[u] = wd[u]` of the memcpy'd words comes out as scalar stores from NVRTC)
+                f"uint4* dst = reinterpret_cast<uint4*>({ptr}); "
+                f"for (int u = 0; u < {words}; ++u) __stwb(dst + u, wd[u]);"
             )
         body += f"      if ({whole} && {aligned}) {{ {move} }}\n      else {{ {each} }}\n"
     else:
