@@ -4,6 +4,7 @@ on the GPU with PyTorch tensors at Mamba's own tests' tolerances."""
 
 from __future__ import annotations
 
+import re
 import numpy as np
 import pytest
 from ssm_references import selective_state_update as reference
@@ -222,7 +223,7 @@ def test_compiles_for_sm90(case, dtype):
     assert compiled.block_threads == launch.threads and compiled.shared_bytes == 0
     assert compiled.local_memory_bytes() == 0
     assert "load 2-D, 16-byte words per row run" in plan and "store 2-D, 16-byte words per row run" in plan
-    assert "ld.global.v4" in compiled.ptx and "st.global.v4" in compiled.ptx
+    assert "ld.global.v4" in compiled.ptx and re.search(r"st\.global(\.wb)?\.v4", compiled.ptx)
     assert "reduce[add] axis=1: thread-sequential" in plan and "BlockReduce" not in compiled.shim_source
     assert ("Av" in plan) == (case == "Mamba-1")
 
