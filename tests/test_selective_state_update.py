@@ -5,6 +5,7 @@ on the GPU with PyTorch tensors at Mamba's own tests' tolerances."""
 from __future__ import annotations
 
 import re
+
 import numpy as np
 import pytest
 from ssm_references import selective_state_update as reference
