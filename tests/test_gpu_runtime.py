@@ -299,3 +299,29 @@ def test_strided_numba_and_dlpack_arrays():
     base = cp.zeros((700, 6), cp.float32)
     rows_cumsum[6](DLPackOnly(cp.asarray(x).T), DLPackOnly(base.T), CHUNK=256)  # the output is a strided view too
     np.testing.assert_allclose(base.get().T, expected, rtol=1e-5, atol=1e-4)
+
+
+def test_pytorch_tensors_of_any_rank_classify_as_their_device_arrays_do():
+    """The classifier's fast path for PyTorch tensors (from the second tensor of a dtype, rank and stride kind
+    on) gives the key and launch values that reading the tensor as a DeviceArray gives."""
+    import torch
+
+    from coop_tiles.runtime.classify import Classifier
+
+    base = torch.arange(2 * 3 * 8, device="cuda", dtype=torch.float32).reshape(2, 3, 8)
+    tensors = [
+        base[0, 0],
+        base[0, :, 1],
+        base[0],
+        base[0].T,
+        base,
+        base.permute(2, 0, 1),
+        base[:, :, :1],
+        base.to(torch.bfloat16)[1],
+        base.to(torch.int64)[:, 1:, ::2],
+    ]
+    fresh, warm = Classifier(), Classifier()
+    for t in tensors:  # the first of each kind takes the slow path in `warm` and teaches it the key
+        warm.classify(t, "x")
+    for t in tensors:
+        assert warm.classify(t, "x") == fresh._array(t, "x")

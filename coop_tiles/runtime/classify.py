@@ -51,8 +51,8 @@ class Classifier:
             bool: self._scalar,
         }
         self._extractors: dict[type, Callable[[Any], arguments.DeviceArray] | None] = {}
-        #: the key of a 1-D unit-stride PyTorch tensor, by torch dtype (the one `_array` gives it)
-        self._torch_keys: dict[Any, Any] = {}
+        #: the key of a PyTorch tensor by (torch dtype, rank, unit last-axis stride): the one `_array` gives it
+        self._torch_keys: dict[tuple, Any] = {}
         #: whether the CuPy and PyTorch classifiers read their arrays' devices (set when the first is
         #: chosen: with one GPU every array is on device 0)
         self._read_devices = True
@@ -104,15 +104,28 @@ class Classifier:
         return key, arr.launch_values(), launcher.LIBRARY_BITS.get(arr.library, 0), arr.device
 
     def _torch_tensor(self, value: Any, name: str) -> Classified:
-        """A PyTorch tensor; a 1-D unit-stride one on the GPU without building a DeviceArray."""
-        key = self._torch_keys.get(value.dtype)
-        if key is None or not value.is_cuda or value.dim() != 1 or (value.stride(0) != 1 and value.shape[0] > 1):
+        """A PyTorch tensor on the GPU, of any rank and strides, without building a DeviceArray once a
+        tensor of its dtype, rank and last-axis stride kind has been classified (`_array` gives the key)."""
+        shape = value.shape
+        if not shape:  # (a 0-d tensor: `_array` says what is wrong)
+            return self._array(value, name)
+        if len(shape) == 1:
+            strides = None
+            unit = shape[0] <= 1 or value.stride(0) == 1
+        else:
+            strides = value.stride()
+            unit = shape[-1] <= 1 or strides[-1] == 1
+        key = self._torch_keys.get((value.dtype, len(shape), unit))
+        if key is None or not value.is_cuda:
             key, values, library, device = self._array(value, name)
-            if value.dim() == 1 and isinstance(values[1], int):
-                self._torch_keys[value.dtype] = key
+            self._torch_keys[(value.dtype, len(shape), unit)] = key
             return key, values, library, device
         device = value.get_device() if self._read_devices else 0
-        return key, (value.data_ptr(), value.shape[0]), launcher.TORCH, device
+        if strides is None and unit:
+            return key, (value.data_ptr(), shape[0]), launcher.TORCH, device
+        strides = strides if strides is not None else value.stride()
+        rest = (*shape, *(strides[:-1] if unit else strides))
+        return key, (value.data_ptr(), rest), launcher.TORCH, device
 
     def _cupy_array(self, value: Any, name: str) -> Classified:
         # An unsupported dtype makes a new key, and the signature check on that miss rejects it.
