@@ -139,9 +139,13 @@ def _whole(size: int) -> str:
 
 
 def element_index(lay: TileLayout, threads: int, tid: str = "int(threadIdx.x)") -> str:
-    """The index of item `i` of thread `tid` in the tile (a C++ or Python expression)."""
+    """The index of item `i` of thread `tid` in the tile (a C++ or Python expression). Striped in vectors
+    of V items (a power of two): item i of thread t is element `((i // V) * threads + t) * V + i % V`."""
     if lay.arrangement == BLOCKED:
         return f"({tid} * {lay.items_per_thread} + i)"
+    if lay.vector > 1:
+        shift = lay.vector.bit_length() - 1
+        return f"(((i >> {shift}) * {threads} + {tid}) * {lay.vector} + (i & {lay.vector - 1}))"
     return f"(i * {threads} + {tid})"
 
 

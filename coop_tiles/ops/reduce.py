@@ -35,6 +35,7 @@ class TileReduce(ir.Collective, defs="outs", uses="srcs", attrs="op combine"):
 
 @register
 class Reduce(TileOp):
+    striped_vectors = True
     publics = (tile.reduce, tile.sum, tile.max, tile.min)
     stmt = TileReduce
     options = OPTIONS

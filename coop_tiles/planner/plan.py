@@ -75,7 +75,7 @@ class Plan:
             r = self.carve.tiles.get(t.name)
             out.append(
                 f"  {t.label:<10} {t.line or '?':>5} {t.dtype:<8} {t.size:>6} {t.items_per_thread:>12}  "
-                f"{t.arrangement:<11} {t.storage:<9} {_where(r)}"
+                f"{t.shown_arrangement:<11} {t.storage:<9} {_where(r)}"
             )
         out.append("collectives:")
         width = max([12, *(len(c.op) for c in self.collectives.values())])
