@@ -420,3 +420,38 @@ def test_16_bit_loads_convert_to_float32_as_they_arrive():
     ]
     shim = generate_shims(p, plan_layouts(p)).source
     assert "coop_f16x2_to_f32x2(u[k])" in shim
+
+
+def load_exp_sum_store(x, y, n, TILE: ct.constexpr):
+    t = tile.load(x, 0, TILE, valid=n)
+    e = t * 2
+    tile.store(y, 0, e + tile.sum(e), valid=n)
+
+
+@pytest.mark.parametrize(
+    "dtype,size,threads,vector",
+    [
+        (np.float32, 4096, 256, 4),  # 16 items per thread: 16-byte vectors of 4 float32
+        (np.float16, 4096, 256, 8),  # 8 half-precision items per 16-byte vector
+        (np.float16, 1024, 256, 4),  # 4 items per thread: one 8-byte vector
+        (np.float32, 1000, 256, 1),  # a padded tile is never whole: plain striped
+        (np.float32, 256, 256, 1),  # one item per thread: plain striped
+    ],
+)
+def test_striped_groups_take_vectors_of_their_arrays_items(dtype, size, threads, vector):
+    a = ArrayType(np.dtype(dtype))
+    p = build_program(load_exp_sum_store, {"x": a, "y": a, "n": WEAK_INT}, {"TILE": size})
+    lay = plan_layouts(p, threads)
+    assert {(t.arrangement, t.vector) for t in lay.tiles.values()} == {("striped", vector)}
+    algorithm = "STRIPED_VECTORIZED" if vector > 1 else "DIRECT"
+    assert [c.algorithm for c in lay.collectives.values() if c.op in ("load", "store")] == [algorithm] * 2
+    if vector > 1:
+        source = generate_shims(p, lay).source
+        word = {16: "uint4", 8: "uint2"}[vector * np.dtype(dtype).itemsize]
+        assert f"{word} w[" in source and "LoadDirectStriped<" not in source
+
+
+def test_a_scanned_group_stays_blocked_without_vectors():
+    p = program(load_scan_store, TILE=4096)
+    lay = plan_layouts(p, 256)
+    assert {(t.arrangement, t.vector) for t in lay.tiles.values()} == {("blocked", 1)}

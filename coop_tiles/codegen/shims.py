@@ -140,11 +140,15 @@ def _whole(size: int) -> str:
 
 def element_index(lay: TileLayout, threads: int, tid: str = "int(threadIdx.x)", python: bool = False) -> str:
     """The index of item `i` of thread `tid` in the tile (a C++ expression, or with `python` a Python one;
-    the size or more for a padding item): `TileLayout.element` as code."""
+    the size or more for a padding item): `TileLayout.element` as code. Striped in vectors of V items (a power
+    of two): item i of thread t is element `((i // V) * threads + t) * V + i % V`."""
     if lay.rows is not None:
         return lay.rows.index_expr(tid, lay.size, python)
     if lay.arrangement == BLOCKED:
         return f"({tid} * {lay.items_per_thread} + i)"
+    if lay.vector > 1:
+        shift = lay.vector.bit_length() - 1
+        return f"(((i >> {shift}) * {threads} + {tid}) * {lay.vector} + (i & {lay.vector - 1}))"
     return f"(i * {threads} + {tid})"
 
 

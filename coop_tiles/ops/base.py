@@ -183,6 +183,7 @@ class Layout(Protocol):
     size: int
     items_per_thread: int
     arrangement: str  # planner/layout.py's BLOCKED, STRIPED or ROWS
+    vector: int  # STRIPED in vectors of this many items (1: plain); see codegen/shims.py::element_index
     storage: str  # registers, shared or local memory
     shape: tuple[int, ...]
     rows: Any  # planner/layout.py's RowShape for ROWS
@@ -211,6 +212,7 @@ class Planning(Protocol):
     def join_blocked(self, tiles: list[ir.Var]) -> None: ...
     def claim(self, vector: ir.Var, family: ir.Var, holds: str) -> None: ...
     def prefer_blocked(self, tile: ir.Var) -> None: ...
+    def offer_vector(self, tile: ir.Var, items: int) -> None: ...
     def choice(
         self, s: ir.Collective, op: str, primitive: str, algorithm: str, storage: bool = True, sync: str = ""
     ) -> Choice: ...
@@ -291,6 +293,10 @@ class TileOp:
 
     def choose(self, s: Any, ctx: Planning) -> Choice | None:
         return None
+
+    #: whether the op's tiles may be striped in vectors (`planner/layout.py`): it reaches their items only
+    #: through `element_index` / `item_index` (or needs them BLOCKED), and any arrangement of them does
+    striped_vectors: ClassVar[bool] = False
 
     #: whether the op may write its tile results over its tile operands' items (each thread
     #: reads all of its own items before writing any, as CUB's scans do)

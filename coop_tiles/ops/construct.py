@@ -29,6 +29,7 @@ class TileArange(ir.Stmt, defs="out"):
 
 @register
 class Full(TileOp):
+    striped_vectors = True
     publics = (tile.full, tile.zeros)
     stmt = TileFull
     options = (Option("dtype", (np.int32, np.float64, np.float16)),)
@@ -52,6 +53,7 @@ class Full(TileOp):
 
 @register
 class Arange(TileOp):
+    striped_vectors = True
     publics = (tile.arange,)
     stmt = TileArange
     options = (Option("dtype", (np.int32, np.int64, np.float32)),)

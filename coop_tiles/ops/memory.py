@@ -63,6 +63,7 @@ def touched_span(frame: Any, array: np.ndarray, offset: ir.Value, valid: ir.Valu
 
 @register
 class Load(TileOp):
+    striped_vectors = True
     publics = (tile.load,)
     stmt = TileLoad
     options = (Option("valid", (None, COUNT)), Option("other", (0, -7, SCALAR)))
@@ -157,6 +158,7 @@ def load_converted(program: ir.Program) -> None:
 
 @register
 class Store(TileOp):
+    striped_vectors = True
     publics = (tile.store,)
     stmt = TileStore
     options = (Option("valid", (None, COUNT)),)

@@ -43,6 +43,7 @@ class TileReduce(ir.Collective, defs="outs", uses="srcs", attrs="op combine axis
 
 @register
 class Reduce(TileOp):
+    striped_vectors = True
     publics = (tile.reduce, tile.sum, tile.max, tile.min)
     stmt = TileReduce
     options = OPTIONS

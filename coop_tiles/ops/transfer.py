@@ -9,6 +9,11 @@ one load where a warp transpose takes a load, a shared-memory store and load per
 barriers. Other blocked tiles of unit-stride arrays go through BLOCK_LOAD/STORE_WARP_TRANSPOSE
 (one warp at a time past registers); striped tiles go straight to global memory (coalesced, no
 shared memory), and a blocked tile of a strided view element by element.
+
+A striped tile in vectors (`TileLayout.vector`, which transfers of unit-stride arrays offer the
+planner: 16 bytes of the array's items) moves whole vectors (`STRIPED_VECTORIZED`: up to 16 bytes a
+load or store, consecutive threads' vectors consecutive) when the tile is full and aligned, else
+element by element.
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ from .base import Choice, Lowering, Planning, ShimCall
 VECTORIZED = "DIRECT_VECTORIZED"
 #: the primitive of a transfer item by item, at each item's element index (masked, or along rows)
 ITEM_BY_ITEM = "ItemByItem"
+STRIPED_VECTORIZED = "STRIPED_VECTORIZED"
+#: the unsigned type of a word of each size that a striped vector moves in
+WORD_TYPES = {16: "uint4", 8: "uint2", 4: "unsigned", 2: "unsigned short"}
 INNER_LOOP_DEPTH = 2
 VECTOR_BYTES = 16
 WORD_ITEMSIZE = 4  # the widest item moved in words (inside inner loops)
@@ -38,8 +46,11 @@ def vectorizable(tile: ir.Var, array: ir.Var, threads: int, widest: int = 2) -> 
 
 
 def prefer_vectorized(ctx: Planning, tile: ir.Var, array: ir.Var) -> None:
-    """The `layout` hook: a transfer of `tile` that would move whole 16-byte words per thread if it
-    were blocked makes its tile BLOCKED (no op needs striped)."""
+    """The `layout` hook: a transfer of a unit-stride array offers `tile` vectors of 16 bytes of its items
+    (striped in vectors where its group can be); one that would move whole 16-byte words per thread if it
+    were blocked makes its tile BLOCKED otherwise (no op needs striped)."""
+    if array.type.unit_stride:
+        ctx.offer_vector(tile, VECTOR_BYTES // array.type.dtype.itemsize)
     if vectorizable(tile, array, ctx.threads):
         ctx.prefer_blocked(tile)
 
@@ -59,6 +70,9 @@ def choose_transfer(
         return ctx.choice(s, f"{kind}, {why}", ITEM_BY_ITEM, "DIRECT", storage=False)
     if not array.type.unit_stride:
         return ctx.choice(s, kind, "strided", "DIRECT", storage=False)
+    if layout.vector > 1:
+        primitive = "LoadDirectStriped" if load else "StoreDirectStriped"
+        return ctx.choice(s, kind, primitive, STRIPED_VECTORIZED, storage=False)
     widest = WORD_ITEMSIZE if ctx.depths.get(s.cid, 0) >= INNER_LOOP_DEPTH else 2
     if layout.arrangement == BLOCKED and vectorizable(tile, array, ctx.threads, widest):
         return ctx.choice(s, kind, f"{kind.capitalize()}DirectBlocked", VECTORIZED, storage=False)
@@ -112,7 +126,10 @@ def lower_transfer(
         convert = f"  for (int i = 0; i < {items}; ++i) loaded[i] = {value};\n"
     if array.unit_stride:  # CUB's Block{Load,Store} or {Load,Store}Direct*
         w.include(f"cub/block/block_{kind}.cuh")
-    if choice.algorithm == VECTORIZED:
+    if choice.algorithm == STRIPED_VECTORIZED:
+        body += _striped_vectors(w, kind, tile, array, lay, whole, convert)
+        convert = ""
+    elif choice.algorithm == VECTORIZED:
         # each thread's items are contiguous: whole 16-byte words when the tile is full and aligned
         words = items * array.dtype.itemsize // 16
         aligned = "reinterpret_cast<unsigned long long>(a + a_off + offset) % 16 == 0"
@@ -170,3 +187,39 @@ def lower_transfer(
             f"  else {call_expr}({thread}a + a_off + offset, x, int(v){guarded_extra});\n"
         )
     w.define(call, code, body + convert)
+
+
+def _striped_vectors(w: Lowering, kind: str, tile: ir.Var, array: ArrayType, lay, whole: str, convert: str) -> str:
+    """A transfer of a tile striped in vectors of `lay.vector` items: each vector in words of up to 16 bytes,
+    consecutive threads' vectors consecutive, when the tile is full and aligned; else element by element."""
+    items, vector, itemsize = lay.items_per_thread, lay.vector, array.dtype.itemsize
+    word = min(VECTOR_BYTES, vector * itemsize)
+    per = vector * itemsize // word  # words per vector
+    words = items // vector * per
+    wt = WORD_TYPES[word]
+    base = "a + a_off + offset"
+    aligned = f"reinterpret_cast<unsigned long long>({base}) % {word} == 0"
+    at = f"j * {w.threads} + int(threadIdx.x)"  # word j of this thread (vector j / per, its word j % per)
+    if per > 1:
+        at = f"(j / {per} * {w.threads} + int(threadIdx.x)) * {per} + j % {per}"
+    index = w.element_index(tile)
+    if kind == "load":
+        move = f"    const {wt}* src = reinterpret_cast<const {wt}*>({base});\n    {wt} w[{words}];\n"
+        move += f"    for (int j = 0; j < {words}; ++j) w[j] = src[{at}];\n"
+        if convert and is_half(array.dtype) and tile.type.dtype == np.float32:  # two floats per 32-bit word
+            pair = f"coop_{'bf16' if array.dtype == bfloat16 else 'f16'}x2_to_f32x2"
+            move += (
+                "    const unsigned* u = reinterpret_cast<const unsigned*>(w);\n"
+                f"    for (int k = 0; k < {items // 2}; ++k) {{ const float2 f = {pair}(u[k]); "
+                "loaded[2 * k] = f.x; loaded[2 * k + 1] = f.y; }\n"
+            )
+        else:
+            move += "    memcpy(x, w, sizeof(w));\n" + convert
+        each = f"    for (int i = 0; i < {items}; ++i) {{ const int e = {index}; x[i] = e < v ? src[e] : other; }}\n"
+    else:
+        move = f"    {wt} w[{words}];\n    memcpy(w, x, sizeof(w));\n"
+        move += f"    {wt}* dst = reinterpret_cast<{wt}*>({base});\n"
+        move += f"    for (int j = 0; j < {words}; ++j) dst[{at}] = w[j];\n"
+        each = f"    for (int i = 0; i < {items}; ++i) {{ const int e = {index}; if (e < v) dst[e] = x[i]; }}\n"
+    mine = f"    {'const ' if kind == 'load' else ''}auto* {'src' if kind == 'load' else 'dst'} = {base};\n"
+    return f"  if ({whole} && {aligned}) {{\n{move}  }} else {{\n{mine}{each}{convert}  }}\n"

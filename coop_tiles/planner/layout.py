@@ -6,6 +6,15 @@ each op says so in its `layout` hook) is BLOCKED; every other group is STRIPED, 
 loads and stores go straight to global memory (coalesced, no shared memory); an op may also
 prefer BLOCKED (loads and stores of small items, `ops/transfer.py`).
 
+A STRIPED group may be striped in vectors (`TileLayout.vector` items: item i of thread t is
+element `((i // vector) * threads + t) * vector + i % vector`), so that its loads and stores move
+16-byte words (or 8, 4) and each warp instruction still reads consecutive words: loads and stores
+offer a vector of 16 bytes of their array's items (`LayoutContext.offer_vector`), the group takes
+the narrowest offer, at most a power of two dividing its items per thread. Only groups whose
+every op allows it (`TileOp.striped_vectors`: the op reaches items only through `element_index`,
+and any order of them does) are striped in vectors; such a group is STRIPED even when a transfer
+preferred it BLOCKED.
+
 Each tile is kept in registers, in shared memory or in local memory (`TileLayout.storage`):
 registers up to 32 items per thread; shared memory past that, and for tiles kept alive across
 several collectives when the tiles alive together would not fit the registers a thread has;
@@ -45,7 +54,7 @@ REGISTER_ITEMS = 32
 #: the most items per thread a tile may have anywhere
 MAX_ITEMS_PER_THREAD = 256
 REGISTERS, SHARED, LOCAL = "registers", "shared", "local"
-#: 32-bit registers per SM; a thread's tiles may take at most half of its share (and 128)
+#: 32-bit registers per SM; a thread's tiles may take at most three quarters of its share (and 128)
 REGISTER_FILE = 65536
 
 
@@ -178,6 +187,9 @@ class TileLayout:
     #: how tables show the tile (`ir.label`: its name in the user's source, or `(name)`)
     label: str = ""
     shape: tuple[int, ...] = ()
+    #: STRIPED in vectors of this many items (a power of two dividing `items_per_thread`; see the module's
+    #: docstring and `codegen/shims.py::element_index`); 1 for plain STRIPED, BLOCKED and ROWS
+    vector: int = 1
     #: the row arrangement (ROWS only)
     rows: RowShape | None = None
 
@@ -185,7 +197,11 @@ class TileLayout:
         """The element item `i` of thread `tid` holds (None: padding): the layout's map in Python."""
         if self.rows is not None:
             return self.rows.element(tid, i)
-        e = tid * self.items_per_thread + i if self.arrangement == BLOCKED else i * threads + tid
+        if self.arrangement == BLOCKED:
+            e = tid * self.items_per_thread + i
+        else:
+            v = self.vector
+            e = ((i // v) * threads + tid) * v + i % v
         return e if e < self.size else None
 
     @property
@@ -196,7 +212,9 @@ class TileLayout:
     @property
     def shown(self) -> str:
         """The arrangement as tables show it."""
-        return self.arrangement if self.rows is None else str(self.rows)
+        if self.rows is not None:
+            return str(self.rows)
+        return f"{self.arrangement} x{self.vector}" if self.vector > 1 else self.arrangement
 
     @property
     def words(self) -> int:
@@ -301,6 +319,8 @@ class LayoutContext:
         self.groups = _Groups()
         self.blocked: set[str] = set()
         self.preferred: set[str] = set()  # tiles an op would rather have BLOCKED
+        self.vector_offers: dict[str, int] = {}  # tile -> the most items per vector an op offers it
+        self.scalar_items: set[str] = set()  # tiles an op needs without vectors
         self.tiles: dict[str, TileLayout] = {}
         #: (vector, 2-D tile, PER_ROW or PER_COL): vectors that would rather hold their values per row or per
         #: column of the 2-D tile's row arrangement (in program order: the first claim wins)
@@ -329,6 +349,11 @@ class LayoutContext:
         """Make `tile`'s group BLOCKED unless an op needs it otherwise (no op needs STRIPED): for
         transfers that are faster blocked (`ops/transfer.py`)."""
         self.preferred.add(tile.name)
+
+    def offer_vector(self, tile: ir.Var, items: int) -> None:
+        """Stripe `tile`'s group in vectors of at most `items` items (a power of two) if it is STRIPED
+        and every op of the group allows it: a transfer moving 16 bytes of its array at once."""
+        self.vector_offers[tile.name] = min(items, self.vector_offers.get(tile.name, items))
 
 
 def block_values(program: ir.Program, threads: int) -> frozenset[str]:
@@ -380,7 +405,12 @@ def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -
             ctx.join([s.out, *(a for a in srcs if isinstance(a, ir.Var) and isinstance(a.type, TileType))])
         elif (op := op_of(s)) is not None:
             op.layout(s, ctx)
-    blocked_roots = {ctx.groups.find(n) for n in ctx.blocked | ctx.preferred}
+            if not op.striped_vectors:
+                ctx.scalar_items.update(v.name for v in (*ir.defs(s), *ir.uses(s), *ir.refs(s)) if v.name in tiles)
+    vectors = group_vectors(ctx, tiles, threads)
+    blocked_roots = {ctx.groups.find(n) for n in ctx.blocked} | {
+        root for root in (ctx.groups.find(n) for n in ctx.preferred) if vectors.get(root, 1) == 1
+    }
     rows = row_layouts(program, tiles, ctx)
     lines: dict[str, int | None] = {}
     labels: dict[str, str] = {}
@@ -401,6 +431,9 @@ def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -
             label=labels[name],
             shape=t.shape,
             rows=rows.get(name),
+            vector=1
+            if ctx.groups.find(name) in blocked_roots or name in rows
+            else vectors.get(ctx.groups.find(name), 1),
         )
         for name, t in tiles.items()
     }
@@ -468,9 +501,32 @@ def _replicates(s: ir.Stmt, v: ir.Var) -> bool:
     return op is not None and op.replicates(s, v)
 
 
+def group_vectors(ctx: LayoutContext, tiles: dict[str, TileType], threads: int) -> dict[str, int]:
+    """Items per vector of each group (by its root) that may be striped in vectors: the narrowest offer
+    of its tiles, at most the largest power of two dividing every tile's items per thread; none for a group
+    that an op needs BLOCKED, with a tile that an op needs without vectors, or with a padded tile (its
+    transfers are never whole, and item by item a vector's items are further apart than plain striped ones)."""
+    offers: dict[str, int] = {}
+    for name, items in ctx.vector_offers.items():
+        root = ctx.groups.find(name)
+        offers[root] = min(items, offers.get(root, items))
+    barred = {ctx.groups.find(n) for n in ctx.blocked | ctx.scalar_items}
+    for name, t in tiles.items():
+        root = ctx.groups.find(name)
+        if root in offers:
+            per_thread = -(-t.size // threads)
+            if per_thread * threads != t.size:  # a padded tile is never whole: it would move item by item
+                barred.add(root)
+            offers[root] = min(offers[root], per_thread & -per_thread)  # (the largest power of two dividing it)
+    return {root: v for root, v in offers.items() if root not in barred and v > 1}
+
+
 def register_budget(threads: int) -> int:
-    """The 32-bit registers per thread the tiles alive together may take."""
-    return min(128, REGISTER_FILE // threads // 2)
+    """The 32-bit registers per thread the tiles alive together may take: three quarters of a thread's
+    share of the register file, at most 128 (a shared-memory tile costs its traffic and, past a few
+    kilobytes, blocks per SM: at 512 threads a row's three 32-item float32 tiles are faster in 96 registers
+    than one of them in 64 KB of shared memory, measured on an H100: a layer norm of 16384 columns)."""
+    return min(128, REGISTER_FILE // threads * 3 // 4)
 
 
 def choose_storage(
