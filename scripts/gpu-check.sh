@@ -4,7 +4,7 @@
 #   bash scripts/gpu-check.sh            # tests + sanitizer sweep + benchmarks
 #   bash scripts/gpu-check.sh --tests    # tests + sanitizer sweep
 #   bash scripts/gpu-check.sh --sanitize # the sanitizer sweep alone
-# The sanitizer sweep runs scripts/sanitize_cases.py (every test program whose plan has a tile in shared
+# The sanitizer sweep runs scripts/sanitize_cases.py (every test program, 1-D and 2-D, whose plan has a tile in shared
 # memory, reuses shared bytes or runs collectives in a loop, one per kind of plan; issue 17's program; a
 # selective scan) under compute-sanitizer's racecheck, then memcheck, and every allowed combination of every
 # op's options (scripts/sanitize_matrix.py, tests/option_matrix.py) once under memcheck; it fails on any

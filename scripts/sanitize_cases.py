@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
 from carve_checker import plan_of  # noqa: E402
 from programs import CASES, Case, chained_scan  # noqa: E402
+from programs_2d import CASES_2D  # noqa: E402
 
 import coop_tiles as ct  # noqa: E402
 from coop_tiles.lang import ir  # noqa: E402
@@ -67,6 +68,9 @@ def selective_scan_small() -> None:
     check(given, cp.asnumpy(out), cp.asnumpy(last), MAMBA_TOL[np.dtype(np.float32)], delta_softplus=softplus)
 
 
+#: the shared programs of tests/programs.py and tests/programs_2d.py
+ALL_CASES = [*CASES, *CASES_2D]
+
 EXTRAS = {"chained_repeated": chained_repeated, "selective_scan": selective_scan_small}
 
 
@@ -90,6 +94,8 @@ def reasons(program: ir.Program, plan) -> list[str]:
         found.append("bytes reused")
     if _collective_in_loop(program.body):
         found.append("collectives in a loop")
+    if carve.regions and any(t.ndim == 2 for t in ir.tile_vars(program).values()):
+        found.append("2-D tiles with shared memory")  # (row steps, remaps through shared memory)
     return found
 
 
@@ -178,10 +184,10 @@ def main(argv: list[str]) -> int:
     a = parser.parse_args(argv)
     if a.prefixes:
         prefixes = tuple(a.prefixes)
-        chosen = [(c, ["named"]) for c in CASES if c.name.startswith(prefixes)]
+        chosen = [(c, ["named"]) for c in ALL_CASES if c.name.startswith(prefixes)]
         extras = [n for n in EXTRAS if any(n.startswith(p) for p in prefixes)]
     else:
-        chosen = select(CASES, a.all)
+        chosen = select(ALL_CASES, a.all)
         extras = ["selective_scan"]
     if a.list:
         for case, why in chosen:
