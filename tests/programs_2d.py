@@ -112,6 +112,15 @@ def strided_block(a, out, BM: ct.constexpr, BN: ct.constexpr):
     tile.store(out, (r, 0), t + 1, valid=(a.shape[0] - r, a.shape[1]))
 
 
+@ct.jit
+def vector_folds(x, out, TILE: ct.constexpr):
+    """Axis folds of a 1-D tile: a (1,) tile with keepdims, a scalar without."""
+    t = tile.load(x, 0, TILE)
+    tile.store(out, 0, tile.max(t, axis=0, keepdims=True))
+    out[1] = tile.sum(t, axis=-1)
+    out[2] = tile.argmax(t, axis=0)
+
+
 # ----- references ------------------------------------------------------------------------------------
 def ref_row_softmax(x, y, m, n, BM, BN):
     z = x.astype(np.float64)
@@ -194,6 +203,11 @@ def ref_masked(x, y, x2, y2, n, m2, n2, TILE, BM, BN):
             if c < n2 and r != 1:
                 y2[r, c] = u[r, c] * 2
     return [y, y2]
+
+
+def ref_vector_folds(x, out, TILE):
+    out[:3] = [x[:TILE].max(), x[:TILE].sum(), x[:TILE].argmax()]
+    return [out]
 
 
 def ref_strided_block(a, out, BM, BN):
@@ -314,6 +328,10 @@ def make_cases() -> list[Case]:
             [1, 3],
             ref_masked,
         )
+    )
+    v = rng.integers(-99, 99, 300).astype(np.int32)
+    cases.append(
+        Case("vector_folds", vector_folds, [v, np.zeros(3, np.int32)], {"TILE": 300}, (1,), [1], ref_vector_folds)
     )
     base = rng.standard_normal((40, 24)).astype(np.float32)
     cases.append(
