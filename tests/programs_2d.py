@@ -121,6 +121,14 @@ def vector_folds(x, out, TILE: ct.constexpr):
     out[2] = tile.argmax(t, axis=0)
 
 
+@ct.jit
+def batched_blocks(u, out, BM: ct.constexpr, BN: ct.constexpr):
+    """The (M, N) block of batch b of a 3-D array (a 2-D view), its column sums into a 2-D view of a 3-D array."""
+    b = ct.program_id(0)
+    t = tile.load(u[b], (0, 0), (BM, BN), valid=(u.shape[1], u.shape[2]))
+    tile.store(out[b], (0, 0), tile.sum(t, axis=0, keepdims=True), valid=(1, u.shape[2]))
+
+
 # ----- references ------------------------------------------------------------------------------------
 def ref_row_softmax(x, y, m, n, BM, BN):
     z = x.astype(np.float64)
@@ -207,6 +215,11 @@ def ref_masked(x, y, x2, y2, n, m2, n2, TILE, BM, BN):
 
 def ref_vector_folds(x, out, TILE):
     out[:3] = [x[:TILE].max(), x[:TILE].sum(), x[:TILE].argmax()]
+    return [out]
+
+
+def ref_batched_blocks(u, out, BM, BN):
+    out[:] = u.sum(axis=1, keepdims=True)
     return [out]
 
 
@@ -332,6 +345,18 @@ def make_cases() -> list[Case]:
     v = rng.integers(-99, 99, 300).astype(np.int32)
     cases.append(
         Case("vector_folds", vector_folds, [v, np.zeros(3, np.int32)], {"TILE": 300}, (1,), [1], ref_vector_folds)
+    )
+    u = rng.integers(-9, 9, (3, 5, 20)).astype(np.int64)
+    cases.append(
+        Case(
+            "batched_blocks",
+            batched_blocks,
+            [u, np.zeros((3, 1, 20), np.int64)],
+            {"BM": 8, "BN": 32},
+            (3,),
+            [1],
+            ref_batched_blocks,
+        )
     )
     base = rng.standard_normal((40, 24)).astype(np.float32)
     cases.append(
