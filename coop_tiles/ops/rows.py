@@ -117,7 +117,7 @@ def lower_reduce(s: Any, w: Any) -> ShimCall:
         body = w.storage_ref(s.cid) + body
     if s.combine:  # no identity: a flag says whether a value holds any element yet (runs: contiguous, in order)
         assert rs.contiguous, "an in-order fold along rows takes each lane's columns as one run"
-        body += f"  {item} acc[{R}];\n  bool has[{R}];\n"
+        body += f"  {item} acc[{R}] = {{}};\n  bool has[{R}];\n"
         body += f"  for (int k = 0; k < {R}; ++k) {{\n    has[k] = false;\n"
         body += f"    for (int j = 0; j < {ipr}; ++j) {{\n      if (c0 + j >= {rs.n}) continue;\n"
         body += f"      {item} v; {pack('v', 'x{}[k * ' + str(ipr) + ' + j]')}\n"
@@ -337,7 +337,7 @@ def lower_scan(s: Any, w: Any) -> ShimCall:
     if seeded:
         body += f"    {item} carry = seed[k];\n    bool has_carry = true;\n"
     else:
-        body += f"    {item} carry;\n    bool has_carry = false;\n"
+        body += f"    {item} carry = {{}};\n    bool has_carry = false;\n"
     body += f"    for (int q = 0; q < {Q}; ++q) {{\n"
     if G > 1:
         body += (
@@ -345,7 +345,7 @@ def lower_scan(s: Any, w: Any) -> ShimCall:
             f"      bool has = {wl} > 0;\n      {item} p = before;\n"
         )
     else:
-        body += f"      bool has = false;\n      {item} p;\n"
+        body += f"      bool has = false;\n      {item} p = {{}};\n"
     if G > WARP:
         per = G // WARP
         body += (
