@@ -248,6 +248,22 @@ def make_cases() -> list[Case]:
                     atol=1e-6,
                 )
             )
+    for dt in (np.float16, ct.bfloat16):  # 16-bit rows, softmax in float32 (PyTorch tensors on the GPU)
+        x = rng.standard_normal((6, 1000)).astype(dt)
+        cases.append(
+            Case(
+                f"row_softmax[{np.dtype(dt).name}-6x1000-2x1024]",
+                row_softmax,
+                [x, np.zeros((6, 1000), np.float32), 6, 1000],
+                {"BM": 2, "BN": 1024},
+                (3,),
+                [1],
+                ref_row_softmax,
+                rtol=1e-5,
+                atol=1e-6,
+                library="torch",
+            )
+        )
     for m, n, bm, bn in ((12, 50, 4, 64), (16, 128, 16, 128), (9, 1000, 2, 1024)):
         x = rng.standard_normal((m, n)).astype(np.float32)
         w, bias = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
