@@ -123,7 +123,7 @@ def test_softmax_plan_keeps_rows_in_registers():
     assert "bar.sync" not in k.ptx
 
 
-def test_long_rows_load_in_interleaved_runs_and_scans_in_contiguous_ones():
+def test_long_rows_load_in_interleaved_runs():
     @ct.jit
     def both(x, y, z, BN: ct.constexpr):
         t = tile.load(x, (0, 0), (1, BN))
@@ -134,8 +134,8 @@ def test_long_rows_load_in_interleaved_runs_and_scans_in_contiguous_ones():
     x = np.zeros((1, 8192), np.float32)
     k = both.compile(x, x, x, BN=8192, arch="sm_90")
     plan = str(k.plan)
-    assert "rows: 256 lanes x 32 items in runs of 4, 1 row/thread" in plan
-    assert "rows: 256 lanes x 32 items, 1 row/thread" in plan
+    assert "rows: 256 lanes x 32 items, 1 row/thread" not in plan  # (scans take interleaved runs too)
+    assert plan.count("rows: 256 lanes x 32 items in runs of 4, 1 row/thread") >= 3
     assert k.local_memory_bytes() == 0
 
 

@@ -11,20 +11,33 @@ pytestmark = pytest.mark.gpu
 
 
 def _library(name):
-    """(to device, to host) for CuPy or PyTorch."""
+    """(to device, to host) for CuPy, or for PyTorch (which has bfloat16: moved as its bits)."""
     if name == "cupy":
         cp = pytest.importorskip("cupy")
-        return cp.asarray, lambda a: cp.asnumpy(a)
+        return cp.asarray, lambda a, dt: cp.asnumpy(a)
     torch = pytest.importorskip("torch")
-    return (lambda a: torch.from_numpy(np.ascontiguousarray(a)).cuda()), (lambda t: t.cpu().numpy())
+
+    def to_device(a):
+        if a.dtype == ct.bfloat16:
+            return torch.from_numpy(np.ascontiguousarray(a).view(np.int16)).cuda().view(torch.bfloat16)
+        return torch.from_numpy(np.ascontiguousarray(a)).cuda()
+
+    def to_host(t, dt):
+        if dt == ct.bfloat16:
+            return t.view(torch.int16).cpu().numpy().view(ct.bfloat16)
+        return t.cpu().numpy()
+
+    return to_device, to_host
 
 
 def _run(case, library, **jit):
-    to_device, to_host = _library(library)
+    to_device, to_host = _library("torch" if case.library == "torch" else library)
     args = [to_device(a) if isinstance(a, np.ndarray) else a for a in case.args]
     kernel = ct.jit(case.kernel.fn, **jit) if jit else case.kernel
     kernel[case.grid](*case.launch_args(args), **case.constexprs)
-    case.check([to_host(args[i]) for i in case.outputs])
+    if library == "torch" or case.library == "torch":
+        pytest.importorskip("torch").cuda.synchronize()
+    case.check([to_host(args[i], case.args[i].dtype) for i in case.outputs])
 
 
 @pytest.mark.parametrize("case", CASES_2D, ids=lambda c: c.name)

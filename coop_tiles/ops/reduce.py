@@ -61,7 +61,13 @@ class Reduce(TileOp):
             raise TileValueError(f"{what}(..., keepdims=True) needs axis=k: with axis=None the result is a scalar")
         if k is None and len(shape) > 1 and not isinstance(op, str):  # an in-order fold: of the row-major order
             srcs = tuple(b.remap(v, ir.RESHAPE, (v.type.size,)) for v in srcs)
-        if k is not None and (keep or len(shape) > 1):
+        if k is not None and keep and len(shape) == 1:  # a 1-D tile kept 1-D: its one row folded, as (1,)
+            srcs, k = tuple(b.remap(v, ir.RESHAPE, (1, v.type.size)) for v in srcs), 1
+            rows = tuple(b.temp(TileType(dt, 0, (1, 1))) for dt in dtypes)
+            b.emit(TileReduce(rows, srcs, op if isinstance(op, str) else op.name, not isinstance(op, str), k))
+            outs = tuple(b.remap(v, ir.RESHAPE, (1,)) for v in rows)
+            return outs if len(outs) > 1 or not isinstance(t, ir.Var) else outs[0]
+        if k is not None and len(shape) > 1:
             out_shape = shape[:k] + (1,) * keep + shape[k + 1 :]
             outs = tuple(b.temp(TileType(dt, 0, out_shape)) for dt in dtypes)
         else:  # every element folded: a block-uniform scalar

@@ -117,7 +117,7 @@ def lower_reduce(s: Any, w: Any) -> ShimCall:
         body = w.storage_ref(s.cid) + body
     if s.combine:  # no identity: a flag says whether a value holds any element yet (runs: contiguous, in order)
         assert rs.contiguous, "an in-order fold along rows takes each lane's columns as one run"
-        body += f"  {item} acc[{R}];\n  bool has[{R}];\n"
+        body += f"  {item} acc[{R}] = {{}};\n  bool has[{R}];\n"
         body += f"  for (int k = 0; k < {R}; ++k) {{\n    has[k] = false;\n"
         body += f"    for (int j = 0; j < {ipr}; ++j) {{\n      if (c0 + j >= {rs.n}) continue;\n"
         body += f"      {item} v; {pack('v', 'x{}[k * ' + str(ipr) + ' + j]')}\n"
@@ -242,18 +242,20 @@ def columns_as_rows(program: ir.Program, cls: type) -> None:
 
 
 def lower_scan(s: Any, w: Any) -> ShimCall:
-    """`tile.scan(t, axis=1)` over the rows arrangement: each thread scans its run of each of its rows, the row's
-    lanes scan their runs' totals with shuffles (Kogge-Stone, earlier lanes on the left), rows wider than a warp
-    add the earlier warps' totals through shared memory; each thread then applies its prefix (the row's seed,
-    then the earlier lanes') to its items. A row's total comes from the lane holding its last element."""
+    """`tile.scan(t, axis=1)` over the rows arrangement. A row is `Q` segments, one per run a lane holds (one
+    segment for contiguous runs), each the lanes' runs in lane order. Each thread scans each of its runs; the
+    row's lanes scan their runs' totals with shuffles (Kogge-Stone, earlier lanes on the left), per segment;
+    rows wider than a warp add the earlier warps' totals through shared memory; each run's prefix is then the
+    row's seed, the earlier segments' totals and the earlier lanes' (and warps') of its own segment, in that
+    order. A row's total is the inclusive value of its last element, from the lane that holds it."""
     src = s.srcs[0]
     rs = w.layout(src).rows
-    assert rs.contiguous, "a scan along rows takes each lane's columns as one run (Scan.layout asks for it)"
     dtypes = [v.type.dtype for v in s.srcs]
     k_ops = len(dtypes)
     item, op, code, pack, unpack = item_code(w, s.cid, s.op, s.combine, dtypes)
     w.helper(SHUFFLE)
-    G, ipr, R, T = rs.lanes, rs.row_items, rs.rows, w.threads
+    G, ipr, R, T, V = rs.lanes, rs.row_items, rs.rows, w.threads, rs.run
+    Q = ipr // V
     gw, warps = min(G, WARP), T // WARP
     seeds = list(s.initial or ())
     tile_seeds = [v for v in seeds if isinstance(v, ir.Var) and isinstance(v.type, TileType)]
@@ -273,7 +275,7 @@ def lower_scan(s: Any, w: Any) -> ShimCall:
     body += _ids(rs)
     moved_in = exchanged(s, w, rs, tile_seeds)
     moved_out = exchanged(s, w, rs, totals)
-    fields = f"{item} part[{R}][{warps}]; " if G > WARP else ""
+    fields = f"{item} part[{R}][{Q}][{warps}]; " if G > WARP else ""
     fields += f"{item} last[{R}][{T // G}]; " if G > WARP and totals else ""
     fields += "".join(f"{cxx_name(v.type.dtype)} seed{i}[{rs.m}]; " for i, v in enumerate(seeds) if v in moved_in)
     fields += "".join(f"{cxx_name(v.type.dtype)} tot{i}[{rs.m}]; " for i, v in enumerate(totals) if v in moved_out)
@@ -306,62 +308,88 @@ def lower_scan(s: Any, w: Any) -> ShimCall:
             parts = [w.identity(s.op, dtypes[0])]
         fill = " ".join(f"seed[k]{f'.f{i}' if s.combine else ''} = {p};" for i, p in enumerate(parts))
         body += f"  for (int k = 0; k < {R}; ++k) {{ const int rr = group * {R} + k; (void)rr; {fill} }}\n"
-    # each thread's runs scanned, then the lanes' totals
-    body += f"  {item} y[{R * ipr}];\n  {item} run[{R}];\n"
-    body += (
-        f"  for (int k = 0; k < {R}; ++k) {{\n"
-        f"    for (int j = 0; j < {ipr}; ++j) {{ {pack(f'y[k * {ipr} + j]', f'x{{}}[k * {ipr} + j]')} }}\n"
-        f"    for (int j = 1; j < {ipr}; ++j) y[k * {ipr} + j] = {op}{{}}(y[k * {ipr} + j - 1], y[k * {ipr} + j]);\n"
-        f"    run[k] = y[k * {ipr} + {ipr - 1}];\n"
-    )
+    # each run scanned on its own, then the lanes' run totals of each segment (`run`: inclusive over lanes)
+    body += f"  {item} y[{R * ipr}];\n  {item} run[{R}][{Q}];\n"
     wl = f"(lane & {gw - 1})"  # the lane within the row's part of a warp
+    body += (
+        f"  for (int k = 0; k < {R}; ++k) for (int q = 0; q < {Q}; ++q) {{\n"
+        f"    const int b = k * {ipr} + q * {V};\n"
+        f"    for (int j = 0; j < {V}; ++j) {{ {pack('y[b + j]', 'x{}[b + j]')} }}\n"
+        f"    for (int j = 1; j < {V}; ++j) y[b + j] = {op}{{}}(y[b + j - 1], y[b + j]);\n"
+        f"    run[k][q] = y[b + {V - 1}];\n"
+    )
     if G > 1:
         body += (
             f"    for (int d = 1; d < {gw}; d <<= 1) {{\n"
-            f"      const {item} o = coop_shfl(run[k], int(threadIdx.x) - d);\n"
-            f"      if ({wl} >= d) run[k] = {op}{{}}(o, run[k]);\n    }}\n"
+            f"      const {item} o = coop_shfl(run[k][q], int(threadIdx.x) - d);\n"
+            f"      if ({wl} >= d) run[k][q] = {op}{{}}(o, run[k][q]);\n    }}\n"
         )
     body += "  }\n"
     if G > WARP:
         body += (
-            f"  if ((threadIdx.x & 31) == 31) for (int k = 0; k < {R}; ++k) "
-            "s.temp.part[k][threadIdx.x / 32] = run[k];\n"
+            f"  if ((threadIdx.x & 31) == 31) for (int k = 0; k < {R}; ++k) for (int q = 0; q < {Q}; ++q) "
+            "s.temp.part[k][q][threadIdx.x / 32] = run[k][q];\n"
             "  __syncthreads();\n"
         )
-    # the prefix of each run: the seed, the earlier warps' totals, the earlier lanes' (exclusive of this lane)
-    body += f"  {item} pre[{R}];\n  bool has_pre[{R}];\n"
+    # each run's prefix: the seed, the earlier segments' totals (`carry`), then its segment's earlier warps and lanes
+    body += f"  {item} pre[{R}][{Q}];\n  bool has_pre[{R}][{Q}];\n"
     body += f"  for (int k = 0; k < {R}; ++k) {{\n"
+    if seeded:
+        body += f"    {item} carry = seed[k];\n    bool has_carry = true;\n"
+    else:
+        body += f"    {item} carry = {{}};\n    bool has_carry = false;\n"
+    body += f"    for (int q = 0; q < {Q}; ++q) {{\n"
     if G > 1:
         body += (
-            f"    const {item} before = coop_shfl(run[k], int(threadIdx.x) - 1);\n"
-            f"    has_pre[k] = {wl} > 0;\n    if (has_pre[k]) pre[k] = before;\n"
+            f"      const {item} before = coop_shfl(run[k][q], int(threadIdx.x) - 1);\n"
+            f"      bool has = {wl} > 0;\n      {item} p = before;\n"
         )
     else:
-        body += "    has_pre[k] = false;\n"
+        body += f"      bool has = false;\n      {item} p = {{}};\n"
     if G > WARP:
+        per = G // WARP
         body += (
-            f"    {{ const int first = group * {G // WARP}, mine = int(threadIdx.x) / 32;\n"
-            f"      if (mine > first) {{ {item} wp = s.temp.part[k][first];\n"
-            f"        for (int q = first + 1; q < mine; ++q) wp = {op}{{}}(wp, s.temp.part[k][q]);\n"
-            f"        pre[k] = has_pre[k] ? {op}{{}}(wp, pre[k]) : wp; has_pre[k] = true; }} }}\n"
+            f"      {{ const int first = group * {per}, mine = int(threadIdx.x) / 32;\n"
+            f"        if (mine > first) {{ {item} wp = s.temp.part[k][q][first];\n"
+            f"          for (int u = first + 1; u < mine; ++u) wp = {op}{{}}(wp, s.temp.part[k][q][u]);\n"
+            f"          p = has ? {op}{{}}(wp, p) : wp; has = true; }} }}\n"
         )
-    if seeded:
-        body += f"    pre[k] = has_pre[k] ? {op}{{}}(seed[k], pre[k]) : seed[k];\n    has_pre[k] = true;\n"
-    body += "  }\n"
+    body += (
+        f"      pre[k][q] = has_carry ? (has ? {op}{{}}(carry, p) : carry) : p;\n"
+        "      has_pre[k][q] = has_carry || has;\n"
+    )
+    if Q > 1:  # the segment's total, for the next segments: the row's last lane (or its warps', in order)
+        if G > WARP:
+            per = G // WARP
+            total_q = (
+                f"{item} seg = s.temp.part[k][q][group * {per}];\n"
+                f"        for (int u = 1; u < {per}; ++u) seg = {op}{{}}(seg, s.temp.part[k][q][group * {per} + u]);\n"
+            )
+        else:
+            total_q = f"const {item} seg = coop_shfl(run[k][q], (int(threadIdx.x) & ~{G - 1}) + {G - 1});\n"
+        body += (
+            f"      if (q + 1 < {Q}) {{ {total_q}"
+            f"        carry = has_carry ? {op}{{}}(carry, seg) : seg; has_carry = true; }}\n"
+        )
+    body += "    }\n  }\n"
     # the results: inclusive (prefix then the run's own scan) or exclusive (prefix then the run's scan shifted)
     if s.exclusive:
         body += (
-            f"  for (int k = 0; k < {R}; ++k) {{ {item} prev = pre[k];\n"
-            f"    for (int j = 0; j < {ipr}; ++j) {{ const {item} cur = y[k * {ipr} + j]; y[k * {ipr} + j] = prev; "
-            f"prev = {op}{{}}(pre[k], cur); }} }}\n"
+            f"  for (int k = 0; k < {R}; ++k) for (int q = 0; q < {Q}; ++q) {{\n"
+            f"    const int b = k * {ipr} + q * {V};\n    {item} prev = pre[k][q];\n"
+            f"    for (int j = 0; j < {V}; ++j) {{ const {item} cur = y[b + j]; y[b + j] = prev; "
+            f"prev = {op}{{}}(pre[k][q], cur); }}\n  }}\n"
         )
     else:
         body += (
-            f"  for (int k = 0; k < {R}; ++k) if (has_pre[k]) for (int j = 0; j < {ipr}; ++j) "
-            f"y[k * {ipr} + j] = {op}{{}}(pre[k], y[k * {ipr} + j]);\n"
+            f"  for (int k = 0; k < {R}; ++k) for (int q = 0; q < {Q}; ++q) if (has_pre[k][q]) "
+            f"for (int j = 0; j < {V}; ++j) {{ const int b = k * {ipr} + q * {V} + j; "
+            f"y[b] = {op}{{}}(pre[k][q], y[b]); }}\n"
         )
     if totals:
-        last_lane, slot = (rs.n - 1) // ipr, (rs.n - 1) % ipr
+        last = rs.n - 1  # the row's last element: segment, lane and item of it
+        q_last, lane_last, r_last = last // (G * V), (last // V) % G, last % V
+        slot = q_last * V + r_last
         # the inclusive value of the row's last element (for an exclusive scan: its result folded with it)
         if s.exclusive:
             fill_last = pack("x_last[k]", f"x{{}}[k * {ipr} + {slot}]")
@@ -372,14 +400,14 @@ def lower_scan(s: Any, w: Any) -> ShimCall:
         body += f"  {item} total[{R}];\n"
         if G > WARP:
             body += (
-                f"  if (lane == {last_lane}) for (int k = 0; k < {R}; ++k) s.temp.last[k][group] = {value};\n"
+                f"  if (lane == {lane_last}) for (int k = 0; k < {R}; ++k) s.temp.last[k][group] = {value};\n"
                 "  __syncthreads();\n"
                 f"  for (int k = 0; k < {R}; ++k) total[k] = s.temp.last[k][group];\n"
             )
         else:
             body += (
                 f"  for (int k = 0; k < {R}; ++k) total[k] = coop_shfl({value}, "
-                f"(int(threadIdx.x) & ~{G - 1}) + {last_lane});\n"
+                f"(int(threadIdx.x) & ~{G - 1}) + {lane_last});\n"
             )
         for i, v in enumerate(totals):
             if v not in moved_out:

@@ -292,7 +292,7 @@ class Scan(TileOp):
 
     def layout(self, s: TileScan, ctx) -> None:
         if s.axis is not None:  # along rows (columns: rewritten as rows): per-row seeds and totals follow them
-            ctx.join_blocked([*s.srcs, *s.outs])  # (each row in order: contiguous runs)
+            ctx.join([*s.srcs, *s.outs])
             for v in (*(s.initial or ()), *(s.totals or ())):
                 if isinstance(v, ir.Var) and isinstance(v.type, TileType):
                     ctx.claim(v, s.srcs[0], PER_ROW)

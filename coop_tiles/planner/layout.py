@@ -534,10 +534,13 @@ def choose_storage(
 ) -> dict[str, TileLayout]:
     """The tiles that leave registers for shared memory: those past 32 items per thread, then,
     wherever the tiles alive together exceed `register_budget`, those alive across the most
-    collectives (largest first) until the rest fit."""
+    collectives (largest first; shape remaps do not count) until the rest fit."""
     moved = {n: replace(t, storage=SHARED) for n, t in tiles.items() if t.items_per_thread > REGISTER_ITEMS}
     budget = register_budget(threads)
-    collective_positions = [live.at(s) for s in program.walk() if isinstance(s, ir.Collective)]
+    # (a shape remap is a copy in registers or an exchange: a tile alive across it needs no more registers)
+    collective_positions = [
+        live.at(s) for s in program.walk() if isinstance(s, ir.Collective) and not isinstance(s, ir.TileRemap)
+    ]
 
     def spans(name: str) -> int:
         first, last = live.ranges.get(name, (0, -1))
