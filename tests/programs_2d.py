@@ -50,6 +50,19 @@ def row_scans(x, inc, exc, mx, col, totals, m, n, BM: ct.constexpr, BN: ct.const
     tile.store(totals, r, total, valid=m - r)
 
 
+@ct.jit
+def reverse_row_scans(x, inc, exc, col, totals, m, n, BM: ct.constexpr, BN: ct.constexpr):
+    """Suffix scans of each row (seeded per row, with per-row totals), exclusive ones, and of each column."""
+    r = ct.program_id(0) * BM
+    t = tile.load(x, (r, 0), (BM, BN), valid=(m - r, n), other=0)
+    seeds = tile.arange(BM).astype(x.dtype) + r
+    s, total = tile.scan(t, axis=1, reverse=True, initial=seeds, return_total=True)
+    tile.store(inc, (r, 0), s, valid=(m - r, n))
+    tile.store(exc, (r, 0), tile.scan(t, reverse=True, exclusive=True), valid=(m - r, n))
+    tile.store(col, (r, 0), tile.scan(t, axis=0, reverse=True), valid=(m - r, n))
+    tile.store(totals, r, total, valid=m - r)
+
+
 @ct.combine
 def linrec(a_l, b_l, a_r, b_r):
     return a_r * a_l, a_r * b_l + b_r
@@ -164,6 +177,22 @@ def ref_row_scans(x, inc, exc, mx, col, totals, m, n, BM, BN):
             totals[r0 + i] = acc
         col[r0 : r0 + BM] = np.cumsum(block, axis=0)
     return [inc, exc, mx, col, totals]
+
+
+def ref_reverse_row_scans(x, inc, exc, col, totals, m, n, BM, BN):
+    """Sequential suffix sums from each row's last element (padding past n adds 0), seeded per row."""
+    for r0 in range(0, m, BM):
+        block = x[r0 : r0 + BM]
+        for i, row in enumerate(block):
+            acc, run = x.dtype.type(r0 + i), x.dtype.type(0)
+            for j in range(len(row) - 1, -1, -1):
+                exc[r0 + i, j] = run
+                run = run + row[j]
+                acc = acc + row[j]
+                inc[r0 + i, j] = acc
+            totals[r0 + i] = acc
+        col[r0 : r0 + BM] = np.cumsum(block[::-1], axis=0)[::-1]
+    return [inc, exc, col, totals]
 
 
 def ref_chunked_rows_linrec(a, b, h, last, n, BM, CHUNK):
@@ -293,6 +322,21 @@ def make_cases() -> list[Case]:
                     (-(-m // bm),),
                     [1, 2, 3, 4, 5],
                     ref_row_scans,
+                )
+            )
+    for dt in (np.int32, np.float32):
+        for m, n, bm, bn in ((9, 13, 4, 16), (64, 64, 64, 64), (40, 32, 8, 32)):
+            x = rng.integers(-9, 10, (m, n)).astype(dt)
+            z = np.zeros((m, n), dt)
+            cases.append(
+                Case(
+                    f"reverse_row_scans[{np.dtype(dt).name}-{m}x{n}-{bm}x{bn}]",
+                    reverse_row_scans,
+                    [x, z, z.copy(), z.copy(), np.zeros(m, dt), m, n],
+                    {"BM": bm, "BN": bn},
+                    (-(-m // bm),),
+                    [1, 2, 3, 4],
+                    ref_reverse_row_scans,
                 )
             )
     for m, n, bm, chunk in ((8, 100, 4, 32), (32, 64, 16, 64)):

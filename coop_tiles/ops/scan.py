@@ -199,10 +199,11 @@ class Scan(TileOp):
         chained = b.constant(chained, "chained", bool)
         shape = srcs[0].type.shape
         k = tile_axis(b, axis, srcs[0], "tile.scan")
-        if reverse and len(shape) > 1:
-            raise TileValueError(
-                "tile.scan(..., reverse=True) of a 2-D tile is not supported yet; scan tile.flip(t) instead"
-            )
+        # a 2-D reverse scan is the forward scan of the rows (columns) flipped, flipped back: its seed comes first
+        # and its total is the fold through element 0 either way
+        flipped = reverse and len(shape) > 1
+        if flipped:
+            srcs = tuple(b.remap(v, ir.FLIP, shape, k) for v in srcs)
         if chained:
             if len(shape) > 1:
                 one_d(srcs[0], "tile.scan(..., chained=True)")
@@ -221,7 +222,13 @@ class Scan(TileOp):
         totals = tuple(b.temp(total_type(dt)) for dt in dtypes) if return_total else None
         name = op if isinstance(op, str) else op.name
         axis = None if len(shape) == 1 else k
-        b.emit(TileScan(outs, srcs, name, not isinstance(op, str), exclusive, initial, totals, chained, reverse, axis))
+        b.emit(
+            TileScan(outs, srcs, name, not isinstance(op, str), exclusive, initial, totals, chained, reverse, axis)
+            if not flipped
+            else TileScan(outs, srcs, name, not isinstance(op, str), exclusive, initial, totals, False, False, axis)
+        )
+        if flipped:
+            outs = tuple(b.remap(v, ir.FLIP, shape, k) for v in outs)
         result = outs if len(outs) > 1 or not isinstance(t, ir.Var) else outs[0]
         if not return_total:
             return result
