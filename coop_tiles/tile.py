@@ -86,6 +86,7 @@ def scan(
     op: Any = "add",
     *,
     axis: int = -1,
+    reverse: bool = False,
     exclusive: bool = False,
     initial: Any = None,
     return_total: bool = False,
@@ -103,9 +104,15 @@ def scan(
     next chunk. An exclusive scan needs ``initial`` with a combine function (there is no identity).
     Example: ``(_, h), carry = tile.scan((a, b), op=ssm, initial=carry, return_total=True)``.
 
+    ``reverse=True`` scans from the last element to the first (a suffix scan, ``y[i]`` folds
+    ``x[n-1]`` down to ``x[i]``; the later element is the left operand of a combine function):
+    ``initial`` comes first (before ``x[n-1]``) and ``total`` is the fold through element 0.
+
     With ``chained=True`` the scan runs over the tiles of every program of a 1-D grid in program-id
     order, as over one array (single pass, decoupled look-back): ``initial`` seeds program 0 only, and
-    ``total`` is the fold through this program's last element. It must run exactly once in every
+    ``total`` is the fold through this program's last element; with ``reverse=True``, from the last
+    program to the first (``initial`` seeds the last program, ``total`` is the fold from the end
+    through this program's first element). It must run exactly once in every
     program (at the top level, not in a loop or an ``if``). Example, a whole-array cumsum:
     ``tile.store(y, base, tile.scan(t, chained=True), valid=n - base)``.
 

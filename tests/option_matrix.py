@@ -380,7 +380,7 @@ def _combine_or_seed(s: Source, c: Combination, i: int, seed: tuple) -> Callable
     return realize
 
 
-@harness(tile.scan, knows=("t", "op", "dtype", "exclusive", "initial", "return_total", "chained"))
+@harness(tile.scan, knows=("t", "op", "dtype", "reverse", "exclusive", "initial", "return_total", "chained"))
 def _scan(s: Source, c: Combination, i: int) -> None:
     T, o = c.size, c.options
     data, fold, seed = _operands(c)
@@ -404,7 +404,7 @@ def _scan(s: Source, c: Combination, i: int) -> None:
 
 def _scan_reference(c: Combination, data: list[np.ndarray], fold: Callable, seed: tuple, dts: list[np.dtype]):
     """(scanned arrays, totals by program): a sequential fold per tile, or over the whole array for a
-    chained scan."""
+    chained scan; from the last element (and program) to the first for a reverse one."""
     T, o = c.size, c.options
     xs = [x.astype(dt) for x, dt in zip(data, dts)]
     seeded = o["initial"] is not None
@@ -412,10 +412,11 @@ def _scan_reference(c: Combination, data: list[np.ndarray], fold: Callable, seed
     ys = [np.zeros(GRID * T, dt) for dt in dts]
     zs = [np.zeros(GRID, dt) for dt in dts]
     acc = start
-    for p in range(GRID):
+    backwards = o.get("reverse", False)
+    for p in range(GRID - 1, -1, -1) if backwards and o["chained"] else range(GRID):
         if not o["chained"]:
             acc = start
-        for j in range(p * T, (p + 1) * T):
+        for j in range((p + 1) * T - 1, p * T - 1, -1) if backwards else range(p * T, (p + 1) * T):
             item = tuple(x[j] for x in xs)
             before = acc if acc is not None else tuple(_identity(_op_of(c), dt) for dt in dts)
             with np.errstate(all="ignore"):

@@ -476,6 +476,109 @@ def chained_argmax(x, best, where, n, TILE: ct.constexpr):
     tile.store(where, base, bi, valid=n - base)
 
 
+# ----- reverse scans ---------------------------------------------------------------------------------
+@ct.jit
+def reverse_scan(
+    x, y, totals, n, other, TILE: ct.constexpr, OP: ct.constexpr, EXCLUSIVE: ct.constexpr, DTYPE: ct.constexpr
+):
+    """Per tile, from its last element to its first (elements past n hold `other` and come first)."""
+    pid = ct.program_id(0)
+    base = pid * TILE
+    t = tile.load(x, base, TILE, valid=n - base, other=other)
+    s, total = tile.scan(t, op=OP, reverse=True, exclusive=EXCLUSIVE, return_total=True, dtype=DTYPE)
+    tile.store(y, base, s, valid=n - base)
+    totals[pid] = total
+
+
+@ct.jit
+def reverse_carried_cumsum(x, y, n, CHUNK: ct.constexpr, EXCLUSIVE: ct.constexpr):
+    """One program: suffix sums of the whole array after a seed of 3, chunk by chunk from the last."""
+    carry = x[0] * 0 + 3
+    for chunk in range((n + CHUNK - 1) // CHUNK - 1, -1, -1):
+        base = chunk * CHUNK
+        t = tile.load(x, base, CHUNK, valid=n - base, other=0)
+        s, carry = tile.scan(t, reverse=True, exclusive=EXCLUSIVE, initial=carry, return_total=True)
+        tile.store(y, base, s, valid=n - base)
+
+
+@ct.jit
+def reverse_linrec(a, b, h, total, n, TILE: ct.constexpr, EXCLUSIVE: ct.constexpr):
+    """Per tile, h_t = a_t * h_{t+1} + b_t from h = 0.5 after the tile's end (exclusive: the state after
+    each element); `total` is the state before the tile's first element."""
+    pid = ct.program_id(0)
+    base = pid * TILE
+    ta = tile.load(a, base, TILE, valid=n - base, other=1)
+    tb = tile.load(b, base, TILE, valid=n - base, other=0)
+    (_, th), (_a, hb) = tile.scan(
+        (ta, tb), op=linrec, reverse=True, exclusive=EXCLUSIVE, initial=(1.0, 0.5), return_total=True
+    )
+    tile.store(h, base, th, valid=n - base)
+    total[pid] = hb
+
+
+@ct.jit
+def chunked_reverse_linrec(a, b, h, n, CHUNK: ct.constexpr):
+    """One program walks the array from its end (a backward pass's recurrence), carrying the state."""
+    carry = (1.0, 0.0)
+    for chunk in range((n + CHUNK - 1) // CHUNK - 1, -1, -1):
+        base = chunk * CHUNK
+        ta = tile.load(a, base, CHUNK, valid=n - base, other=1)
+        tb = tile.load(b, base, CHUNK, valid=n - base, other=0)
+        (_, th), carry = tile.scan((ta, tb), op=linrec, reverse=True, initial=carry, return_total=True)
+        tile.store(h, base, th, valid=n - base)
+
+
+@ct.jit
+def reverse_matrix_scan(m, out, n, TILE: ct.constexpr):
+    """Products of 2x2 matrices from each one to its tile's end, the later matrix on the left (unseeded)."""
+    base = ct.program_id(0) * TILE
+    cols = (
+        tile.load(m[0], base, TILE, valid=n - base, other=1),
+        tile.load(m[1], base, TILE, valid=n - base, other=0),
+        tile.load(m[2], base, TILE, valid=n - base, other=0),
+        tile.load(m[3], base, TILE, valid=n - base, other=1),
+    )
+    s = tile.scan(cols, op=matmul2, reverse=True)
+    tile.store(out[0], base, s[0], valid=n - base)
+    tile.store(out[1], base, s[1], valid=n - base)
+    tile.store(out[2], base, s[2], valid=n - base)
+    tile.store(out[3], base, s[3], valid=n - base)
+
+
+@ct.jit
+def reverse_half(x, y, n, TILE: ct.constexpr):
+    """16-bit floats: a reverse scan in float32, returned in float32."""
+    base = ct.program_id(0) * TILE
+    t = tile.load(x, base, TILE, valid=n - base, other=0)
+    tile.store(y, base, tile.scan(t, reverse=True), valid=n - base)
+
+
+@ct.jit
+def chained_reverse(x, y, totals, n, other, TILE: ct.constexpr, OP: ct.constexpr, EXCLUSIVE: ct.constexpr):
+    """One scan over the whole array from its last element (the last program) to its first: elements past
+    n hold `other` and come first; each program's total is the fold from the end through its first element."""
+    pid = ct.program_id(0)
+    base = pid * TILE
+    t = tile.load(x, base, TILE, valid=n - base, other=other)
+    s, total = tile.scan(t, op=OP, reverse=True, exclusive=EXCLUSIVE, return_total=True, chained=True)
+    tile.store(y, base, s, valid=n - base)
+    totals[pid] = total
+
+
+@ct.jit
+def chained_reverse_linrec(a, b, h, totals, n, TILE: ct.constexpr, EXCLUSIVE: ct.constexpr):
+    """h_t = a_t * h_{t+1} + b_t over the whole array from h = 0.5 after its end (seeding the last program)."""
+    pid = ct.program_id(0)
+    base = pid * TILE
+    ta = tile.load(a, base, TILE, valid=n - base, other=1)
+    tb = tile.load(b, base, TILE, valid=n - base, other=0)
+    (_, th), (_a, hb) = tile.scan(
+        (ta, tb), op=linrec, reverse=True, exclusive=EXCLUSIVE, initial=(1.0, 0.5), return_total=True, chained=True
+    )
+    tile.store(h, base, th, valid=n - base)
+    totals[pid] = hb
+
+
 # ----- references --------------------------------------------------------------------------------------
 def ref_vector_add(x, y, out, n, TILE):
     out[:n] = x[:n] + y[:n]
@@ -1247,6 +1350,225 @@ def storage_cases(rng: np.random.Generator) -> list[Case]:
     return cases
 
 
+# ----- reverse scans: sequential references, from the last element -----------------------------------
+def _padded(x: np.ndarray, n: int, size: int, other: Any) -> np.ndarray:
+    """x[:n] followed by `other` up to `size` elements."""
+    return np.concatenate([x[:n], np.full(size - n, other, x.dtype)])
+
+
+def _suffix(values: list[np.ndarray], fold: Callable, seed: tuple | None, exclusive: bool):
+    """(scanned arrays, total): each element's fold from the last element down to it (exclusive: down to
+    the one after it), `fold(earlier, later)` on tuples, `seed` first."""
+    out = [np.empty_like(v) for v in values]
+    acc = seed
+    with np.errstate(all="ignore"):
+        for i in range(len(values[0]) - 1, -1, -1):
+            item = tuple(v[i] for v in values)
+            before = acc
+            acc = item if acc is None else tuple(o.dtype.type(r) for o, r in zip(out, fold(acc, item)))
+            for o, r in zip(out, before if exclusive else acc):
+                o[i] = r
+    return out, acc
+
+
+def ref_reverse_scan(x, y, totals, n, other, TILE, OP, EXCLUSIVE, DTYPE):
+    dt = np.dtype(DTYPE) if DTYPE is not None else x.dtype
+    seed = (_identity(OP, dt),) if EXCLUSIVE else None
+    for pid, (start, chunk) in enumerate(_tiles(x[:n], TILE)):
+        t = _padded(chunk, len(chunk), TILE, other).astype(dt)
+        (s,), (total,) = _suffix([t], lambda l, r: (_ACC[OP](l[0], r[0]),), seed, EXCLUSIVE)
+        y[start : start + len(chunk)] = s[: len(chunk)]
+        totals[pid] = total
+    return [y, totals]
+
+
+def ref_reverse_carried_cumsum(x, y, n, CHUNK, EXCLUSIVE):
+    (s,), _ = _suffix([x[:n]], lambda l, r: (l[0] + r[0],), (x.dtype.type(3),), EXCLUSIVE)
+    y[:n] = s
+    return [y]
+
+
+def _linrec_pair(l, r):
+    return r[0] * l[0], r[0] * l[1] + r[1]
+
+
+def ref_reverse_linrec(a, b, h, total, n, TILE, EXCLUSIVE):
+    for pid, (start, chunk) in enumerate(_tiles(a[:n], TILE)):
+        ta = _padded(chunk, len(chunk), TILE, 1).astype(np.float64)
+        tb = _padded(b[start:], len(chunk), TILE, 0).astype(np.float64)
+        (_, th), (_, hb) = _suffix([ta, tb], _linrec_pair, (1.0, 0.5), EXCLUSIVE)
+        h[start : start + len(chunk)] = th[: len(chunk)]
+        total[pid] = hb
+    return [h, total]
+
+
+def ref_chunked_reverse_linrec(a, b, h, n, CHUNK):
+    (_, th), _ = _suffix([a[:n].astype(np.float64), b[:n].astype(np.float64)], _linrec_pair, (1.0, 0.0), False)
+    h[:n] = th
+    return [h]
+
+
+def ref_reverse_matrix_scan(m, out, n, TILE):
+    for start, _ in _tiles(m[0, :n], TILE):
+        acc = np.eye(2)
+        for i in range(min(start + TILE, n) - 1, start - 1, -1):
+            acc = acc @ m[:, i].astype(np.float64).reshape(2, 2)  # the later (earlier in scan order) on the left
+            out[:, i] = acc.reshape(4)
+    return [out]
+
+
+def ref_reverse_half(x, y, n, TILE):
+    for start, chunk in _tiles(x[:n], TILE):
+        t = _padded(chunk, len(chunk), TILE, 0).astype(np.float32)
+        y[start : start + len(chunk)] = np.cumsum(t[::-1], dtype=np.float32)[::-1][: len(chunk)]
+    return [y]
+
+
+def ref_chained_reverse(x, y, totals, n, other, TILE, OP, EXCLUSIVE):
+    size = len(totals) * TILE
+    seed = (_identity(OP, x.dtype),) if EXCLUSIVE else None
+    (s,), _ = _suffix([_padded(x, n, size, other)], lambda l, r: (_ACC[OP](l[0], r[0]),), seed, EXCLUSIVE)
+    (inclusive,), _ = _suffix([_padded(x, n, size, other)], lambda l, r: (_ACC[OP](l[0], r[0]),), None, False)
+    y[:n] = s[:n]
+    totals[:] = inclusive[::TILE]  # the fold from the end through each program's first element
+    return [y, totals]
+
+
+def ref_chained_reverse_linrec(a, b, h, totals, n, TILE, EXCLUSIVE):
+    size = len(totals) * TILE
+    ta, tb = _padded(a, n, size, 1).astype(np.float64), _padded(b, n, size, 0).astype(np.float64)
+    (_, th), _ = _suffix([ta, tb], _linrec_pair, (1.0, 0.5), EXCLUSIVE)
+    (_, inclusive), _ = _suffix([ta, tb], _linrec_pair, (1.0, 0.5), False)
+    h[:n] = th[:n]
+    totals[:] = inclusive[::TILE]
+    return [h, totals]
+
+
+def reverse_cases(rng: np.random.Generator) -> list[Case]:
+    """Reverse scans: built-in ops (exclusive, dtype=), tiles not a multiple of the block (padding, which
+    must not enter the fold: in reverse order it would come first), seeds carried from the last chunk to
+    the first, non-commutative combine functions (the recurrence, 2x2 matrix products), 16-bit floats,
+    and chained reverse scans over 1 to 20 programs with a partial last tile."""
+    cases = []
+    for dt, op, exclusive, acc, n, tile_size in [
+        (np.int32, "add", False, None, 1000, 300),
+        (np.int32, "add", True, None, 1000, 256),
+        (np.float64, "max", False, None, 777, 100),
+        (np.int64, "min", True, None, 999, 1000),
+        (np.uint8, "xor", False, None, 700, 64),
+        (np.int32, "mul", True, None, 300, 37),
+        (np.int8, "add", False, np.int64, 1500, 512),
+        (np.uint16, "or", True, np.int32, 500, 129),
+    ]:
+        lo, hi = (-1, 1) if np.dtype(dt).kind == "f" else (-100, 100)
+        x = _rand(rng, n, dt, lo, hi) if op != "mul" else rng.choice(np.array([1, -1, 2], dt), n)
+        grid = ct.cdiv(n, tile_size)
+        acc_dt = np.dtype(acc) if acc is not None else np.dtype(dt)
+        cases.append(
+            Case(
+                f"reverse_scan[{np.dtype(dt).name},{op},{'ex' if exclusive else 'in'},{acc_dt.name},tile={tile_size}]",
+                reverse_scan,
+                [x, np.zeros(n, acc_dt), np.zeros(grid, acc_dt), n, _identity(op, np.dtype(dt))],
+                {"TILE": tile_size, "OP": op, "EXCLUSIVE": exclusive, "DTYPE": acc},
+                grid,
+                [1, 2],
+                ref_reverse_scan,
+            )
+        )
+    for n, chunk, exclusive in [(1000, 256, False), (1000, 300, True), (90, 1000, False)]:
+        cases.append(
+            Case(
+                f"reverse_carried_cumsum[n={n},chunk={chunk},{'ex' if exclusive else 'in'}]",
+                reverse_carried_cumsum,
+                [_rand(rng, n, np.int64, -1000, 1000), np.zeros(n, np.int64), n],
+                {"CHUNK": chunk, "EXCLUSIVE": exclusive},
+                1,
+                [1],
+                ref_reverse_carried_cumsum,
+            )
+        )
+    cases += linrec_cases(
+        rng,
+        reverse_linrec,
+        ref_reverse_linrec,
+        [(np.float32, 1000, 256, False), (np.float32, 1000, 300, True), (np.float64, 777, 100, False)],
+    )
+    for dt, n, chunk in [(np.float32, 1000, 256), (np.float64, 999, 300)]:
+        a, b = rng.uniform(0.5, 1.0, n).astype(dt), rng.uniform(-1, 1, n).astype(dt)
+        cases.append(
+            Case(
+                f"chunked_reverse_linrec[{np.dtype(dt).name},chunk={chunk}]",
+                chunked_reverse_linrec,
+                [a, b, np.zeros(n, dt), n],
+                {"CHUNK": chunk},
+                1,
+                [2],
+                ref_chunked_reverse_linrec,
+                rtol=1e-4 if dt == np.float32 else 1e-10,
+                atol=1e-5 if dt == np.float32 else 1e-12,
+            )
+        )
+    n = 700
+    m = rng.uniform(-1, 1, (4, n)).round(1)
+    cases.append(
+        Case(
+            "reverse_matrix_scan[tile=300]",
+            reverse_matrix_scan,
+            [m, np.zeros((4, n)), n],
+            {"TILE": 300},
+            ct.cdiv(n, 300),
+            [1],
+            ref_reverse_matrix_scan,
+            rtol=1e-9,
+            atol=1e-9,
+        )
+    )
+    for dt in HALVES:
+        n = 600
+        cases.append(
+            Case(
+                f"reverse_half[{dt.name}]",
+                reverse_half,
+                [rng.uniform(-2, 2, n).astype(dt), np.zeros(n, np.float32), n],
+                {"TILE": 160},
+                ct.cdiv(n, 160),
+                [1],
+                ref_reverse_half,
+                rtol=1e-5,
+                atol=1e-4,
+                library="torch" if dt == np.dtype(ct.bfloat16) else "cupy",
+            )
+        )
+    for dt, op, exclusive, n, tile_size in [
+        (np.int32, "add", False, 5000, 256),
+        (np.int32, "add", True, 5000, 300),
+        (np.float64, "max", False, 2000, 300),
+        (np.int64, "min", True, 3001, 1000),
+        (np.uint8, "xor", False, 700, 64),
+        (np.int32, "add", False, 100, 256),  # one program
+    ]:
+        lo, hi = (-1, 1) if np.dtype(dt).kind == "f" else (-100, 100)
+        grid = ct.cdiv(n, tile_size)
+        cases.append(
+            Case(
+                f"chained_reverse[{np.dtype(dt).name},{op},{'ex' if exclusive else 'in'},{grid}]",
+                chained_reverse,
+                [_rand(rng, n, dt, lo, hi), np.zeros(n, dt), np.zeros(grid, dt), n, _identity(op, np.dtype(dt))],
+                {"TILE": tile_size, "OP": op, "EXCLUSIVE": exclusive},
+                grid,
+                [1, 2],
+                ref_chained_reverse,
+            )
+        )
+    cases += linrec_cases(
+        rng,
+        chained_reverse_linrec,
+        ref_chained_reverse_linrec,
+        [(np.float32, 3000, 256, False), (np.float32, 1000, 300, True), (np.float64, 2049, 512, True)],
+    )
+    return cases
+
+
 def _rand(rng: np.random.Generator, n: int, dt: Any, lo: float = -100, hi: float = 100) -> np.ndarray:
     dt = np.dtype(dt)
     if dt.kind == "f":
@@ -1478,7 +1800,14 @@ def make_cases(seed: int = 0) -> list[Case]:
             ref_vector_add,
         )
     )  # the third program has valid < 0
-    return cases + new_feature_cases(rng) + toolbox_cases(rng) + storage_cases(rng) + chained_cases(rng)
+    return (
+        cases
+        + new_feature_cases(rng)
+        + toolbox_cases(rng)
+        + storage_cases(rng)
+        + chained_cases(rng)
+        + reverse_cases(rng)
+    )
 
 
 CASES = make_cases()

@@ -301,7 +301,19 @@ def test_command_line():
 
 
 @pytest.mark.parametrize(
-    "name", ["compare", "cub", "device", "kernels", "report", "timing", "compile_profile", "sum_probe", "_mamba_cuda"]
+    "name",
+    [
+        "compare",
+        "cub",
+        "device",
+        "kernels",
+        "report",
+        "timing",
+        "compile_profile",
+        "sum_probe",
+        "reverse_probe",
+        "_mamba_cuda",
+    ],
 )
 def test_module_imports(name):
     """Every benchmarks module imports without a GPU (_baselines.py needs PyTorch and Triton, which run.py imports

@@ -1,10 +1,10 @@
 """Shared-memory plans checked by an independent checker (`carve_checker.py`), no GPU needed.
 
 - random tile programs (seeded), written as Python source and built by the front end, planned with
-  fabricated TempStorage sizes: collectives (load, store, scan, exclusive scan with initial, carried
-  scan, reductions, all-reduces in loops, sort, histogram, histograms accumulated through a loop,
-  adjacent difference) and element-wise statements, over tiles in registers and in shared memory,
-  in `for` and `while` loops and both branches of `if`s;
+  fabricated TempStorage sizes: collectives (load, store, scan, reverse scan, exclusive scan with
+  initial, carried scan, carried reverse scan, reductions, all-reduces in loops, sort, histogram,
+  histograms accumulated through a loop, adjacent difference) and element-wise statements, over
+  tiles in registers and in shared memory, in `for` and `while` loops and both branches of `if`s;
 - every program of `programs.py` (with several fabricated size sets) and issue 17's program;
 - the checker itself: it finds the race of issue 17 in the carve before its fix (c3756f0), and a
   barrier dropped from, or a region moved in, a sound plan.
@@ -105,7 +105,7 @@ class Generator:
             tiles[new] = "int32"
         elif kind == "scan":
             op = rng.choice(['"add"', '"max"', '"min"'])
-            self.emit(depth, f"{new} = tile.scan({a}, op={op})")
+            self.emit(depth, f"{new} = tile.scan({a}, op={op}{rng.choice(['', ', reverse=True'])})")
             tiles[new] = tiles[a]
         elif kind == "xscan":
             self.emit(depth, f"{new} = tile.scan({a}, exclusive=True, initial={rng.randint(-3, 3)})")
@@ -222,7 +222,8 @@ class Generator:
         self.emit(depth + 1, f"{t} = tile.load(x, base + {i} * 7, TILE, valid=valid, other=0)")
         inner["tiles"][t] = "int32"
         if self.rng.random() < 0.6:
-            self.emit(depth + 1, f"{s}, {c} = tile.scan({t}, initial={c}, return_total=True)")
+            reverse = self.rng.choice(["", "reverse=True, "])
+            self.emit(depth + 1, f"{s}, {c} = tile.scan({t}, {reverse}initial={c}, return_total=True)")
             self.emit(depth + 1, f"tile.store(y, base, {s}, valid=valid)")
         else:
             self.emit(depth + 1, f"{c} = {c} + tile.sum({t})")

@@ -362,7 +362,8 @@ _HANDLERS = _handlers()
 
 def _start(w: _BodyWriter, start: BodyStart) -> None:
     """The start of a program whose op has grid-wide state (`BodyStart`): its statements again, on
-    renamed variables (`<name>_pf`), with program id 0 guessed as the block index, then its calls,
+    renamed variables (`<name>_pf`), with program id 0 guessed as the block index (from the last block
+    when `descending`), then its calls,
     then `begin` (a chained scan: prefetch its first loads while its ticket is in flight)."""
     renamed = {v.name: dataclasses.replace(v, name=f"{v.name}_pf") for s in start.stmts for v in ir.defs(s)}
 
@@ -373,7 +374,8 @@ def _start(w: _BodyWriter, start: BodyStart) -> None:
     w.declare(stmts, 1)
     for s in stmts:
         if isinstance(s, ir.ProgramId) and s.axis == 0 and not s.count:
-            w.line(1, f"{s.out.name} = np.int64(cuda.blockIdx.x)")  # the guess; the ticket comes after
+            guess = "cuda.gridDim.x - 1 - cuda.blockIdx.x" if start.descending else "cuda.blockIdx.x"
+            w.line(1, f"{s.out.name} = np.int64({guess})")  # the guess; the ticket comes after
         else:
             _HANDLERS[type(s)](w, s, 1)
     for s in start.calls_for:

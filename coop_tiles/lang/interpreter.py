@@ -1,7 +1,7 @@
 """The NumPy interpreter: evaluates a program's typed tile IR, one program instance at a time in
-program-id order. It runs after the same front end as the compiler, so both accept the same
-programs, raise the same errors and give every value the same dtype; each tile op's NumPy
-semantics come from its definition in `coop_tiles.ops`.
+program-id order (from the last for a reverse chained scan). It runs after the same front end as
+the compiler, so both accept the same programs, raise the same errors and give every value the same
+dtype; each tile op's NumPy semantics come from its definition in `coop_tiles.ops`.
 
 Scalars are NumPy scalars of their variable's dtype, tiles NumPy arrays of their shape, arrays the
 caller's NumPy arrays (views of them for `u[b, d]`, so writes land in the caller's memory).
@@ -16,7 +16,7 @@ import numpy as np
 
 from ..dtypes import cast, compute_dtype
 from ..errors import TileError, TileValueError
-from ..ops.base import launch_checks, op_of
+from ..ops.base import descending, launch_checks, op_of
 from ..ops.elementwise import ELEMENTWISE
 from . import ir
 from .types import ArrayType, TileType
@@ -45,7 +45,7 @@ def elementwise(op: str, values: list[Any], compute: np.dtype, out: np.dtype) ->
 
 class Frame:
     """One program instance: its program id, grid, and the value of every variable. `launch` is shared
-    by the programs of one launch, in program-id order (a chained scan's carry, by statement id)."""
+    by the programs of one launch, in the order they run (a chained scan's carry, by statement id)."""
 
     def __init__(
         self, program: ir.Program, pid: tuple[int, int, int], grid: tuple[int, int, int], launch: dict | None = None
@@ -199,13 +199,15 @@ def evaluate_combine(combine: ir.Combine, left: tuple, right: tuple) -> tuple:
 
 
 def run(program: ir.Program, grid: tuple[int, int, int], args: list[Any]) -> None:
-    """Run `program` once per program instance of `grid`, in program-id order, on NumPy arrays and
-    scalars (`args` in the order of `program.params`)."""
+    """Run `program` once per program instance of `grid`, in program-id order (from the last for a
+    reverse chained scan, `TileOp.descending_programs`), on NumPy arrays and scalars (`args` in the
+    order of `program.params`)."""
     for check in launch_checks(program) if all(grid) else ():
         check(grid)
     params = [s for s in program.body if isinstance(s, ir.Param)]
     launch: dict = {}
-    for pid in itertools.product(*(range(d) for d in reversed(grid))):
+    pids = list(itertools.product(*(range(d) for d in reversed(grid))))
+    for pid in reversed(pids) if descending(program) else pids:
         f = Frame(program, tuple(reversed(pid)), grid, launch)  # type: ignore[arg-type]
         for s, value in zip(params, args):
             f.set(s.out, value)

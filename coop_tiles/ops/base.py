@@ -14,9 +14,9 @@ package. It owns the op's IR statement class and every rule about it:
   the generated body makes (codegen renders the call; no op writes body code itself);
 - `item_value`: for a tile made without a collective (a constructor), each item's value, as an
   expression the body writer spells;
-- `lower_after`, `body_start`, `max_default_threads`: what an op with grid-wide state (a chained
-  scan) adds to the kernel: shims that need the whole program, the body's first steps, and a
-  smaller default block size;
+- `lower_after`, `body_start`, `max_default_threads`, `descending_programs`: what an op with
+  grid-wide state (a chained scan) adds to the kernel: shims that need the whole program, the body's
+  first steps, a smaller default block size, and the order the interpreter runs programs in;
 - `rewrite`: an IR rewrite for the GPU that the op owns (run by the compiler's rewrite stage).
 
 The stages know ops only through this module: the hooks receive the stages' objects, typed here
@@ -99,15 +99,18 @@ class ShimCall:
 class BodyStart:
     """What the body does before its statements for an op with grid-wide state (a chained scan,
     whose program ids are tickets taken from that state): run `stmts` again on renamed variables,
-    with program id 0 read as the block index (a guess), make the shim call `call(s)` of each
-    statement `s` of `calls_for` with those variables (shims its op defined in `TileOp.lower_after`),
-    then call shim `begin` with the state; from then on program id 0 is what shim `program_id` returns."""
+    with program id 0 read as the block index (a guess; counted from the last block when `descending`),
+    make the shim call `call(s)` of each statement `s` of `calls_for` with those variables (shims its op
+    defined in `TileOp.lower_after`), then call shim `begin` with the state; from then on program id 0
+    is what shim `program_id` returns."""
 
     stmts: tuple[ir.Stmt, ...]
     calls_for: tuple[ir.Stmt, ...]
     call: Callable[[Any], ShimCall]
     begin: str
     program_id: str
+    #: program ids are handed out from the last program to the first (a reverse chained scan)
+    descending: bool = False
 
 
 # ----- what an op sees of each stage ---------------------------------------------------------------
@@ -284,6 +287,12 @@ class TileOp:
         ticket, see `BodyStart`); None, the default, for nothing."""
         return None
 
+    def descending_programs(self, s: Any) -> bool:
+        """Whether the interpreter runs the programs of a launch from the last program id to the first
+        for `s` (a reverse chained scan: each program continues from the fold of those after it, and the
+        GPU hands out their ids in that order). Default: no, in program-id order."""
+        return False
+
     def max_default_threads(self, s: Any, largest: int) -> int | None:
         """The most threads per block the default block size gives a program with `s`, whose largest
         tile has `largest` elements (None, the default: no limit of its own)."""
@@ -385,6 +394,12 @@ def op_of(s: ir.Stmt) -> TileOp | None:
 def element_op(name: str) -> ElementOp:
     """The element-wise op `name` (`ops/elementwise.py`), for the stages, which import only this module."""
     return ELEMENTWISE[name]
+
+
+def descending(program: ir.Program) -> bool:
+    """Whether the interpreter runs `program`'s launches from the last program id to the first
+    (`TileOp.descending_programs`)."""
+    return any((op := op_of(s)) is not None and op.descending_programs(s) for s in program.walk())
 
 
 def launch_checks(program: ir.Program) -> list[Callable[[tuple[int, int, int]], None]]:

@@ -9,13 +9,17 @@ ticket is its program id (what `ct.program_id(0)` returns). A program only ever 
 with smaller ids, and those took their tickets earlier, from blocks that were already running and
 keep running until they have published; by induction from program 0, which waits for nothing,
 every program finishes, whatever order the hardware starts blocks in. (CUB's device scan takes
-`blockIdx.x` and relies on blocks starting in that order, which CUDA does not promise.)
+`blockIdx.x` and relies on blocks starting in that order, which CUDA does not promise.) A reverse
+chained scan runs from the last program to the first: its program id is the grid's count minus 1
+minus the ticket, and nothing else changes (tickets stay the scan's order, for the look-back and the
+descriptors; the interpreter runs the programs from the last, `TileOp.descending_programs`).
 
 **Prefetch while the ticket is in flight.** Nothing can load before the ticket's round trip to
 L2 returns, and under a full memory system that trip is long. So a program's first loads (the
 top-level `tile.load`s of unit-stride arrays before its chained scan, whose offset and valid
 count are plain arithmetic on parameters and the program id) are asked of L2 first, for the
-program id the block would have if tickets followed block indices (`prefetched_loads`): they
+program id the block would have if tickets followed block indices (`prefetched_loads`; counted
+from the last block for a reverse scan): they
 almost always nearly do, and every resident block's tile is read by some resident block within
 microseconds, so the lines are in L2 when the real loads come. A prefetch is only a hint: a
 wrong guess costs a little bandwidth, never a wrong result. (On an H100, 2^28 int32, TILE 4096 x
@@ -187,10 +191,12 @@ def define_prefetches(program: ir.Program, w: Lowering) -> None:
         w.define(prefetch_call(load), "", w.clamp(load.out.type.size) + fetch)
 
 
-def body_start(program: ir.Program) -> BodyStart:
-    """The body's start (module docstring): the prefetches, for program id = block index, then the ticket."""
+def body_start(program: ir.Program, reverse: bool) -> BodyStart:
+    """The body's start (module docstring): the prefetches, for program id = block index (counted from
+    the last block when `reverse`), then the ticket."""
     loads, stmts = prefetched_loads(program)
-    return BodyStart(tuple(stmts), tuple(loads), prefetch_call, "coop_chain_begin", "coop_chain_tile")
+    program_id = "coop_chain_tile_reverse" if reverse else "coop_chain_tile"
+    return BodyStart(tuple(stmts), tuple(loads), prefetch_call, "coop_chain_begin", program_id, descending=reverse)
 
 
 #: the look-back's device code, in the translation unit of a kernel with a chained scan
@@ -312,7 +318,20 @@ extern "C" __device__ void coop_chain_begin(unsigned char* state) {
   __syncthreads();
 }
 extern "C" __device__ long long coop_chain_tile() { return coop_chain.tile; }
+// A reverse chained scan's program id: its tickets go from the last program to the first.
+extern "C" __device__ long long coop_chain_tile_reverse() { return (long long)gridDim.x - 1 - coop_chain.tile; }
 """
+
+
+def callback(item: str, op: str, init: str | None, total: str) -> str:
+    """C++ declaration of `cb`, the block prefix callback of a chained scan over `item` with functor `op`,
+    `init` the expression that seeds the first program (None: unseeded), its inclusive prefix written to
+    `total` (an lvalue in shared memory)."""
+    seed = f"true, {init}" if init is not None else f"false, {item}{{}}"
+    return (
+        f"  coop::chain_prefix<{item}, {op}> cb{{{{coop_chain.descriptors, coop_chain.epoch}}, coop_chain.tile, "
+        f"{seed}, &{total}}};\n"
+    )
 
 
 def lower(s: Any, w: Any, item: str, op: str, pack: Any, init: str | None, exclusive: bool) -> str:
@@ -323,11 +342,7 @@ def lower(s: Any, w: Any, item: str, op: str, pack: Any, init: str | None, exclu
     items, threads, size = lay.items_per_thread, w.threads, lay.size
     kind = "Exclusive" if exclusive else "Inclusive"
     alias = f"coop_scan_{s.cid}_t"
-    seed = f"true, {init}" if init is not None else f"false, {item}{{}}"
-    body = (
-        f"  coop::chain_prefix<{item}, {op}> cb{{{{coop_chain.descriptors, coop_chain.epoch}}, coop_chain.tile, "
-        f"{seed}, &s.total}};\n"
-    )
+    body = callback(item, op, init, "s.total")
     if threads * items == size:
         # CUB's own idiom: the callback runs inside the block scan, once the tile's aggregate is known
         call = f"  {alias}(s.temp).{kind}Scan(y, y, {op}{{}}, cb);\n"

@@ -5,6 +5,15 @@ Built-in ops on 16-bit floats scan in float32 (the contract's accumulation rule)
 `cub::BlockScan` over blocked items: over the tile's dtype for built-in ops, over a generated
 struct of the k dtypes for combine functions. With `chained=True` the scan continues across the
 programs of the grid in program-id order (`ops/chained.py`: placement rules, look-back, state).
+
+With `reverse=True` the scan runs from the last element to the first: one definition, the forward
+scan of the flipped tile, flipped back (the interpreter runs exactly that). On the GPU it is
+`REVERSE_LIBRARY`'s `coop::reverse_block_scan`: each thread folds its items last first, and each warp
+reverses its lanes with one shuffle around `cub::WarpScan` (`coop::reverse_lanes`), so the block
+needs one barrier, as CUB's forward `BLOCK_SCAN_WARP_SCANS` does; nothing is reversed in memory and
+the planner sees an ordinary blocked tile. The same building block scans logical warps of fewer
+lanes (`reverse_warp_scan`). A chained reverse scan takes its program ids from the last program
+down (`ops/chained.py`), so its tickets, look-back and descriptors are the forward scan's.
 """
 
 from __future__ import annotations
@@ -28,8 +37,123 @@ from .options import COMBINE, SCALAR, Forbidden, Option
 EXCLUSIVE_NEEDS_INITIAL = "an exclusive scan with a @ct.combine function needs initial= (there is no identity)"
 
 
+#: the device code of reverse scans (`coop::reverse_block_scan`), and of logical warps' (`reverse_warp_scan`)
+REVERSE_LIBRARY = r"""
+namespace coop {
+// Lane i of each logical warp of LANES lanes (a power of two, at most 32) gets lane (pivot - i) mod LANES's `v`:
+// lanes pivot..0 in that order, then lanes LANES-1..pivot+1 (pivot LANES-1: the lanes reversed). A permutation
+// that is its own inverse: the same call takes values back. Every lane of `mask` calls it.
+template <int LANES, class T>
+__device__ __forceinline__ T reverse_lanes(const T& v, int pivot, unsigned mask = 0xffffffffu) {
+  const int lane = int(threadIdx.x) & (LANES - 1);  // (blocks are 1-D)
+  return cub::ShuffleIndex<LANES>(v, (pivot - lane) & (LANES - 1), mask);
+}
+
+// Reverse scan of one value per lane over logical warps of LANES lanes, from the last lane to the first (the
+// later lane is the left operand of `op`): `inclusive` folds lanes LANES-1 down to this one, `exclusive` lanes
+// LANES-1 down to the next one (undefined in lane LANES-1). cub::WarpScan's forward scan between two reversals.
+template <class T, int LANES, class Op>
+__device__ __forceinline__ void reverse_warp_scan(typename cub::WarpScan<T, LANES>::TempStorage& temp, const T& v,
+                                                  T& inclusive, T& exclusive, Op op) {
+  T in, ex;
+  cub::WarpScan<T, LANES>(temp).Scan(reverse_lanes<LANES>(v, LANES - 1), in, ex, op);
+  inclusive = reverse_lanes<LANES>(in, LANES - 1);
+  exclusive = reverse_lanes<LANES>(ex, LANES - 1);
+}
+
+// Reverse scan of a tile of SIZE elements held blocked, ITEMS per thread, by a block of THREADS threads: element
+// SIZE-1 first, element 0 last, the earlier in scan order on the left of Op. Items past SIZE are padding and never
+// folded into an element's result (thread LAST holds element SIZE-1 in its item TOP; threads past it hold padding
+// only). Each thread folds its items, last first. Each warp reverses its lanes and scans them with cub::WarpScan
+// (the warp holding element SIZE-1 pivots on its lane, so that its padding lanes come after every real one); the
+// warps' folds meet in shared memory after one barrier, and each thread folds those of the warps after its own
+// (the warps before it in scan order), after the seed. Then each thread applies its prefix to its items.
+template <class T, class Op, int THREADS, int ITEMS, int SIZE, bool EXCLUSIVE> struct reverse_block_scan {
+  static constexpr int WARPS = THREADS / 32, LAST = (SIZE - 1) / ITEMS, TOP = (SIZE - 1) % ITEMS;
+  static constexpr int LAST_WARP = LAST / 32, PIVOT = LAST % 32;
+  static_assert(THREADS % 32 == 0 && SIZE <= THREADS * ITEMS, "a whole number of warps holds the tile");
+  using warp_scan = cub::WarpScan<T>;
+  struct TempStorage { typename warp_scan::TempStorage warp[WARPS]; T folds[WARPS]; T seed, prefix, total; };
+  TempStorage& s;
+  __device__ __forceinline__ explicit reverse_block_scan(TempStorage& temp) : s(temp) {}
+
+  // Scans `y` in place after `seed` (thread 0's) when `seeded`; returns the fold of the seed and every element, in
+  // every thread. An exclusive scan must be seeded.
+  __device__ __forceinline__ T scan(T (&y)[ITEMS], bool seeded, const T& seed) {
+    if (seeded && threadIdx.x == 0) s.seed = seed;  // (read after the barrier)
+    return run(y, [&](const T&, bool& on, T& v) { on = seeded; v = s.seed; });
+  }
+  // The same within a chained scan: `cb` (coop::chain_prefix) gets the block's fold and returns its prefix.
+  template <class Callback> __device__ __forceinline__ T chained(T (&y)[ITEMS], Callback& cb) {
+    return run(y, [&](const T& block, bool& on, T& v) {
+      if (threadIdx.x < 32) { const T p = cb(block); if (threadIdx.x == 0) s.prefix = p; }
+      __syncthreads();
+      on = cb.tile > 0 || cb.seeded;
+      v = s.prefix;
+    });
+  }
+
+ private:
+  template <class Seed> __device__ __forceinline__ T run(T (&y)[ITEMS], Seed&& seed_of) {
+    const int tid = int(threadIdx.x), warp = tid / 32, lane = tid % 32;
+    const int top = tid == LAST ? TOP : ITEMS - 1;  // this thread's item that comes first
+    T fold = y[ITEMS - 1];
+#pragma unroll
+    for (int i = ITEMS - 2; i >= 0; --i) fold = i >= top ? y[i] : Op{}(fold, y[i]);
+    const int pivot = warp == LAST_WARP ? PIVOT : 31;
+    T in, ex;
+    warp_scan(s.warp[warp]).Scan(reverse_lanes<32>(fold, pivot), in, ex, Op{});
+    if (lane == pivot) s.folds[warp] = in;
+    __syncthreads();
+    T block = s.folds[LAST_WARP], before = block;  // the fold of every warp; of those after this one
+#pragma unroll
+    for (int k = LAST_WARP - 1; k >= 0; --k) {
+      if (k == warp) before = block;
+      block = Op{}(block, s.folds[k]);
+    }
+    bool has = warp < LAST_WARP, seeded;
+    T seed;
+    seed_of(block, seeded, seed);
+    if (seeded) {
+      before = has ? Op{}(seed, before) : seed;
+      block = Op{}(seed, block);
+      has = true;
+    }
+    // lane 0 runs the warp's first lane (in scan order): its prefix is the warps' before it
+    T p = lane == 0 ? before : has ? Op{}(before, ex) : ex;
+    p = reverse_lanes<32>(p, pivot);  // to the thread whose items it prefixes
+    has = has || lane != pivot;
+#pragma unroll
+    for (int i = ITEMS - 1; i >= 0; --i) {
+      if (i > top) continue;
+      const T e = y[i];
+      if (EXCLUSIVE) y[i] = p;
+      p = has ? Op{}(p, e) : e;
+      has = true;
+      if (!EXCLUSIVE) y[i] = p;
+    }
+    return block;
+  }
+};
+}  // namespace coop
+"""
+
+
+def reverse_warp_scan(item: str, lanes: int, op: str, temp: str, value: str, inclusive: str, exclusive: str) -> str:
+    """C++ statement: the reverse scan of `value` (of C++ type `item`, one per lane) over logical warps of
+    `lanes` lanes (a power of two up to 32) with functor `op`, into `inclusive` and `exclusive` (declared
+    by the caller; `exclusive` is undefined in each logical warp's last lane, which comes first). `temp` is
+    a `cub::WarpScan<item, lanes>::TempStorage` (empty on sm_80 and later for these widths); every lane of
+    the warp runs it. Needs `REVERSE_LIBRARY` (`w.helper`) and `cub/warp/warp_scan.cuh`."""
+    if lanes & (lanes - 1) or not 1 <= lanes <= 32:
+        raise ValueError(f"a logical warp has a power of two of lanes up to 32, not {lanes}")
+    return f"coop::reverse_warp_scan<{item}, {lanes}>({temp}, {value}, {inclusive}, {exclusive}, {op}{{}});"
+
+
 @dataclass
-class TileScan(ir.Collective, defs="outs totals", uses="srcs initial", attrs="op combine exclusive chained axis"):
+class TileScan(
+    ir.Collective, defs="outs totals", uses="srcs initial", attrs="op combine exclusive chained axis reverse"
+):
     """A scan of `srcs` into `outs`; of a 2-D tile along `axis`, each row (or column) on its own, with
     `initial` and `totals` then scalars or tiles of one value per row (column)."""
 
@@ -42,6 +166,7 @@ class TileScan(ir.Collective, defs="outs totals", uses="srcs initial", attrs="op
     totals: tuple[ir.Var, ...] | None
     chained: bool = False  # continues from the previous program's last element
     axis: int | None = None  # the scanned axis of a 2-D tile (None: a 1-D tile)
+    reverse: bool = False  # from the last element to the first (and the last program to the first)
 
 
 @register
@@ -51,6 +176,7 @@ class Scan(TileOp):
     in_place = True
     options = (
         *OPTIONS,
+        Option("reverse", (False, True)),
         Option("exclusive", (False, True)),
         Option("initial", (None, SCALAR)),
         Option("return_total", (False, True)),
@@ -65,8 +191,9 @@ class Scan(TileOp):
         ),
     )
 
-    def build(self, b, public, t, op, *, axis, exclusive, initial, return_total, chained, dtype):
+    def build(self, b, public, t, op, *, axis, reverse, exclusive, initial, return_total, chained, dtype):
         op, srcs, dtypes = typed_op(b, op, t, "tile.scan", dtype)
+        reverse = b.constant(reverse, "reverse", bool)
         exclusive = b.constant(exclusive, "exclusive", bool)
         return_total = b.constant(return_total, "return_total", bool)
         chained = b.constant(chained, "chained", bool)
@@ -90,7 +217,8 @@ class Scan(TileOp):
         totals = tuple(b.temp(total_type(dt)) for dt in dtypes) if return_total else None
         name = op if isinstance(op, str) else op.name
         axis = None if len(shape) == 1 else k
-        b.emit(TileScan(outs, srcs, name, not isinstance(op, str), exclusive, initial, totals, chained, axis))
+        stmt = TileScan(outs, srcs, name, not isinstance(op, str), exclusive, initial, totals, chained, axis, reverse)
+        b.emit(stmt)
         result = outs if len(outs) > 1 or not isinstance(t, ir.Var) else outs[0]
         if not return_total:
             return result
@@ -100,8 +228,10 @@ class Scan(TileOp):
         # along the last axis: a 2-D tile's scanned axis is moved there, each row scanned on its own
         axis = -1 if s.axis is None else s.axis
         xs = tuple(np.moveaxis(frame.get(v), axis, -1) for v in s.srcs)
+        if s.reverse:  # the forward scan of the flipped rows: x[n-1] first, the later element on the left
+            xs = tuple(x[..., ::-1] for x in xs)
         seed = None if s.initial is None else tuple(frame.get(v) for v in s.initial)
-        if s.chained and s.sid in frame.launch:  # programs run in program-id order: the previous one's fold
+        if s.chained and s.sid in frame.launch:  # programs run in scan order: the previous one's fold
             seed = frame.launch[s.sid]
         if s.combine:
             fn = frame.program.combines[s.op]
@@ -124,6 +254,7 @@ class Scan(TileOp):
             out = (acc[..., :-1] if s.exclusive else inclusive,)
             total = (acc[..., -1],)
         for var, value in zip(s.outs, out):
+            value = value[..., ::-1] if s.reverse else value
             frame.env[var.name] = np.ascontiguousarray(np.moveaxis(value, -1, axis))
         for var, value in zip(s.totals or (), total):
             if isinstance(var.type, TileType):
@@ -144,19 +275,27 @@ class Scan(TileOp):
             chain.define_prefetches(program, w)
 
     def body_start(self, s: TileScan, program: ir.Program):
-        return chain.body_start(program) if s.chained else None
+        return chain.body_start(program, s.reverse) if s.chained else None
+
+    def descending_programs(self, s: TileScan) -> bool:
+        return s.chained and s.reverse
 
     def thread0_reads(self, s: TileScan, threads: int) -> set[str]:
-        # a carried scan's seed is thread 0's: it shares it with the block through the scan's own barrier
-        carried = _carried(s, s.srcs[0].type.size, threads)
-        return {v.name for v in s.initial or () if isinstance(v, ir.Var)} if carried else set()
+        # a carried or reverse scan's seed is thread 0's: it shares it with the block through the scan's own barrier
+        solo = _carried(s, s.srcs[0].type.size, threads) or (s.reverse and not s.chained)
+        return {v.name for v in s.initial or () if isinstance(v, ir.Var)} if solo else set()
 
     def layout(self, s: TileScan, ctx) -> None:
         ctx.join_blocked([*s.srcs, *s.outs])
 
     def choose(self, s: TileScan, ctx):
         carried = _carried(s, s.srcs[0].type.size, ctx.threads)
-        label = f"scan[{s.op}{', chained' if s.chained else ''}]{', carried' if carried else ''}"
+        label = f"scan[{s.op}{', reverse' if s.reverse else ''}{', chained' if s.chained else ''}]"
+        label += ", carried" if carried else ""
+        if s.reverse:
+            # one barrier after its first writes (the warps' folds and the seed); runs alternate between
+            # two TempStorage, as a carried scan's do. A chained one waits on other blocks (as above).
+            return ctx.choice(s, label, "WarpScan", "reverse lanes, warp folds", sync="" if s.chained else REENTRANT)
         # BLOCK_SCAN_WARP_SCANS always has a __syncthreads; a carried scan alternates between two
         # TempStorage, so what one run reads after its barrier is apart from what the next run writes.
         # A chained scan's shim waits on other blocks: the carve does not count on its barriers.
@@ -173,17 +312,26 @@ class Scan(TileOp):
         lay = w.layout(s.srcs[0])
         items, threads, size = lay.items_per_thread, w.threads, lay.size
         carried = _carried(s, size, threads)
-        args += [PARITY] if carried else []
+        alternates = carried or (s.reverse and not s.chained)
+        args += [PARITY] if alternates else []
         call = ShimCall(f"coop_scan_{s.cid}", tuple(args))
-        w.include("cub/block/block_scan.cuh")
         dtypes = [v.type.dtype for v in s.srcs]
         item, op, code, pack, unpack = item_code(w, s.cid, s.op, s.combine, dtypes)
         alias = f"coop_scan_{s.cid}_t"
-        cub_type = f"cub::BlockScan<{item}, {threads}, cub::BLOCK_SCAN_WARP_SCANS>"
-        extra = f"{item} seed[2]; " if carried else f"{item} total; "
-        extra += f"{item} agg; {item} prefix; " if s.chained else ""
-        code = w.storage(s.cid, cub_type, extra, prelude=code, copies=2 if carried else None)
-        code += f"using {alias} = {cub_type};\n"
+        if s.reverse:
+            w.include("cub/warp/warp_scan.cuh")
+            w.helper(REVERSE_LIBRARY)
+            scan_type = (
+                f"coop::reverse_block_scan<{item}, {op}, {threads}, {items}, {size}, {str(s.exclusive).lower()}>"
+            )
+            extra = ""
+        else:
+            w.include("cub/block/block_scan.cuh")
+            scan_type = f"cub::BlockScan<{item}, {threads}, cub::BLOCK_SCAN_WARP_SCANS>"
+            extra = f"{item} seed[2]; " if carried else f"{item} total; "
+            extra += f"{item} agg; {item} prefix; " if s.chained else ""
+        code = w.storage(s.cid, scan_type, extra, prelude=code, copies=2 if alternates else None)
+        code += f"using {alias} = {scan_type};\n"
         body = w.storage_ref(s.cid)
         body += "".join(w.items_ref(f"x{i}", f"in{i}", v, items) for i, v in enumerate(s.srcs))
         body += "".join(w.items_ref(f"o{i}", f"out{i}", v, items) for i, v in enumerate(s.outs))
@@ -193,9 +341,21 @@ class Scan(TileOp):
         if s.initial is not None:
             init = "init"
             body += f"  {item} init;\n  {pack('init', 'initial{}')}\n"
-        elif not s.combine and (s.exclusive or (s.totals and not s.chained)):
+        elif not s.combine and (s.exclusive or (s.totals and not s.chained and not s.reverse)):
             init = w.identity(s.op, s.srcs[0].type.dtype)
-        if s.chained:
+        if s.reverse:
+            # every thread gets the total from the scan itself (no broadcast)
+            if s.chained:
+                w.chain_bytes = chain.descriptor_bytes(dtypes)
+                code = chain.LIBRARY + code
+                body += f'  static_assert(sizeof({item}) == {chain.item_bytes(dtypes)}, "item size");\n'
+                body += chain.callback(item, op, init, "s.temp.total")
+                body += f"  const {item} total = {alias}(s.temp).chained(y, cb);\n"
+            else:
+                seed = f"true, {init}" if init is not None else f"false, {item}{{}}"
+                body += w.alternate() + f"  const {item} total = {alias}(s.temp[run]).scan(y, {seed});\n"
+            body += "".join(f"  *total{i} = {unpack('total', i)};\n" for i in range(k) if s.totals is not None)
+        elif s.chained:
             w.chain_bytes = chain.descriptor_bytes(dtypes)
             code = chain.LIBRARY + code
             body += f'  static_assert(sizeof({item}) == {chain.item_bytes(dtypes)}, "item size");\n'
@@ -236,7 +396,7 @@ class Scan(TileOp):
                     f"  if (int(threadIdx.x) == {thread}) {{ {item} x_item; "
                     f"{pack('x_item', f'x{{}}[{slot}]')} s.total = {value}; }}\n"
                 )
-        if s.totals is not None and not carried:
+        if s.totals is not None and not carried and not s.reverse:
             body += "" if s.chained else "  __syncthreads();\n"  # (a chained scan's ends with one)
             body += "".join(f"  *total{i} = {unpack('s.total', i)};\n" for i in range(k))
         body += (
@@ -255,7 +415,13 @@ def _prepend(seed, x: np.ndarray) -> np.ndarray:
 
 
 def _carried(s: TileScan, size: int, threads: int) -> bool:
-    """Whether the scan is a carried one (one barrier, the total in every thread, two TempStorage
+    """Whether the forward scan is a carried one (one barrier, the total in every thread, two TempStorage
     used in turn): it returns a total, has a seed (`initial`, or a built-in op's identity), and its
     tile of `size` fills the block."""
-    return not s.chained and s.totals is not None and (s.initial is not None or not s.combine) and size % threads == 0
+    return (
+        not s.chained
+        and not s.reverse
+        and s.totals is not None
+        and (s.initial is not None or not s.combine)
+        and size % threads == 0
+    )
