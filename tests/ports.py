@@ -28,6 +28,9 @@ fused_recurrent_fwd_kernel  82 (40)   14    simple GLA only: 40 of the 82 lines 
                                             (block of V, block of K, sequence * head) where the original
                                             decodes one program id; one time index per step instead of
                                             seven pointers stepped by +-1
+ddA suffix sum (PyTorch)    2         4     not a Triton kernel: the backward's `ddA_cumsum.flip([-1])
+                                            .cumsum(dim=-1).flip([-1])` and the add after it (the original's
+                                            two lines launch three kernels), as one reverse scan along rows
 =========================== ========= ===== ==================================================================
 
 (`test_ports.test_line_counts_in_the_table` checks the ports' counts against the bodies below.)
@@ -137,6 +140,20 @@ def chunk_cumsum_bwd_kernel(
             tile.store(ddt_bias[b, c], h, tile.sum(g, axis=1), valid=nheads - h)
         else:
             tile.atomic_add(ddt_bias, h, tile.sum(g, axis=1), valid=nheads - h)
+
+
+# ----- Mamba-2: the backward's suffix sum (PyTorch in the original) -----------------------------------
+@ct.jit
+def chunk_suffix_sum_kernel(
+    ddA_cumsum, ddA, nheads, chunk_size, BLOCK_SIZE_H: ct.constexpr, BLOCK_SIZE_CHUNK: ct.constexpr
+):
+    """ddA[..., j] += the sum of ddA_cumsum[..., j:] along the chunk, for one (batch, chunk, block of heads):
+    `ddA_cumsum.flip([-1]).cumsum(dim=-1).flip([-1])` and the add after it in `_mamba_chunk_scan_combined_bwd`,
+    the gradient of a cumsum. Both are (batch, nchunks, nheads, chunk_size) views."""
+    b, c, h = ct.program_id(0), ct.program_id(1), ct.program_id(2) * BLOCK_SIZE_H
+    block, valid = (BLOCK_SIZE_H, BLOCK_SIZE_CHUNK), (nheads - h, chunk_size)
+    suffix = tile.scan(tile.load(ddA_cumsum[b, c], (h, 0), block, valid=valid), axis=1, reverse=True)
+    tile.store(ddA[b, c], (h, 0), tile.load(ddA[b, c], (h, 0), block, valid=valid) + suffix, valid=valid)
 
 
 # ----- flash-linear-attention: fused recurrent simple GLA, forward -----------------------------------
@@ -296,6 +313,18 @@ def chunk_cumsum_bwd(
             "BLOCK_SIZE_CHUNK": next_power_of_2(chunk_size),
             "DETERMINISTIC_REDUCTION": deterministic,
         },
+    )
+
+
+def chunk_suffix_sum(ddA_cumsum: Any, ddA: Any, block_size_h: int = 4) -> Launch:
+    """Adds the suffix sums along the chunk of `ddA_cumsum` into `ddA`, both (batch, nheads, nchunks,
+    chunk_size) float32."""
+    batch, nheads, nchunks, chunk_size = ddA.shape
+    return Launch(
+        chunk_suffix_sum_kernel,
+        (batch, nchunks, -(-nheads // block_size_h)),
+        [_permuted(ddA_cumsum, (0, 2, 1, 3)), _permuted(ddA, (0, 2, 1, 3)), nheads, chunk_size],
+        {"BLOCK_SIZE_H": block_size_h, "BLOCK_SIZE_CHUNK": next_power_of_2(chunk_size)},
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -158,6 +159,21 @@ def test_chunk_cumsum_bwd_in_the_interpreter(cfg, deterministic):
     _close(got, expected, rtol=1e-5, atol=1e-5)
 
 
+def run_suffix_sum(cfg: Shapes, arrays: Arrays, rng: np.random.Generator):
+    """Launches the suffix-sum step; (got, expected) for ddA."""
+    b, L, H, cs = cfg["batch"], cfg["seqlen"], cfg["nheads"], cfg["chunk"]
+    ddA_cumsum, ddA = (rng.standard_normal((b, H, -(-L // cs), cs)).astype(np.float32) for _ in range(2))
+    out = arrays.to(ddA)
+    ports.chunk_suffix_sum(arrays.to(ddA_cumsum), out, cfg["bh"])(interpret=arrays.interpret)
+    return [arrays.back(out)], [ddA + np.flip(np.cumsum(np.flip(ddA_cumsum.astype(np.float64), -1), -1), -1)]
+
+
+@pytest.mark.parametrize("cfg", CUMSUM, ids=_id)
+def test_chunk_suffix_sum_in_the_interpreter(cfg):
+    got, expected = run_suffix_sum(cfg, Arrays(), np.random.default_rng(4))
+    _close(got, expected, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
 @pytest.mark.parametrize("cfg", GLA, ids=_id)
 def test_fused_recurrent_simple_gla_in_the_interpreter(cfg, reverse):
@@ -198,6 +214,7 @@ def _launches() -> list[tuple[str, ports.Launch]]:
                 chunked, chunked, dt, A, dt, red, red if bias is not None else None, bias, softplus, (0.1, 2), det
             )
             out.append((f"cumsum_bwd-{tag}-det{det}", launch))
+    out.append(("suffix_sum", ports.chunk_suffix_sum(chunked, chunked)))
     q, v = np.zeros((2, 9, 3, 100), f32), np.zeros((2, 9, 3, 70), f32)
     parts, state = np.zeros((2, 2, 9, 3, 70), f32), np.zeros((2, 3, 100, 70), f32)
     for reverse in (False, True):
@@ -265,6 +282,13 @@ def test_chunk_cumsum_bwd_on_the_gpu(cfg, deterministic):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("cfg", CUMSUM_GPU, ids=_id)
+def test_chunk_suffix_sum_on_the_gpu(cfg):
+    got, expected = run_suffix_sum(cfg, _device("cupy"), np.random.default_rng(4))
+    _close(got, expected, rtol=1e-2, atol=3e-3)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
 @pytest.mark.parametrize("shape", GLA_GPU, ids=lambda s: "B{}-T{}-H{}-D{}-scale{}-norm{}".format(*s))
@@ -286,14 +310,15 @@ def _body_lines(fn: Callable) -> int:
 
 
 @pytest.mark.parametrize(
-    "kernel,lines",
+    "kernel,row,lines",
     [
-        (ports.chunk_cumsum_fwd_kernel, 13),
-        (ports.chunk_cumsum_bwd_kernel, 29),
-        (ports.fused_recurrent_gla_fwd_kernel, 14),
+        (ports.chunk_cumsum_fwd_kernel, "_chunk_cumsum_fwd_kernel", 13),
+        (ports.chunk_cumsum_bwd_kernel, "_chunk_cumsum_bwd_kernel", 29),
+        (ports.chunk_suffix_sum_kernel, "ddA suffix sum (PyTorch)", 4),
+        (ports.fused_recurrent_gla_fwd_kernel, "fused_recurrent_fwd_kernel", 14),
     ],
     ids=lambda v: getattr(v, "__name__", str(v)),
 )
-def test_line_counts_in_the_table(kernel, lines):
+def test_line_counts_in_the_table(kernel, row, lines):
     assert _body_lines(kernel.fn) == lines
-    assert f" {lines} " in ports.__doc__
+    assert re.search(rf"^{re.escape(row)} +\d+(?: \(\d+\))? +{lines} ", ports.__doc__, re.M), row
