@@ -19,6 +19,10 @@ import coop_tiles as ct
 
 Shapes = dict[str, Any]
 
+#: compiling 2-D programs is branch twod's stage 2, not merged yet: a CompileError until then (strict: a pass
+#: fails, so that this mark goes when stage 2 comes; a wrong result is a failure, not an expected one)
+NOT_LOWERED = pytest.mark.xfail(raises=ct.CompileError, strict=True, reason="2-D tiles are not compiled yet")
+
 #: Mamba-2 chunk cumsum configurations: ragged sequences (seqlen not a multiple of chunk_size), chunk sizes
 #: that are not powers of two (BLOCK_SIZE_CHUNK pads them), nheads not a multiple of the block of heads
 KEYS = ("batch", "seqlen", "nheads", "chunk", "bh", "bias", "softplus", "limit")
@@ -145,7 +149,7 @@ def _err_ratio(got: list[np.ndarray], expected: list[np.ndarray], ratio: float, 
 
 
 # ----- the interpreter --------------------------------------------------------------------------------
-@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ct.bfloat16], ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("cfg", CUMSUM, ids=_id)
 def test_chunk_cumsum_fwd_in_the_interpreter(cfg, dtype):
     got, expected = run_cumsum_fwd(cfg, Arrays(), dtype, np.random.default_rng(0))
@@ -174,10 +178,11 @@ def test_chunk_suffix_sum_in_the_interpreter(cfg):
     _close(got, expected, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
 @pytest.mark.parametrize("cfg", GLA, ids=_id)
-def test_fused_recurrent_simple_gla_in_the_interpreter(cfg, reverse):
-    got, expected = run_gla(cfg, Arrays(), np.float32, np.random.default_rng(2), reverse)
+def test_fused_recurrent_simple_gla_in_the_interpreter(cfg, reverse, dtype):
+    got, expected = run_gla(cfg, Arrays(), dtype, np.random.default_rng(2), reverse)
     _close(got, expected, rtol=1e-5, atol=1e-5)
 
 
@@ -224,9 +229,7 @@ def _launches() -> list[tuple[str, ports.Launch]]:
     return out
 
 
-@pytest.mark.xfail(
-    raises=ct.CompileError, strict=True, reason="2-D tiles are lowered by branch twod's stage 2 (not merged yet)"
-)
+@NOT_LOWERED
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("name,launch", _launches(), ids=[n for n, _ in _launches()])
 def test_ports_compile_to_cubin(name, launch, arch):
@@ -266,6 +269,7 @@ DTYPES_GPU = [("cupy", np.float32), ("cupy", np.float16), ("torch", ct.bfloat16)
 
 
 @pytest.mark.gpu
+@NOT_LOWERED
 @pytest.mark.parametrize("library,dtype", DTYPES_GPU, ids=lambda v: v if isinstance(v, str) else np.dtype(v).name)
 @pytest.mark.parametrize("cfg", CUMSUM_GPU, ids=_id)
 def test_chunk_cumsum_fwd_on_the_gpu(cfg, library, dtype):
@@ -274,6 +278,7 @@ def test_chunk_cumsum_fwd_on_the_gpu(cfg, library, dtype):
 
 
 @pytest.mark.gpu
+@NOT_LOWERED
 @pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
 @pytest.mark.parametrize("cfg", CUMSUM_GPU, ids=_id)
 def test_chunk_cumsum_bwd_on_the_gpu(cfg, deterministic):
@@ -282,6 +287,7 @@ def test_chunk_cumsum_bwd_on_the_gpu(cfg, deterministic):
 
 
 @pytest.mark.gpu
+@NOT_LOWERED
 @pytest.mark.parametrize("cfg", CUMSUM_GPU, ids=_id)
 def test_chunk_suffix_sum_on_the_gpu(cfg):
     got, expected = run_suffix_sum(cfg, _device("cupy"), np.random.default_rng(4))
@@ -289,6 +295,7 @@ def test_chunk_suffix_sum_on_the_gpu(cfg):
 
 
 @pytest.mark.gpu
+@NOT_LOWERED
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
 @pytest.mark.parametrize("shape", GLA_GPU, ids=lambda s: "B{}-T{}-H{}-D{}-scale{}-norm{}".format(*s))
