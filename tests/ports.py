@@ -28,9 +28,9 @@ fused_recurrent_fwd_kernel  82 (40)   14    simple GLA only: 40 of the 82 lines 
                                             (block of V, block of K, sequence * head) where the original
                                             decodes one program id; one time index per step instead of
                                             seven pointers stepped by +-1
-ddA suffix sum (PyTorch)    2         4     not a Triton kernel: the backward's `ddA_cumsum.flip([-1])
-                                            .cumsum(dim=-1).flip([-1])` and the add after it (the original's
-                                            two lines launch three kernels), as one reverse scan along rows
+ddA suffix sum (PyTorch)    2         4     not a Triton kernel: the backward's `ddA_cumsum_prev.flip([-1])
+                                            .cumsum(dim=-1).flip([-1])` and its add into ddA (two flips, a
+                                            cumsum and adds in PyTorch) as one reverse scan along rows
 =========================== ========= ===== ==================================================================
 
 (`test_ports.test_line_counts_in_the_table` checks the ports' counts against the bodies below.)
