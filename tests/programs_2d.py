@@ -112,6 +112,23 @@ def strided_block(a, out, BM: ct.constexpr, BN: ct.constexpr):
     tile.store(out, (r, 0), t + 1, valid=(a.shape[0] - r, a.shape[1]))
 
 
+@ct.jit
+def vector_folds(x, out, TILE: ct.constexpr):
+    """Axis folds of a 1-D tile: a (1,) tile with keepdims, a scalar without."""
+    t = tile.load(x, 0, TILE)
+    tile.store(out, 0, tile.max(t, axis=0, keepdims=True))
+    out[1] = tile.sum(t, axis=-1)
+    out[2] = tile.argmax(t, axis=0)
+
+
+@ct.jit
+def batched_blocks(u, out, BM: ct.constexpr, BN: ct.constexpr):
+    """The (M, N) block of batch b of a 3-D array (a 2-D view), its column sums into a 2-D view of a 3-D array."""
+    b = ct.program_id(0)
+    t = tile.load(u[b], (0, 0), (BM, BN), valid=(u.shape[1], u.shape[2]))
+    tile.store(out[b], (0, 0), tile.sum(t, axis=0, keepdims=True), valid=(1, u.shape[2]))
+
+
 # ----- references ------------------------------------------------------------------------------------
 def ref_row_softmax(x, y, m, n, BM, BN):
     z = x.astype(np.float64)
@@ -196,6 +213,16 @@ def ref_masked(x, y, x2, y2, n, m2, n2, TILE, BM, BN):
     return [y, y2]
 
 
+def ref_vector_folds(x, out, TILE):
+    out[:3] = [x[:TILE].max(), x[:TILE].sum(), x[:TILE].argmax()]
+    return [out]
+
+
+def ref_batched_blocks(u, out, BM, BN):
+    out[:] = u.sum(axis=1, keepdims=True)
+    return [out]
+
+
 def ref_strided_block(a, out, BM, BN):
     out[:] = a + 1
     return [out]
@@ -206,7 +233,7 @@ def make_cases() -> list[Case]:
     rng = np.random.default_rng(19)
     cases = []
     for dt in (np.float32, np.float64):
-        for m, n, bm, bn in ((10, 7, 4, 8), (64, 64, 8, 64), (33, 300, 2, 512)):
+        for m, n, bm, bn in ((10, 7, 4, 8), (64, 64, 8, 64), (33, 300, 2, 512), (6, 3000, 1, 4096)):
             x = (rng.standard_normal((m, n)) * 3).astype(dt)
             cases.append(
                 Case(
@@ -221,7 +248,23 @@ def make_cases() -> list[Case]:
                     atol=1e-6,
                 )
             )
-    for m, n, bm, bn in ((12, 50, 4, 64), (16, 128, 16, 128)):
+    for dt in (np.float16, ct.bfloat16):  # 16-bit rows, softmax in float32 (PyTorch tensors on the GPU)
+        x = rng.standard_normal((6, 1000)).astype(dt)
+        cases.append(
+            Case(
+                f"row_softmax[{np.dtype(dt).name}-6x1000-2x1024]",
+                row_softmax,
+                [x, np.zeros((6, 1000), np.float32), 6, 1000],
+                {"BM": 2, "BN": 1024},
+                (3,),
+                [1],
+                ref_row_softmax,
+                rtol=1e-5,
+                atol=1e-6,
+                library="torch",
+            )
+        )
+    for m, n, bm, bn in ((12, 50, 4, 64), (16, 128, 16, 128), (9, 1000, 2, 1024)):
         x = rng.standard_normal((m, n)).astype(np.float32)
         w, bias = rng.standard_normal(n).astype(np.float32), rng.standard_normal(n).astype(np.float32)
         cases.append(
@@ -313,6 +356,22 @@ def make_cases() -> list[Case]:
             (1,),
             [1, 3],
             ref_masked,
+        )
+    )
+    v = rng.integers(-99, 99, 300).astype(np.int32)
+    cases.append(
+        Case("vector_folds", vector_folds, [v, np.zeros(3, np.int32)], {"TILE": 300}, (1,), [1], ref_vector_folds)
+    )
+    u = rng.integers(-9, 9, (3, 5, 20)).astype(np.int64)
+    cases.append(
+        Case(
+            "batched_blocks",
+            batched_blocks,
+            [u, np.zeros((3, 1, 20), np.int64)],
+            {"BM": 8, "BN": 32},
+            (3,),
+            [1],
+            ref_batched_blocks,
         )
     )
     base = rng.standard_normal((40, 24)).astype(np.float32)

@@ -98,6 +98,7 @@ class Generator:
         kind = rng.choice(
             ["load", "scan", "scan", "xscan", "total", "reduce", "sort", "sort", "hist", "store", "store"]
             + ["map", "map", "map2", "wide", "scalar", "reassign", "reassign", "diff"]
+            + ["rows", "columns", "rowsum", "flip", "transpose"]
         )
         new = self.fresh("t")
         if kind == "load":
@@ -158,6 +159,19 @@ class Generator:
             self.emit(depth, f"{a} = " + how.format(a=a))
         elif kind == "diff":
             self.emit(depth, f"{new} = tile.adjacent_difference({a})")
+            tiles[new] = tiles[a]
+        elif kind in ("rows", "columns", "rowsum", "transpose"):  # over the tile as 8 rows (2-D tiles)
+            block = f"tile.reshape({a}, (8, TILE // 8))"
+            how = {
+                "rows": f"tile.scan({block}, axis=1, initial=tile.arange(8).astype({block}.dtype))",
+                "columns": f"tile.scan({block}, op='max', axis=0)",
+                "rowsum": f"{block} - tile.sum({block}, axis=1, keepdims=True)",
+                "transpose": f"{block}.T",
+            }[kind]
+            self.emit(depth, f"{new} = tile.reshape({how}, TILE)")
+            tiles[new] = tiles[a]
+        elif kind == "flip":
+            self.emit(depth, f"{new} = tile.flip({a})")
             tiles[new] = tiles[a]
         else:
             self.emit(depth, f"{new} = {a} - 1")
@@ -313,7 +327,16 @@ def _specialisations():
     return list(seen.values())
 
 
-@pytest.mark.parametrize("case", _specialisations(), ids=lambda c: c.name)
+def _specialisations_2d():
+    from programs_2d import CASES_2D
+
+    seen = {}
+    for case in CASES_2D:
+        seen.setdefault((case.kernel, tuple(sorted(case.constexprs.items()))), case)
+    return list(seen.values())
+
+
+@pytest.mark.parametrize("case", _specialisations() + _specialisations_2d(), ids=lambda c: c.name)
 def test_shared_programs(case):
     """Every program of programs.py, with three sets of fabricated TempStorage sizes, and at 128 and
     256 threads where it has no block size of its own."""

@@ -20,7 +20,7 @@ import numpy as np
 from ..dtypes import bfloat16, compute_dtype, float32, is_half, storage_dtype
 from ..lang import ir
 from ..lang.types import ArrayType, ScalarType, TileType
-from ..ops.base import ArrayArg, BodyStart, OutArg, ShimCall, StateArg, TileArg, ValueArg, element_op, op_of
+from ..ops.base import Array2DArg, ArrayArg, BodyStart, OutArg, ShimCall, StateArg, TileArg, ValueArg, element_op, op_of
 from ..planner.carve import tile_stride
 from ..planner.plan import Plan
 from .params import array_parts, kernel_params, numba_storage
@@ -192,7 +192,8 @@ class _BodyWriter:
 
     def item_index(self, tile: ir.Var) -> str:
         """Item `i`'s index in `tile`, an int64."""
-        return f"np.int64({element_index(self.plan.tiles[tile.name], self.plan.block_threads, tid='tid')})"
+        lay = self.plan.tiles[tile.name]
+        return f"np.int64({element_index(lay, self.plan.block_threads, tid='tid', python=True)})"
 
     @staticmethod
     def convert(expr: str, src: np.dtype, dst: np.dtype) -> str:
@@ -212,6 +213,11 @@ class _BodyWriter:
                 p = self.arrays[a.var.name]
                 parts += [p.ptr, p.off, p.shapes[0]] + ([] if p.unit else [p.strides[0]])
                 types += [f"CPointer({numba_storage(a.var.type.dtype)})", "int64", "int64"]
+                types += [] if p.unit else ["int64"]
+            elif isinstance(a, Array2DArg):
+                p = self.arrays[a.var.name]
+                parts += [p.ptr, p.off, *p.shapes, p.strides[0]] + ([] if p.unit else [p.strides[1]])
+                types += [f"CPointer({numba_storage(a.var.type.dtype)})", "int64", "int64", "int64", "int64"]
                 types += [] if p.unit else ["int64"]
             elif isinstance(a, StateArg):
                 parts.append(f"ptr({_state_name(cid, a)})")

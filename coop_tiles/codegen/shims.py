@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from ..dtypes import cxx_identity, cxx_name, is_half
 from ..lang import ir
-from ..ops.base import ArrayArg, OutArg, ShimCall, StateArg, TileArg, ValueArg, op_of
+from ..ops.base import Array2DArg, ArrayArg, OutArg, ShimCall, StateArg, TileArg, ValueArg, op_of
 from ..planner.carve import StorageNeed
 from ..planner.layout import BLOCKED, CollectiveChoice, LayoutPlan, TileLayout
 from .params import kernel_params
@@ -138,8 +138,11 @@ def _whole(size: int) -> str:
     return f"  const bool whole = valid >= {size} && offset >= 0 && a_len - offset >= {size};\n"
 
 
-def element_index(lay: TileLayout, threads: int, tid: str = "int(threadIdx.x)") -> str:
-    """The index of item `i` of thread `tid` in the tile (a C++ or Python expression)."""
+def element_index(lay: TileLayout, threads: int, tid: str = "int(threadIdx.x)", python: bool = False) -> str:
+    """The index of item `i` of thread `tid` in the tile (a C++ expression, or with `python` a Python one;
+    the size or more for a padding item): `TileLayout.element` as code."""
+    if lay.rows is not None:
+        return lay.rows.index_expr(tid, lay.size, python)
     if lay.arrangement == BLOCKED:
         return f"({tid} * {lay.items_per_thread} + i)"
     return f"(i * {threads} + {tid})"
@@ -236,6 +239,10 @@ class ShimWriter:
                 ]
                 if not a.var.type.unit_stride:
                     params.append(f"long long {a.name}_stride")
+            elif isinstance(a, Array2DArg):
+                params += [f"{cxx_name(a.var.type.dtype)}* {a.name}"]
+                params += [f"long long {a.name}_{part}" for part in ("off", "rows", "cols", "stride0")]
+                params += [] if a.var.type.unit_stride else [f"long long {a.name}_stride1"]
             elif isinstance(a, ValueArg):
                 params.append(f"{cxx_name(a.value.type.dtype)} {a.name}")
             elif isinstance(a, StateArg):

@@ -8,7 +8,6 @@ import numpy as np
 
 from .. import tile
 from ..dtypes import is_half
-from ..errors import TileTypeError
 from ..lang import ir
 from ..lang.builtins import where
 from ..lang.combine import combine
@@ -50,15 +49,13 @@ class ArgExtreme(TileOp):
             tile_axis(b, axis, t, what)
         index = b.temp(TileType(INDEX, shape[k] if k is not None else t.type.size))
         b.emit(TileArange(index))
-        if k is None:
-            index = b.remap(index, ir.RESHAPE, shape) if len(shape) > 1 else index
+        if k is None:  # the flat index: an in-order fold of the row-major elements
+            t = b.remap(t, ir.RESHAPE, (t.type.size,)) if len(shape) > 1 else t
             outs = (b.temp(ScalarType(t.type.dtype)), b.temp(ScalarType(INDEX)))
         else:
             index = b.remap(index, ir.RESHAPE, (shape[0], 1) if k == 0 else (1, shape[1]))
             index = b.broadcast(index, shape)
             outs = (b.temp(TileType(t.type.dtype, shape[1 - k])), b.temp(TileType(INDEX, shape[1 - k])))
-        if t.type.dtype.kind not in "biuf":
-            raise TileTypeError(f"{what} needs a numeric tile, got {t.type}")
         fn = b.combine(first_max if public is tile.argmax else first_min, (t.type.dtype, INDEX))
         b.emit(TileReduce(outs, (t, index), fn.name, True, k))
         return outs[1]

@@ -66,6 +66,15 @@ class ArrayArg:
 
 
 @dataclass(frozen=True)
+class Array2DArg:
+    """A 2-D array or view: `T* name, long long name_off, long long name_rows, long long name_cols, long long
+    name_stride0` and, unless its rows have unit stride, `long long name_stride1` (all in elements)."""
+
+    var: ir.Var
+    name: str
+
+
+@dataclass(frozen=True)
 class OutArg:
     """A block-uniform scalar result, written through a pointer (`T* name`)."""
 
@@ -91,7 +100,7 @@ class ShimCall:
     receives the TempStorage buffer and its byte offset (`smem`, `soff`)."""
 
     name: str
-    args: tuple[TileArg | ValueArg | ArrayArg | OutArg | StateArg, ...]
+    args: tuple[TileArg | ValueArg | ArrayArg | Array2DArg | OutArg | StateArg, ...]
     ret: ir.Var | None = None
 
 
@@ -161,8 +170,12 @@ class Layout(Protocol):
     name: str
     size: int
     items_per_thread: int
-    arrangement: str  # planner/layout.py's BLOCKED or STRIPED
+    arrangement: str  # planner/layout.py's BLOCKED, STRIPED or ROWS
     storage: str  # registers, shared or local memory
+    shape: tuple[int, ...]
+    rows: Any  # planner/layout.py's RowShape for ROWS
+
+    def element(self, tid: int, i: int, threads: int) -> int | None: ...
 
 
 class Choice(Protocol):
@@ -184,6 +197,7 @@ class Planning(Protocol):
 
     def join(self, tiles: list[ir.Var]) -> None: ...
     def join_blocked(self, tiles: list[ir.Var]) -> None: ...
+    def claim(self, vector: ir.Var, family: ir.Var, holds: str) -> None: ...
     def prefer_blocked(self, tile: ir.Var) -> None: ...
     def choice(
         self, s: ir.Collective, op: str, primitive: str, algorithm: str, storage: bool = True, sync: str = ""
@@ -248,6 +262,11 @@ class TileOp:
 
     def layout(self, s: Any, ctx: Planning) -> None:
         """Join or constrain tile layouts (default: none)."""
+
+    def replicates(self, s: Any, var: ir.Var) -> bool:
+        """Whether `s` can take tile `var` with replicated items, one element held by several threads (a
+        vector arranged per row or per column of a 2-D tile's rows, `planner/layout.py`). Default: no."""
+        return False
 
     def thread0_reads(self, s: Any, threads: int) -> set[str]:
         """Names of the variables the shim reads in thread 0 only, at `threads` per block (default: none)."""

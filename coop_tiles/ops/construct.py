@@ -43,6 +43,9 @@ class Full(TileOp):
     def interpret(self, s: TileFull, frame) -> None:
         frame.env[s.out.name] = np.full(s.out.type.shape, frame.get(s.value), dtype=s.out.type.dtype)
 
+    def replicates(self, s: TileFull, var: ir.Var) -> bool:
+        return True  # (each item's value is its own)
+
     def item_value(self, s: TileFull, w) -> str:
         return w.operand(s.value, False)
 
@@ -61,6 +64,9 @@ class Arange(TileOp):
 
     def interpret(self, s: TileArange, frame) -> None:
         frame.env[s.out.name] = np.arange(s.out.type.size).astype(s.out.type.dtype)
+
+    def replicates(self, s: TileArange, var: ir.Var) -> bool:
+        return True  # (each item's value is its element index)
 
     def item_value(self, s: TileArange, w) -> str:
         return w.convert(w.item_index(s.out), np.dtype(np.int64), s.out.type.dtype)

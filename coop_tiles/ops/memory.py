@@ -97,10 +97,15 @@ class Load(TileOp):
         return s.array, False
 
     def layout(self, s: TileLoad, ctx) -> None:
+        if s.mask is not None:
+            ctx.join([s.out, s.mask])
         prefer_vectorized(ctx, s.out, s.array)
 
+    def replicates(self, s: TileLoad, var: ir.Var) -> bool:
+        return True  # (item by item: each thread loads its own items)
+
     def choose(self, s: TileLoad, ctx):
-        return choose_transfer(ctx, s, s.out, s.array, load=True)
+        return choose_transfer(ctx, s, s.out, s.array, load=True, mask=s.mask)
 
     def lower(self, s: TileLoad, w) -> ShimCall:
         call = ShimCall(
@@ -111,9 +116,10 @@ class Load(TileOp):
                 ValueArg(s.offset, "offset"),
                 valid_arg(s.valid, s.out.type.size),
                 ValueArg(s.other, "other"),
+                *([TileArg(s.mask, "mk")] if s.mask is not None else []),
             ),
         )
-        lower_transfer(w, call, s.cid, "load", s.out, s.array.type, ", other")
+        lower_transfer(w, call, s.cid, "load", s.out, s.array.type, ", other", s.mask)
         return call
 
 
@@ -178,10 +184,15 @@ class Store(TileOp):
         return s.array, True
 
     def layout(self, s: TileStore, ctx) -> None:
+        if s.mask is not None:
+            ctx.join([s.tile, s.mask])
         prefer_vectorized(ctx, s.tile, s.array)
 
+    def replicates(self, s: TileStore, var: ir.Var) -> bool:
+        return True  # (item by item: threads holding one element write the same value)
+
     def choose(self, s: TileStore, ctx):
-        return choose_transfer(ctx, s, s.tile, s.array, load=False)
+        return choose_transfer(ctx, s, s.tile, s.array, load=False, mask=s.mask)
 
     def lower(self, s: TileStore, w) -> ShimCall:
         call = ShimCall(
@@ -191,7 +202,8 @@ class Store(TileOp):
                 ValueArg(s.offset, "offset"),
                 valid_arg(s.valid, s.tile.type.size),
                 TileArg(s.tile, "items"),
+                *([TileArg(s.mask, "mk")] if s.mask is not None else []),
             ),
         )
-        lower_transfer(w, call, s.cid, "store", s.tile, s.array.type, "")
+        lower_transfer(w, call, s.cid, "store", s.tile, s.array.type, "", s.mask)
         return call

@@ -12,9 +12,11 @@ import numpy as np
 
 from ..errors import TileTypeError, TileValueError
 from ..lang import ir
-from ..lang.types import TileType, broadcast_shape
+from ..lang.types import INT64, TileType, broadcast_shape
 from ..lang.values import Const
-from .base import TileOp, register
+from .base import Array2DArg, ShimCall, TileArg, TileOp, ValueArg, register
+
+VECTOR_BYTES = 16
 
 
 @dataclass
@@ -177,6 +179,15 @@ class Load2D(TileOp):
     def global_access(self, s: TileLoad2D):
         return s.array, False
 
+    def layout(self, s: TileLoad2D, ctx) -> None:
+        ctx.join([s.out, *([s.mask] if s.mask is not None else [])])
+
+    def choose(self, s: TileLoad2D, ctx):
+        return _choose(s, ctx, s.out, s.mask, "load")
+
+    def lower(self, s: TileLoad2D, w):
+        return lower_block(w, s, s.out, s.mask, load=True)
+
 
 @register
 class Store2D(TileOp):
@@ -189,3 +200,89 @@ class Store2D(TileOp):
 
     def global_access(self, s: TileStore2D):
         return s.array, True
+
+    def layout(self, s: TileStore2D, ctx) -> None:
+        ctx.join([s.tile, *([s.mask] if s.mask is not None else [])])
+
+    def choose(self, s: TileStore2D, ctx):
+        return _choose(s, ctx, s.tile, s.mask, "store")
+
+    def lower(self, s: TileStore2D, w):
+        return lower_block(w, s, s.tile, s.mask, load=False)
+
+
+def _vector_rows(tile: ir.Var, array: ir.Var, mask: ir.Var | None, rows: Any) -> bool:
+    """Whether each run of a row a thread holds moves as whole 16-byte words (where the run is whole and
+    aligned): rows of unit stride, runs a whole number of words, no mask."""
+    return array.type.unit_stride and mask is None and rows.run * array.type.dtype.itemsize % VECTOR_BYTES == 0
+
+
+def _choose(s: ir.Collective, ctx: Any, tile: ir.Var, mask: ir.Var | None, kind: str) -> Any:
+    lay = ctx.tiles[tile.name]
+    how = "16-byte words per row run" if _vector_rows(tile, s.array, mask, lay.rows) else "item by item"
+    return ctx.choice(s, f"{kind} 2-D, {how}", "rows", "DIRECT", storage=False)
+
+
+def lower_block(w: Any, s: Any, tile: ir.Var, mask: ir.Var | None, load: bool) -> Any:
+    """The shim of a 2-D load or store: per thread, each run of each of its rows (`RowShape`), in 16-byte
+    words where the run is whole, inside the array, valid and aligned, else item by item (valid counts,
+    array bounds and mask checked per item)."""
+    lay = w.layout(tile)
+    rs = lay.rows
+    m, n = tile.type.shape
+    kind = "load" if load else "store"
+    args = [TileArg(tile, "items"), Array2DArg(s.array, "a"), ValueArg(s.row, "row"), ValueArg(s.col, "col")]
+    args += [
+        ValueArg(s.valid_rows if s.valid_rows is not None else ir.Lit(m, INT64), "vr"),
+        ValueArg(s.valid_cols if s.valid_cols is not None else ir.Lit(n, INT64), "vc"),
+    ]
+    args += [ValueArg(s.other, "other")] if load else []
+    args += [TileArg(mask, "mk")] if mask is not None else []
+    call = ShimCall(f"coop_{kind}2d_{s.cid}", tuple(args))
+    body = w.items_ref("x", "items", tile, lay.items_per_thread)
+    body += w.items_ref("keep", "mk", mask, lay.items_per_thread) if mask is not None else ""
+    stride1 = "" if s.array.type.unit_stride else " * a_stride1"
+    shift = rs.lanes.bit_length() - 1
+    run, ipr = rs.run, rs.row_items
+    body += (
+        f"  const int group = int(threadIdx.x) >> {shift}, lane = int(threadIdx.x) & {rs.lanes - 1};\n"
+        f"  const long long vr_c = vr < 0 ? 0 : (vr > {m} ? {m} : vr), vc_c = vc < 0 ? 0 : (vc > {n} ? {n} : vc);\n"
+        f"  for (int k = 0; k < {rs.rows}; ++k) {{\n"
+        f"    const int rr = group * {rs.rows} + k;\n"
+        "    const long long ar = row + rr;\n"
+        "    const bool row_ok = rr < vr_c && ar >= 0 && ar < a_rows;\n"
+        f"    for (int q = 0; q < {ipr // run}; ++q) {{\n"
+        f"      const int c0 = (q * {rs.lanes} + lane) * {run}, first = k * {ipr} + q * {run};\n"
+    )
+    each = (
+        f"for (int j = 0; j < {run}; ++j) {{ const int cc = c0 + j; const long long ac = col + cc; "
+        f"const bool ok = row_ok && cc < vc_c && ac >= 0 && ac < a_cols"
+        + (" && keep[first + j]" if mask is not None else "")
+        + "; "
+        + (
+            f"x[first + j] = ok ? a[a_off + ar * a_stride0 + ac{stride1}] : other; }}"
+            if load
+            else f"if (ok) a[a_off + ar * a_stride0 + ac{stride1}] = x[first + j]; }}"
+        )
+    )
+    if _vector_rows(tile, s.array, mask, rs):
+        words = run * s.array.type.dtype.itemsize // VECTOR_BYTES
+        whole = f"row_ok && c0 + {run} <= vc_c && col + c0 >= 0 && col + c0 + {run} <= a_cols"
+        ptr = "a + a_off + ar * a_stride0 + col + c0"
+        aligned = f"reinterpret_cast<unsigned long long>({ptr}) % 16 == 0"
+        if load:
+            move = (
+                f"const uint4* src = reinterpret_cast<const uint4*>({ptr}); uint4 wd[{words}]; "
+                f"for (int u = 0; u < {words}; ++u) wd[u] = src[u]; memcpy(&x[first], wd, sizeof(wd));"
+            )
+        else:
+            move = (
+                f"uint4 wd[{words}]; memcpy(wd, &x[first], sizeof(wd)); "
+                f"uint4* dst = reinterpret_cast<uint4*>({ptr}); for (int u = 0; u < {words}; ++u) dst[u] = wd[u];"
+            )
+        body += f"      if ({whole} && {aligned}) {{ {move} }}\n      else {{ {each} }}\n"
+    else:
+        body += f"      {each}\n"
+    body += "    }\n  }\n"
+    w.define(call, "", body)
+    return call

@@ -21,7 +21,8 @@ from ..errors import TileValueError
 from ..lang import ir
 from ..lang.types import ScalarType, TileType
 from ..lang.values import Const
-from ..planner.layout import REENTRANT
+from ..planner.layout import PER_ROW, REENTRANT
+from . import rows
 from .base import PARITY, OutArg, ShimCall, TileArg, TileOp, errstate, register, tile_axis
 from .combining import FORBIDS, OPTIONS, UFUNCS, combine_fold, item_code, typed_op
 
@@ -57,7 +58,15 @@ class Reduce(TileOp):
         k = None if axis is None else tile_axis(b, axis, srcs[0], what)
         if k is None and keep:
             raise TileValueError(f"{what}(..., keepdims=True) needs axis=k: with axis=None the result is a scalar")
-        if k is not None and (keep or len(shape) > 1):
+        if k is None and len(shape) > 1 and not isinstance(op, str):  # an in-order fold: of the row-major order
+            srcs = tuple(b.remap(v, ir.RESHAPE, (v.type.size,)) for v in srcs)
+        if k is not None and keep and len(shape) == 1:  # a 1-D tile kept 1-D: its one row folded, as (1,)
+            srcs, k = tuple(b.remap(v, ir.RESHAPE, (1, v.type.size)) for v in srcs), 1
+            rows = tuple(b.temp(TileType(dt, 0, (1, 1))) for dt in dtypes)
+            b.emit(TileReduce(rows, srcs, op if isinstance(op, str) else op.name, not isinstance(op, str), k))
+            outs = tuple(b.remap(v, ir.RESHAPE, (1,)) for v in rows)
+            return outs if len(outs) > 1 or not isinstance(t, ir.Var) else outs[0]
+        if k is not None and len(shape) > 1:
             out_shape = shape[:k] + (1,) * keep + shape[k + 1 :]
             outs = tuple(b.temp(TileType(dt, 0, out_shape)) for dt in dtypes)
         else:  # every element folded: a block-uniform scalar
@@ -83,10 +92,22 @@ class Reduce(TileOp):
                 frame.set(var, value)
 
     def layout(self, s: TileReduce, ctx) -> None:
-        if s.combine:  # in-order fold: blocked items, one arrangement for the whole tuple
+        if s.axis is not None:  # along rows: the sources share their arrangement, the results follow it
+            (ctx.join_blocked if s.combine else ctx.join)(list(s.srcs))  # (a combine folds each row in order)
+            for v in s.outs:
+                ctx.claim(v, s.srcs[0], PER_ROW)
+        elif s.combine:  # in-order fold: blocked items, one arrangement for the whole tuple
             ctx.join_blocked(list(s.srcs))
 
+    def replicates(self, s: TileReduce, var: ir.Var) -> bool:
+        return var in s.outs  # (every lane of a row gets the row's value)
+
+    def rewrite(self, program: ir.Program, debug: bool) -> None:
+        rows.columns_as_rows(program, TileReduce)
+
     def choose(self, s: TileReduce, ctx):
+        if s.axis is not None:
+            return rows.row_choice(s, ctx, f"reduce[{s.op}]", s.srcs[0], list(s.outs))
         if _all_reduce(s, ctx.block_values, ctx.threads, ctx.depths.get(s.cid, 0)):
             # its own barrier, and two sets of warp totals used in turn: it may run again without one before it
             label = f"reduce[{s.op}], all-reduce"
@@ -96,6 +117,8 @@ class Reduce(TileOp):
         return ctx.choice(s, f"reduce[{s.op}]{thread0}", "BlockReduce", algorithm)
 
     def lower(self, s: TileReduce, w) -> ShimCall:
+        if s.axis is not None:
+            return rows.lower_reduce(s, w)
         k = len(s.srcs)
         lay = w.layout(s.srcs[0])
         items, threads, size = lay.items_per_thread, w.threads, lay.size

@@ -27,7 +27,7 @@ from ..dtypes import identity
 from ..errors import TileValueError
 from ..lang import ir
 from ..lang.types import ScalarType, TileType
-from ..planner.layout import REENTRANT, SYNCS
+from ..planner.layout import PER_ROW, REENTRANT, SYNCS
 from . import chained as chain
 from . import rows
 from .base import PARITY, OutArg, ShimCall, TileArg, TileOp, ValueArg, errstate, one_d, register, tile_axis
@@ -281,14 +281,31 @@ class Scan(TileOp):
         return s.chained and s.reverse
 
     def thread0_reads(self, s: TileScan, threads: int) -> set[str]:
+        if s.axis is not None:  # (every row's lanes read its seed)
+            return set()
         # a carried or reverse scan's seed is thread 0's: it shares it with the block through the scan's own barrier
         solo = _carried(s, s.srcs[0].type.size, threads) or (s.reverse and not s.chained)
         return {v.name for v in s.initial or () if isinstance(v, ir.Var)} if solo else set()
 
     def layout(self, s: TileScan, ctx) -> None:
+        if s.axis is not None:  # along rows (columns: rewritten as rows): per-row seeds and totals follow them
+            ctx.join([*s.srcs, *s.outs])
+            for v in (*(s.initial or ()), *(s.totals or ())):
+                if isinstance(v, ir.Var) and isinstance(v.type, TileType):
+                    ctx.claim(v, s.srcs[0], PER_ROW)
+            return
         ctx.join_blocked([*s.srcs, *s.outs])
 
+    def replicates(self, s: TileScan, var: ir.Var) -> bool:
+        return s.axis is not None and (var in (s.initial or ()) or var in (s.totals or ()))
+
+    def rewrite(self, program: ir.Program, debug: bool) -> None:
+        rows.columns_as_rows(program, TileScan)
+
     def choose(self, s: TileScan, ctx):
+        if s.axis is not None:
+            per_row = [v for v in (*(s.initial or ()), *(s.totals or ())) if isinstance(v.type, TileType)]
+            return rows.row_choice(s, ctx, f"scan[{s.op}]", s.srcs[0], per_row)
         carried = _carried(s, s.srcs[0].type.size, ctx.threads)
         label = f"scan[{s.op}{', reverse' if s.reverse else ''}{', chained' if s.chained else ''}]"
         label += ", carried" if carried else ""
@@ -303,6 +320,8 @@ class Scan(TileOp):
         return ctx.choice(s, label, "BlockScan", "BLOCK_SCAN_WARP_SCANS", sync=sync)
 
     def lower(self, s: TileScan, w) -> ShimCall:
+        if s.axis is not None:
+            return rows.lower_scan(s, w)
         k = len(s.srcs)
         args = [TileArg(v, f"in{i}") for i, v in enumerate(s.srcs)] + [
             TileArg(v, f"out{i}") for i, v in enumerate(s.outs)

@@ -22,6 +22,8 @@ from ..planner.layout import BLOCKED, REGISTER_ITEMS
 from .base import Choice, Lowering, Planning, ShimCall
 
 VECTORIZED = "DIRECT_VECTORIZED"
+#: the primitive of a transfer item by item, at each item's element index (masked, or along rows)
+ITEM_BY_ITEM = "ItemByItem"
 INNER_LOOP_DEPTH = 2
 VECTOR_BYTES = 16
 WORD_ITEMSIZE = 4  # the widest item moved in words (inside inner loops)
@@ -42,13 +44,19 @@ def prefer_vectorized(ctx: Planning, tile: ir.Var, array: ir.Var) -> None:
         ctx.prefer_blocked(tile)
 
 
-def choose_transfer(ctx: Planning, s: ir.Collective, tile: ir.Var, array: ir.Var, load: bool) -> Choice:
+def choose_transfer(
+    ctx: Planning, s: ir.Collective, tile: ir.Var, array: ir.Var, load: bool, mask: ir.Var | None = None
+) -> Choice:
     """The `choose` hook: direct in 16-byte words for blocked tiles of 1- and 2-byte dtypes (and of
     4-byte dtypes in inner loops), BLOCK_*_WARP_TRANSPOSE (one warp at a time past 32 items per
     thread) for other blocked tiles of unit-stride arrays, else direct (striped: coalesced; blocked
-    over a strided view: element by element)."""
+    over a strided view: element by element). A masked transfer, or one of a vector arranged along a
+    2-D tile's rows, moves item by item (`ITEM_BY_ITEM`)."""
     layout = ctx.tiles[tile.name]
     kind = "load" if load else "store"
+    if mask is not None or layout.rows is not None:
+        why = "masked" if mask is not None else "along rows"
+        return ctx.choice(s, f"{kind}, {why}", ITEM_BY_ITEM, "DIRECT", storage=False)
     if not array.type.unit_stride:
         return ctx.choice(s, kind, "strided", "DIRECT", storage=False)
     widest = WORD_ITEMSIZE if ctx.depths.get(s.cid, 0) >= INNER_LOOP_DEPTH else 2
@@ -76,7 +84,14 @@ def convert_expr(expr: str, src: np.dtype, dst: np.dtype) -> str:
 
 
 def lower_transfer(
-    w: Lowering, call: ShimCall, cid: int, kind: str, tile: ir.Var, array: ArrayType, guarded_extra: str
+    w: Lowering,
+    call: ShimCall,
+    cid: int,
+    kind: str,
+    tile: ir.Var,
+    array: ArrayType,
+    guarded_extra: str,
+    mask: ir.Var | None = None,
 ) -> None:
     """The `lower` hook: a load or store shim as `choose_transfer` chose it. A full tile takes CUB's
     unguarded path. A load into a tile of another dtype than the array's (a 16-bit float tile
@@ -134,10 +149,12 @@ def lower_transfer(
             f"    const int left = int(v) - int(threadIdx.x) * {items};\n{each}{convert}  }}\n"
         )
         convert = ""
-    elif not array.unit_stride:
+    elif not array.unit_stride or choice.primitive == ITEM_BY_ITEM:
         index = w.element_index(tile)
-        where = "a[a_off + (offset + e) * a_stride]"
-        move = f"x[i] = e < v ? {where} : other;" if kind == "load" else f"if (e < v) {where} = x[i];"
+        where = "a[a_off + (offset + e) * a_stride]" if not array.unit_stride else "a[a_off + offset + e]"
+        ok = "e < v" if mask is None else "e < v && keep[i]"
+        body += w.items_ref("keep", "mk", mask, items) if mask is not None else ""
+        move = f"x[i] = {ok} ? {where} : other;" if kind == "load" else f"if ({ok}) {where} = x[i];"
         body += f"  for (int i = 0; i < {items}; ++i) {{ const long long e = {index}; {move} }}\n"
     else:
         if choice.needs_storage:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..errors import CompileError, TileValueError
+from ..errors import TileValueError
 from ..lang import ir
 from ..lang.types import TileType
 from ..ops.base import op_of
@@ -25,6 +25,13 @@ from .liveness import Liveness, liveness
 
 BLOCKED = "blocked"
 STRIPED = "striped"
+#: the arrangement of 2-D tiles (and of the vectors broadcast along their rows or columns): `RowShape`
+ROWS = "rows"
+#: what a ROWS tile holds of its family's (m, n) block: all of it, one value per row (replicated over
+#: the row's lanes) or one value per column (replicated over the row groups)
+WHOLE, PER_ROW, PER_COL = "block", "per row", "per column"
+#: the widest per-thread run of a row that moves as one vector (bytes)
+ROW_VECTOR_BYTES = 16
 #: `CollectiveChoice.sync`: the shim has a `__syncthreads()` after its first writes of its
 #: TempStorage, so every access the block made before the call is complete after it
 SYNCS = "syncs"
@@ -43,6 +50,120 @@ REGISTER_FILE = 65536
 
 
 @dataclass(frozen=True)
+class RowShape:
+    """How a family of 2-D tiles of shape (m, n) is spread over the block: `lanes` threads (a power of
+    two) share each row, each holding `row_items` of its columns in runs of `run` contiguous ones, the
+    lanes' runs interleaved (lane `l`'s item `j` is column `((j // run) * lanes + l) * run + j % run`:
+    with `run == row_items`, the contiguous columns `l * row_items + j`; with a 16-byte `run`, a warp's
+    loads of one run cover contiguous memory, as Triton's layouts do); the `threads / lanes` row groups
+    take `rows` consecutive rows each (group `g`: rows `g * rows + k`). Item `i` of a thread is row `k = i
+    // row_items`, its item `j = i % row_items` of that row; items past the block (padding) have no
+    element. With one run per row, `lanes * row_items == n` and one row per thread it is BLOCKED over the
+    flat tile. A vector of the family (`holds`) keeps only the row index (PER_ROW: `rows` items, the same
+    in every lane of a group) or the column index (PER_COL: `row_items` items, the same in every group).
+    Ops that take a row in order (scans, combine folds) need contiguous runs (`run == row_items`)."""
+
+    m: int
+    n: int
+    lanes: int
+    row_items: int
+    rows: int
+    holds: str = WHOLE
+    run: int = 0  # (0: row_items, one contiguous run)
+
+    def __post_init__(self) -> None:
+        if not self.run:
+            object.__setattr__(self, "run", self.row_items)
+
+    @property
+    def contiguous(self) -> bool:
+        """Whether each lane's columns of a row are one contiguous run."""
+        return self.run == self.row_items
+
+    def column(self, lane: int, j: int) -> int:
+        """The column of a lane's item `j` of a row."""
+        return ((j // self.run) * self.lanes + lane) * self.run + j % self.run
+
+    def column_expr(self, lane: str, j: str, python: bool = False) -> str:
+        """`column` as an expression (C++, or Python with `python`)."""
+        if self.contiguous:
+            return f"({lane} * {self.row_items} + {j})"
+        div = "//" if python else "/"
+        return f"((({j}) {div} {self.run} * {self.lanes} + {lane}) * {self.run} + ({j}) % {self.run})"
+
+    @property
+    def items(self) -> int:
+        return {WHOLE: self.rows * self.row_items, PER_ROW: self.rows, PER_COL: self.row_items}[self.holds]
+
+    def holding(self, holds: str) -> RowShape:
+        return replace(self, holds=holds)
+
+    def element(self, tid: int, i: int) -> int | None:
+        """The element (row-major index into the tile) item `i` of thread `tid` holds; None for padding.
+        The Python twin of `index_expr`, which generated code uses: tests check they agree."""
+        group, lane = divmod(tid, self.lanes)
+        if self.holds == PER_ROW:
+            row = group * self.rows + i
+            return row if row < self.m else None
+        if self.holds == PER_COL:
+            col = self.column(lane, i)
+            return col if col < self.n else None
+        row, col = group * self.rows + i // self.row_items, self.column(lane, i % self.row_items)
+        return row * self.n + col if row < self.m and col < self.n else None
+
+    def index_expr(self, tid: str, size: int, python: bool = False) -> str:
+        """`element` of item `i` as an expression (C++, or Python with `python`), `size` for padding."""
+        div, mod = ("//", "%") if python else ("/", "%")
+        shift = self.lanes.bit_length() - 1
+        group, lane = f"({tid} >> {shift})", f"({tid} & {self.lanes - 1})"
+
+        def pick(cond: str, value: str) -> str:
+            return f"({value} if {cond} else {size})" if python else f"(({cond}) ? {value} : {size})"
+
+        if self.holds == PER_ROW:
+            row = f"({group} * {self.rows} + i)"
+            return pick(f"{row} < {self.m}", row)
+        if self.holds == PER_COL:
+            col = self.column_expr(lane, "i", python)
+            return pick(f"{col} < {self.n}", col)
+        row = f"({group} * {self.rows} + i {div} {self.row_items})"
+        col = self.column_expr(lane, f"i {mod} {self.row_items}", python)
+        both = f"{row} < {self.m} and {col} < {self.n}" if python else f"{row} < {self.m} && {col} < {self.n}"
+        return pick(both, f"({row} * {self.n} + {col})")
+
+    def __str__(self) -> str:
+        lanes = f"{self.lanes} lane{'s' * (self.lanes > 1)}"
+        runs = "" if self.contiguous else f" in runs of {self.run}"
+        per = f"{self.rows} row{'s' * (self.rows > 1)}/thread"
+        if self.holds == WHOLE:
+            return f"rows: {lanes} x {self.row_items} items{runs}, {per}"
+        what = "per row, over" if self.holds == PER_ROW else "per column, over"
+        return f"{what} rows: {lanes} x {self.row_items} items{runs}, {per}"
+
+
+def choose_rows(m: int, n: int, threads: int, itemsize: int, in_order: bool = True) -> RowShape:
+    """The row arrangement of an (m, n) block at `threads`: lanes per row (a power of two) giving the fewest
+    items per thread (least padding), then 16-byte runs per row where rows are long enough, then rows in
+    one warp (no barrier for an axis op), then the fewest shuffle steps of axis ops (rows x log2 lanes).
+    Unless an op takes its rows `in_order`, a lane's columns come in interleaved 16-byte runs (so that each
+    load instruction of a warp reads contiguous memory) where they are several."""
+    best, key = None, None
+    lanes = 1
+    while lanes <= threads:
+        row_items = -(-n // lanes)
+        rows = -(-m // (threads // lanes))
+        vector = min(row_items * itemsize, ROW_VECTOR_BYTES)
+        k = (rows * row_items, -vector, lanes > 32, rows * (lanes.bit_length() - 1), lanes)
+        if key is None or k < key:
+            best, key = RowShape(m, n, lanes, row_items, rows), k
+        lanes *= 2
+    run = max(1, ROW_VECTOR_BYTES // itemsize)
+    if not in_order and best.row_items > run and best.row_items % run == 0:
+        best = replace(best, run=run)
+    return best
+
+
+@dataclass(frozen=True)
 class TileLayout:
     """Where a tile's elements live: `items_per_thread` registers per thread, in `arrangement`."""
 
@@ -56,6 +177,26 @@ class TileLayout:
     itemsize: int = 4
     #: how tables show the tile (`ir.label`: its name in the user's source, or `(name)`)
     label: str = ""
+    shape: tuple[int, ...] = ()
+    #: the row arrangement (ROWS only)
+    rows: RowShape | None = None
+
+    def element(self, tid: int, i: int, threads: int) -> int | None:
+        """The element item `i` of thread `tid` holds (None: padding): the layout's map in Python."""
+        if self.rows is not None:
+            return self.rows.element(tid, i)
+        e = tid * self.items_per_thread + i if self.arrangement == BLOCKED else i * threads + tid
+        return e if e < self.size else None
+
+    @property
+    def extent(self) -> str:
+        """The tile's size as tables show it: its element count, or its shape (`64x64`)."""
+        return str(self.size) if len(self.shape) < 2 else "x".join(str(n) for n in self.shape)
+
+    @property
+    def shown(self) -> str:
+        """The arrangement as tables show it."""
+        return self.arrangement if self.rows is None else str(self.rows)
 
     @property
     def words(self) -> int:
@@ -93,8 +234,8 @@ class LayoutPlan:
         for t in self.tiles.values():
             where = f"line {t.line}" if t.line is not None else "no line"
             lines.append(
-                f"tile {t.label or t.name} ({where}): {t.dtype}[{t.size}], {t.items_per_thread} per thread, "
-                f"{t.arrangement}, in {t.storage}"
+                f"tile {t.label or t.name} ({where}): {t.dtype}[{t.extent}], {t.items_per_thread} per thread, "
+                f"{t.shown}, in {t.storage}"
             )
         for c in sorted(self.collectives.values(), key=lambda c: c.cid):
             storage = ", TempStorage" if c.needs_storage else ""
@@ -161,6 +302,9 @@ class LayoutContext:
         self.blocked: set[str] = set()
         self.preferred: set[str] = set()  # tiles an op would rather have BLOCKED
         self.tiles: dict[str, TileLayout] = {}
+        #: (vector, 2-D tile, PER_ROW or PER_COL): vectors that would rather hold their values per row or per
+        #: column of the 2-D tile's row arrangement (in program order: the first claim wins)
+        self.claims: list[tuple[ir.Var, ir.Var, str]] = []
 
     def join(self, tiles: list[ir.Var]) -> None:
         for t in tiles[1:]:
@@ -175,6 +319,11 @@ class LayoutContext:
         self, s: ir.Collective, op: str, primitive: str, algorithm: str, storage: bool = True, sync: str = ""
     ) -> CollectiveChoice:
         return CollectiveChoice(s.cid, op, primitive, algorithm, s.loc.line if s.loc else None, storage, sync)
+
+    def claim(self, vector: ir.Var, family: ir.Var, holds: str) -> None:
+        """Ask that `vector` (one value per row of 2-D tile `family`, PER_ROW, or per column, PER_COL) be
+        arranged as `family`'s rows, replicated, if every statement that touches it can take that."""
+        self.claims.append((vector, family, holds))
 
     def prefer_blocked(self, tile: ir.Var) -> None:
         """Make `tile`'s group BLOCKED unless an op needs it otherwise (no op needs STRIPED): for
@@ -222,7 +371,6 @@ def loop_depths(body: list[ir.Stmt], depth: int = 0) -> dict[int, int]:
 
 def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -> LayoutPlan:
     """Choose block size, every tile's layout and every collective's CUB algorithm."""
-    not_lowered_yet(program)
     threads = choose_block_threads(program, pinned_block_threads)
     tiles = ir.tile_vars(program)
     ctx = LayoutContext(threads, block_values(program, threads), loop_depths(program.body))
@@ -233,6 +381,7 @@ def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -
         elif (op := op_of(s)) is not None:
             op.layout(s, ctx)
     blocked_roots = {ctx.groups.find(n) for n in ctx.blocked | ctx.preferred}
+    rows = row_layouts(program, tiles, ctx)
     lines: dict[str, int | None] = {}
     labels: dict[str, str] = {}
     for s in program.walk():
@@ -245,11 +394,13 @@ def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -
             name=name,
             dtype=t.dtype.name,
             size=t.size,
-            items_per_thread=-(-t.size // threads),
-            arrangement=BLOCKED if ctx.groups.find(name) in blocked_roots else STRIPED,
+            items_per_thread=rows[name].items if name in rows else -(-t.size // threads),
+            arrangement=ROWS if name in rows else BLOCKED if ctx.groups.find(name) in blocked_roots else STRIPED,
             line=lines.get(name),
             itemsize=t.dtype.itemsize,
             label=labels[name],
+            shape=t.shape,
+            rows=rows.get(name),
         )
         for name, t in tiles.items()
     }
@@ -262,17 +413,59 @@ def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -
     return LayoutPlan(threads, ctx.tiles, collectives, live, ctx.block_values)
 
 
-def not_lowered_yet(program: ir.Program) -> None:
-    """A CompileError at the first statement with a 2-D tile, a shape remap or a mask (issue 19's stage 1:
-    they run in the interpreter; their lowering is stage 2)."""
-    for s in program.walk():
-        tiles = [v for v in (*ir.defs(s), *ir.uses(s)) if isinstance(v.type, TileType)]
-        if isinstance(s, ir.TileRemap) or any(v.type.ndim > 1 for v in tiles) or getattr(s, "mask", None) is not None:
-            raise CompileError(
-                "2-D tiles, shape operations and masks are not compiled yet (they run in the interpreter: "
-                "@ct.jit(interpret=True))",
-                loc=s.loc,
-            )
+def row_layouts(program: ir.Program, tiles: dict[str, TileType], ctx: LayoutContext) -> dict[str, RowShape]:
+    """The row arrangement of every 2-D tile, and of the vectors that take their family's (`claim`): a group of
+    tiles joined by element-wise operations shares one; a vector group whose every statement takes
+    replicated items (`TileOp.replicates`) holds one value per row or column of the first family that claims
+    it (so that softmax's row maxima and layer-norm's weights broadcast in registers); every other 2-D tile
+    gets the arrangement `choose_rows` picks for its shape. 1-D tiles outside claimed groups stay BLOCKED or
+    STRIPED."""
+    in_order = {ctx.groups.find(n) for n in ctx.blocked}
+    refused = {v.name for s in program.walk() for v in (*ir.defs(s), *ir.uses(s)) if not _replicates(s, v)}
+    refused_roots = {ctx.groups.find(n) for n in refused}
+    families: dict[str, RowShape] = {}
+    claimed: dict[str, RowShape] = {}
+
+    def family(root: str, t: TileType) -> None:
+        if root not in families and root not in claimed:
+            families[root] = choose_rows(*t.shape, ctx.threads, t.dtype.itemsize, root in in_order)
+
+    def take_claims() -> None:
+        for vector, fam_tile, holds in ctx.claims:
+            root, fam = ctx.groups.find(vector.name), families.get(ctx.groups.find(fam_tile.name))
+            if fam is not None and root not in families and root not in claimed and root not in refused_roots:
+                claimed[root] = fam.holding(holds)
+
+    # blocks of several rows and columns first; then 2-D tiles of one row or column that no such block
+    # claimed (a one-row softmax's row) are families of their own, whose vectors they may claim in turn
+    for name, t in tiles.items():
+        if t.ndim == 2 and min(t.shape) > 1:
+            family(ctx.groups.find(name), t)
+    take_claims()
+    for name, t in sorted(tiles.items(), key=lambda item: -item[1].size):  # (largest first: rows before vectors)
+        root = ctx.groups.find(name)
+        if t.ndim == 2 and root not in families and root not in claimed:
+            family(root, t)
+            take_claims()
+    out = {}
+    for name, t in tiles.items():
+        root = ctx.groups.find(name)
+        if root in claimed:
+            out[name] = claimed[root]
+        elif t.ndim == 2 and root in families and t.shape == (families[root].m, families[root].n):
+            out[name] = families[root]
+        elif t.ndim == 2:
+            out[name] = choose_rows(*t.shape, ctx.threads, t.dtype.itemsize, root in in_order)
+    return out
+
+
+def _replicates(s: ir.Stmt, v: ir.Var) -> bool:
+    """Whether `s` takes tile `v` with replicated items (a value held by several threads): element-wise
+    statements do; an op says so for its own (`TileOp.replicates`)."""
+    if not isinstance(v.type, TileType) or isinstance(s, (ir.TileMap, ir.Copy)):
+        return True
+    op = op_of(s)
+    return op is not None and op.replicates(s, v)
 
 
 def register_budget(threads: int) -> int:
@@ -285,10 +478,13 @@ def choose_storage(
 ) -> dict[str, TileLayout]:
     """The tiles that leave registers for shared memory: those past 32 items per thread, then,
     wherever the tiles alive together exceed `register_budget`, those alive across the most
-    collectives (largest first) until the rest fit."""
+    collectives (largest first; shape remaps do not count) until the rest fit."""
     moved = {n: replace(t, storage=SHARED) for n, t in tiles.items() if t.items_per_thread > REGISTER_ITEMS}
     budget = register_budget(threads)
-    collective_positions = [live.at(s) for s in program.walk() if isinstance(s, ir.Collective)]
+    # (a shape remap is a copy in registers or an exchange: a tile alive across it needs no more registers)
+    collective_positions = [
+        live.at(s) for s in program.walk() if isinstance(s, ir.Collective) and not isinstance(s, ir.TileRemap)
+    ]
 
     def spans(name: str) -> int:
         first, last = live.ranges.get(name, (0, -1))

@@ -74,8 +74,8 @@ class Plan:
         for t in self.tiles.values():
             r = self.carve.tiles.get(t.name)
             out.append(
-                f"  {t.label:<10} {t.line or '?':>5} {t.dtype:<8} {t.size:>6} {t.items_per_thread:>12}  "
-                f"{t.arrangement:<11} {t.storage:<9} {_where(r)}"
+                f"  {t.label:<10} {t.line or '?':>5} {t.dtype:<8} {t.extent:>6} {t.items_per_thread:>12}  "
+                f"{t.shown:<11} {t.storage:<9} {_where(r)}"
             )
         out.append("collectives:")
         width = max([12, *(len(c.op) for c in self.collectives.values())])
