@@ -14,14 +14,11 @@ from typing import Any
 import numpy as np
 import ports
 import pytest
+from carve_checker import check, format_report
 
 import coop_tiles as ct
 
 Shapes = dict[str, Any]
-
-#: compiling 2-D programs is branch twod's stage 2, not merged yet: a CompileError until then (strict: a pass
-#: fails, so that this mark goes when stage 2 comes; a wrong result is a failure, not an expected one)
-NOT_LOWERED = pytest.mark.xfail(raises=ct.CompileError, strict=True, reason="2-D tiles are not compiled yet")
 
 #: Mamba-2 chunk cumsum configurations: ragged sequences (seqlen not a multiple of chunk_size), chunk sizes
 #: that are not powers of two (BLOCK_SIZE_CHUNK pads them), nheads not a multiple of the block of heads
@@ -229,13 +226,21 @@ def _launches() -> list[tuple[str, ports.Launch]]:
     return out
 
 
-@NOT_LOWERED
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 @pytest.mark.parametrize("name,launch", _launches(), ids=[n for n, _ in _launches()])
 def test_ports_compile_to_cubin(name, launch, arch):
     k = launch.compile(arch)
     assert k.cubin[:4] == b"\x7fELF"
     assert k.arch == arch
+    problems = check(k.program, k.plan)  # the plan with NVRTC's TempStorage sizes: no race, no clobber
+    assert not problems, format_report(problems, k.program, k.plan)
+
+
+def test_a_reverse_row_scan_compiles_as_the_forward_scan_of_flipped_rows():
+    """(The row lowering scans forward: a 2-D reverse scan reaches it between two flips.)"""
+    c = np.zeros((2, 6, 3, 16), np.float32)
+    plan = str(ports.chunk_suffix_sum(c, c).compile("sm_90").plan)
+    assert plan.count("flip through shared memory") == 2, plan
 
 
 # ----- the GPU, with the originals' tests' tolerances ------------------------------------------------------
@@ -269,7 +274,6 @@ DTYPES_GPU = [("cupy", np.float32), ("cupy", np.float16), ("torch", ct.bfloat16)
 
 
 @pytest.mark.gpu
-@NOT_LOWERED
 @pytest.mark.parametrize("library,dtype", DTYPES_GPU, ids=lambda v: v if isinstance(v, str) else np.dtype(v).name)
 @pytest.mark.parametrize("cfg", CUMSUM_GPU, ids=_id)
 def test_chunk_cumsum_fwd_on_the_gpu(cfg, library, dtype):
@@ -278,7 +282,6 @@ def test_chunk_cumsum_fwd_on_the_gpu(cfg, library, dtype):
 
 
 @pytest.mark.gpu
-@NOT_LOWERED
 @pytest.mark.parametrize("deterministic", [False, True], ids=["atomic", "deterministic"])
 @pytest.mark.parametrize("cfg", CUMSUM_GPU, ids=_id)
 def test_chunk_cumsum_bwd_on_the_gpu(cfg, deterministic):
@@ -287,7 +290,6 @@ def test_chunk_cumsum_bwd_on_the_gpu(cfg, deterministic):
 
 
 @pytest.mark.gpu
-@NOT_LOWERED
 @pytest.mark.parametrize("cfg", CUMSUM_GPU, ids=_id)
 def test_chunk_suffix_sum_on_the_gpu(cfg):
     got, expected = run_suffix_sum(cfg, _device("cupy"), np.random.default_rng(4))
@@ -295,7 +297,6 @@ def test_chunk_suffix_sum_on_the_gpu(cfg):
 
 
 @pytest.mark.gpu
-@NOT_LOWERED
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("reverse", [False, True], ids=["forward", "reverse"])
 @pytest.mark.parametrize("shape", GLA_GPU, ids=lambda s: "B{}-T{}-H{}-D{}-scale{}-norm{}".format(*s))

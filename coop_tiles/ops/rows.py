@@ -187,9 +187,11 @@ def _ids(rs: RowShape) -> str:
 
 
 def columns_as_rows(program: ir.Program, cls: type) -> None:
-    """The GPU form of axis ops along columns (`axis=0`, statements of class `cls`): their 2-D operands
-    transposed (`ir.TileRemap`, through shared memory), the op along rows, its 2-D results transposed back and
-    its per-column vectors reshaped to their shapes: one lowering, the row one, for both axes."""
+    """The GPU form of axis ops along columns (`axis=0`, statements of class `cls`) and of reverse scans of
+    2-D tiles: their 2-D operands flipped along the axis (reverse: `ir.TileRemap`), then transposed (columns,
+    through shared memory), the op along rows (forward), its 2-D results moved back the same way and its
+    per-column vectors reshaped to their shapes: one lowering, the forward row one, for every axis op. (A
+    reverse scan is the forward scan of the flipped row; its seed comes first and its total is the same.)"""
     stmts = list(program.walk())
     ids = {
         "sid": max((s.sid for s in stmts), default=0),
@@ -208,33 +210,46 @@ def columns_as_rows(program: ir.Program, cls: type) -> None:
         ids["sid"] += 1
         return ir.Var(f"coop_c{ids['sid']}", t)
 
+    def moved(v: ir.Var, kind: str, s: ir.Stmt, into: list[ir.Stmt], forward: bool) -> ir.Var:
+        """`v` remapped as `kind` says (into a new tile, or, `forward` False, from one into `v`)."""
+        shape = v.type.shape[::-1] if kind == ir.TRANSPOSE else v.type.shape
+        t = temp(TileType(v.type.dtype, 0, shape))
+        axis = s.axis if kind == ir.FLIP else None
+        into.append(fresh(ir.TileRemap(t, v, kind, axis) if forward else ir.TileRemap(v, t, kind, axis), s))
+        return t
+
     def visit(body: list[ir.Stmt]) -> None:
         i = 0
         while i < len(body):
             s = body[i]
             for nested in ir.regions(s):
                 visit(nested)
-            if not (isinstance(s, cls) and s.axis == 0):
+            reverse = isinstance(s, cls) and s.axis is not None and getattr(s, "reverse", False)
+            if not (isinstance(s, cls) and (s.axis == 0 or reverse)):
                 i += 1
                 continue
+            kinds = [ir.FLIP] * reverse + [ir.TRANSPOSE] * (s.axis == 0)
             before, after = [], []
             srcs = []
             for v in s.srcs:
-                t = temp(TileType(v.type.dtype, 0, v.type.shape[::-1]))
-                before.append(fresh(ir.TileRemap(t, v, ir.TRANSPOSE), s))
-                srcs.append(t)
+                for kind in kinds:
+                    v = moved(v, kind, s, before, True)
+                srcs.append(v)
             outs = []
             for v in s.outs:
-                if v.type.ndim == 2 and min(v.type.shape) > 1:  # a scan's result: transposed back
-                    t = temp(TileType(v.type.dtype, 0, v.type.shape[::-1]))
-                    after.append(fresh(ir.TileRemap(v, t, ir.TRANSPOSE), s))
+                if v.type.ndim == 2 and min(v.type.shape) > 1:  # a scan's result: moved back
+                    undo = []
+                    for kind in kinds:
+                        v = moved(v, kind, s, undo, False)
+                    after += undo[::-1]
                 elif v.type.ndim == 2:  # a keepdims fold (1, n): along rows it is (n, 1)
                     t = temp(TileType(v.type.dtype, 0, v.type.shape[::-1]))
                     after.append(fresh(ir.TileRemap(v, t, ir.RESHAPE), s))
-                else:
-                    t = v
-                outs.append(t)
+                    v = t
+                outs.append(v)
             s.srcs, s.outs, s.axis = tuple(srcs), tuple(outs), 1
+            if reverse:
+                s.reverse = False
             body[i : i + 1] = [*before, s, *after]
             i += len(before) + 1 + len(after)
 
