@@ -82,6 +82,37 @@ def chunked_rows_linrec(a, b, h, last, n, BM: ct.constexpr, CHUNK: ct.constexpr)
 
 
 @ct.jit
+def reverse_scan_options(x, exc, mx, col, coltot, m, n, BM: ct.constexpr, BN: ct.constexpr):
+    """Reverse axis scans: exclusive with per-row seeds, max (padding holds -1000, first in scan order), and down
+    the columns (axis=0) seeded per column, with per-column totals."""
+    p = ct.program_id(0)
+    r = p * BM
+    t = tile.load(x, (r, 0), (BM, BN), valid=(m - r, n), other=0)
+    seeds = tile.arange(BM).astype(x.dtype) * 2 - r
+    tile.store(exc, (r, 0), tile.scan(t, axis=1, reverse=True, exclusive=True, initial=seeds), valid=(m - r, n))
+    u = tile.load(x, (r, 0), (BM, BN), valid=(m - r, n), other=-1000)
+    tile.store(mx, (r, 0), tile.scan(u, "max", axis=-1, reverse=True), valid=(m - r, n))
+    cs, tot = tile.scan(t, axis=0, reverse=True, initial=tile.arange(BN).astype(x.dtype), return_total=True)
+    tile.store(col, (r, 0), cs, valid=(m - r, n))
+    tile.store(coltot, p * BN, tot, valid=n)
+
+
+@ct.jit
+def chunked_rows_reverse_linrec(a, b, h, first, n, BM: ct.constexpr, CHUNK: ct.constexpr):
+    """h[i, t] = a[i, t] * h[i, t + 1] + b[i, t] along each row (h[i, n] = 0), over column chunks from the last to
+    the first (per-row carries)."""
+    r = ct.program_id(0) * BM
+    carry = (tile.full(BM, 1.0, np.float32), tile.zeros(BM, np.float32))
+    for c in range((n + CHUNK - 1) // CHUNK - 1, -1, -1):
+        base = c * CHUNK
+        ta = tile.load(a, (r, base), (BM, CHUNK), valid=(BM, n - base), other=1)
+        tb = tile.load(b, (r, base), (BM, CHUNK), valid=(BM, n - base), other=0)
+        (_, hs), carry = tile.scan((ta, tb), linrec, axis=1, reverse=True, initial=carry, return_total=True)
+        tile.store(h, (r, base), hs, valid=(BM, n - base))
+    tile.store(first, r, carry[1])
+
+
+@ct.jit
 def axis_reductions(x, s0, s1, mx1, mn0, am1, am0, flat, BM: ct.constexpr, BN: ct.constexpr):
     t = tile.load(x, (0, 0), (BM, BN))
     tile.store(s0, 0, tile.sum(t, axis=0))
@@ -203,6 +234,44 @@ def ref_chunked_rows_linrec(a, b, h, last, n, BM, CHUNK):
             h[i, t] = acc
         last[i] = acc
     return [h, last]
+
+
+def ref_reverse_scan_options(x, exc, mx, col, coltot, m, n, BM, BN):
+    """Each block of BM rows as the program's (BM, BN) tile (`other` past the array), scanned sequentially from its
+    last element."""
+    for p, r0 in enumerate(range(0, m, BM)):
+        rows = min(BM, m - r0)
+        t = np.zeros((BM, BN), x.dtype)
+        t[:rows, :n] = x[r0 : r0 + rows]
+        u = np.full((BM, BN), -1000, x.dtype)
+        u[:rows, :n] = x[r0 : r0 + rows]
+        for i in range(BM):
+            run, hi = x.dtype.type(2 * i - r0), None
+            for j in range(BN - 1, -1, -1):
+                if i < rows and j < n:
+                    exc[r0 + i, j] = run
+                run = run + t[i, j]
+                hi = u[i, j] if hi is None or u[i, j] > hi else hi
+                if i < rows and j < n:
+                    mx[r0 + i, j] = hi
+        for j in range(n):
+            acc = x.dtype.type(j)
+            for i in range(BM - 1, -1, -1):
+                acc = acc + t[i, j]
+                if i < rows:
+                    col[r0 + i, j] = acc
+            coltot[p * BN + j] = acc
+    return [exc, mx, col, coltot]
+
+
+def ref_chunked_rows_reverse_linrec(a, b, h, first, n, BM, CHUNK):
+    for i in range(a.shape[0]):
+        acc = np.float32(0)
+        for t in range(n - 1, -1, -1):
+            acc = np.float32(a[i, t] * acc + b[i, t])
+            h[i, t] = acc
+        first[i] = acc
+    return [h, first]
 
 
 def ref_axis_reductions(x, s0, s1, mx1, mn0, am1, am0, flat, BM, BN):
@@ -351,6 +420,47 @@ def make_cases() -> list[Case]:
                 (m // bm,),
                 [2, 3],
                 ref_chunked_rows_linrec,
+                rtol=1e-4,
+                atol=1e-4,
+            )
+        )
+    # reverse axis scans at 1, 2, 16, 32 lanes a row and rows across warps (128 and 256 lanes), padded rows and
+    # columns: the rows lowering from each row's last column
+    for dt in (np.int32, np.float32):
+        for m, n, bm, bn in (
+            (300, 3, 256, 3),  # 1 lane x 3 items
+            (200, 4, 128, 4),  # 2 lanes x 2
+            (40, 13, 16, 16),  # 16 lanes x 1, 3 padded columns, padded rows
+            (20, 100, 8, 100),  # 32 lanes x 4, 28 padded columns
+            (5, 1000, 2, 1000),  # 128 lanes x 8 across 4 warps
+            (2, 601, 1, 601),  # 256 lanes x 3: a lane's run partly padding, a warp of padding
+        ):
+            x = rng.integers(-9, 10, (m, n)).astype(dt)
+            z = np.zeros((m, n), dt)
+            grid = -(-m // bm)
+            cases.append(
+                Case(
+                    f"reverse_scan_options[{np.dtype(dt).name}-{m}x{n}-{bm}x{bn}]",
+                    reverse_scan_options,
+                    [x, z, z.copy(), z.copy(), np.zeros(grid * bn, dt), m, n],
+                    {"BM": bm, "BN": bn},
+                    (grid,),
+                    [1, 2, 3, 4],
+                    ref_reverse_scan_options,
+                )
+            )
+    for m, n, bm, chunk in ((8, 100, 4, 32), (32, 64, 16, 64), (4, 300, 2, 256)):
+        a = rng.uniform(0.5, 1.0, (m, n)).astype(np.float32)
+        b = rng.standard_normal((m, n)).astype(np.float32)
+        cases.append(
+            Case(
+                f"chunked_rows_reverse_linrec[{m}x{n}-{bm}x{chunk}]",
+                chunked_rows_reverse_linrec,
+                [a, b, np.zeros_like(a), np.zeros(m, np.float32), n],
+                {"BM": bm, "CHUNK": chunk},
+                (m // bm,),
+                [2, 3],
+                ref_chunked_rows_reverse_linrec,
                 rtol=1e-4,
                 atol=1e-4,
             )

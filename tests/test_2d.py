@@ -181,3 +181,29 @@ def test_other_block_sizes_compile(case, threads):
         assert k.local_memory_bytes() == 0
     problems = check(k.program, k.plan)
     assert not problems, format_report(problems, k.program, k.plan)
+
+
+@pytest.mark.parametrize("shape", [(16, 256), (4, 2048), (256, 32), (16, 13), (1, 601)], ids=str)
+def test_reverse_row_scan_code_has_the_forward_ones_shape(shape):
+    """A reverse axis scan is lowered along the rows (no flips): the forward scan's barriers, shared memory and
+    shuffles, and no local memory."""
+
+    def kernel(reverse):
+        @ct.jit
+        def k(x, y, tot, seeds, BM: ct.constexpr, BN: ct.constexpr):
+            t = tile.load(x, (0, 0), (BM, BN))
+            s, total = tile.scan(t, axis=1, reverse=reverse, initial=tile.load(seeds, 0, BM), return_total=True)
+            tile.store(y, (0, 0), s)
+            tile.store(tot, 0, total)
+
+        return k
+
+    m, n = shape
+    x, sd = np.zeros((m, n), np.float32), np.zeros(m, np.float32)
+    fwd, rev = (kernel(r).compile(x, x, sd, sd, BM=m, BN=n, arch="sm_90") for r in (False, True))
+    assert "flip" not in str(rev.plan) and "scan[add, reverse] axis=1" in str(rev.plan)
+    for k in (fwd, rev):
+        assert ".local" not in k.ptx and k.local_memory_bytes() == 0
+    assert rev.ptx.count("bar.sync") == fwd.ptx.count("bar.sync")
+    assert rev.shared_bytes == fwd.shared_bytes
+    assert rev.ptx.count("shfl.sync") == fwd.ptx.count("shfl.sync")

@@ -247,7 +247,11 @@ def lower_scan(s: Any, w: Any) -> ShimCall:
     row's lanes scan their runs' totals with shuffles (Kogge-Stone, earlier lanes on the left), per segment;
     rows wider than a warp add the earlier warps' totals through shared memory; each run's prefix is then the
     row's seed, the earlier segments' totals and the earlier lanes' (and warps') of its own segment, in that
-    order. A row's total is the inclusive value of its last element, from the lane that holds it."""
+    order. A row's total is the inclusive value of its last element, from the lane that holds it. A reverse
+    scan (`s.reverse`) is the same mirrored (`_reverse_row_scan`): each row from its last column to its first,
+    later runs, lanes, warps and segments first, the seed at the last column, the total the inclusive value of
+    column 0; its padding columns, first in that order, never enter a fold. Its code has the forward one's
+    shape: as many shuffles and barriers, the same TempStorage."""
     src = s.srcs[0]
     rs = w.layout(src).rows
     dtypes = [v.type.dtype for v in s.srcs]
@@ -256,7 +260,7 @@ def lower_scan(s: Any, w: Any) -> ShimCall:
     w.helper(SHUFFLE)
     G, ipr, R, T, V = rs.lanes, rs.row_items, rs.rows, w.threads, rs.run
     Q = ipr // V
-    gw, warps = min(G, WARP), T // WARP
+    warps = T // WARP
     seeds = list(s.initial or ())
     tile_seeds = [v for v in seeds if isinstance(v, ir.Var) and isinstance(v.type, TileType)]
     totals = list(s.totals or ())
@@ -308,6 +312,67 @@ def lower_scan(s: Any, w: Any) -> ShimCall:
             parts = [w.identity(s.op, dtypes[0])]
         fill = " ".join(f"seed[k]{f'.f{i}' if s.combine else ''} = {p};" for i, p in enumerate(parts))
         body += f"  for (int k = 0; k < {R}; ++k) {{ const int rr = group * {R} + k; (void)rr; {fill} }}\n"
+    if s.reverse:
+        body += _reverse_row_scan(s, rs, item, op, pack, seeded)
+    else:
+        body += _forward_row_scan(s, rs, item, op, pack, seeded)
+    if totals:
+        # the row's last element in scan order (its last column; its first in a reverse scan): segment, lane and
+        # item of it
+        last = 0 if s.reverse else rs.n - 1
+        q_last, lane_last, r_last = last // (G * V), (last // V) % G, last % V
+        slot = q_last * V + r_last
+        # the inclusive value of that element (for an exclusive scan: its result folded with it)
+        if s.exclusive:
+            fill_last = pack("x_last[k]", f"x{{}}[k * {ipr} + {slot}]")
+            body += f"  {item} x_last[{R}];\n  for (int k = 0; k < {R}; ++k) {{ {fill_last} }}\n"
+            value = f"{op}{{}}(y[k * {ipr} + {slot}], x_last[k])"
+        else:
+            value = f"y[k * {ipr} + {slot}]"
+        body += f"  {item} total[{R}];\n"
+        if G > WARP:
+            body += (
+                f"  if (lane == {lane_last}) for (int k = 0; k < {R}; ++k) s.temp.last[k][group] = {value};\n"
+                "  __syncthreads();\n"
+                f"  for (int k = 0; k < {R}; ++k) total[k] = s.temp.last[k][group];\n"
+            )
+        else:
+            body += (
+                f"  for (int k = 0; k < {R}; ++k) total[k] = coop_shfl({value}, "
+                f"(int(threadIdx.x) & ~{G - 1}) + {lane_last});\n"
+            )
+        for i, v in enumerate(totals):
+            if v not in moved_out:
+                body += f"  for (int k = 0; k < {R}; ++k) tt{i}[k] = {unpack('total[k]', i)};\n"
+            else:
+                body += (
+                    f"  if (lane == 0) for (int k = 0; k < {R}; ++k) {{ const int rr = group * {R} + k; "
+                    f"if (rr < {rs.m}) s.temp.tot{i}[rr] = {unpack('total[k]', i)}; }}\n"
+                )
+        if moved_out:
+            body += "  __syncthreads();\n"
+            for i, v in enumerate(totals):
+                if v in moved_out:
+                    lay = w.layout(v)
+                    body += (
+                        f"  for (int i = 0; i < {lay.items_per_thread}; ++i) {{ const int e = {w.element_index(v)}; "
+                        f"if (e < {rs.m}) tt{i}[i] = s.temp.tot{i}[e]; }}\n"
+                    )
+    body += (
+        f"  for (int i = 0; i < {R * ipr}; ++i) {{ "
+        + " ".join(f"o{i}[i] = {unpack('y[i]', i)};" for i in range(k_ops))
+        + " }\n"
+    )
+    w.define(call, code, body)
+    return call
+
+
+def _forward_row_scan(s: Any, rs: RowShape, item: str, op: str, pack: Any, seeded: bool) -> str:
+    """The forward row scan's code from the seeds (`seed[k]`, when `seeded`) to the results in `y`: see
+    `lower_scan`."""
+    G, ipr, R, V = rs.lanes, rs.row_items, rs.rows, rs.run
+    Q, gw = ipr // V, min(G, WARP)
+    body = ""
     # each run scanned on its own, then the lanes' run totals of each segment (`run`: inclusive over lanes)
     body += f"  {item} y[{R * ipr}];\n  {item} run[{R}][{Q}];\n"
     wl = f"(lane & {gw - 1})"  # the lane within the row's part of a warp
@@ -386,50 +451,115 @@ def lower_scan(s: Any, w: Any) -> ShimCall:
             f"for (int j = 0; j < {V}; ++j) {{ const int b = k * {ipr} + q * {V} + j; "
             f"y[b] = {op}{{}}(pre[k][q], y[b]); }}\n"
         )
-    if totals:
-        last = rs.n - 1  # the row's last element: segment, lane and item of it
-        q_last, lane_last, r_last = last // (G * V), (last // V) % G, last % V
-        slot = q_last * V + r_last
-        # the inclusive value of the row's last element (for an exclusive scan: its result folded with it)
-        if s.exclusive:
-            fill_last = pack("x_last[k]", f"x{{}}[k * {ipr} + {slot}]")
-            body += f"  {item} x_last[{R}];\n  for (int k = 0; k < {R}; ++k) {{ {fill_last} }}\n"
-            value = f"{op}{{}}(y[k * {ipr} + {slot}], x_last[k])"
-        else:
-            value = f"y[k * {ipr} + {slot}]"
-        body += f"  {item} total[{R}];\n"
-        if G > WARP:
-            body += (
-                f"  if (lane == {lane_last}) for (int k = 0; k < {R}; ++k) s.temp.last[k][group] = {value};\n"
-                "  __syncthreads();\n"
-                f"  for (int k = 0; k < {R}; ++k) total[k] = s.temp.last[k][group];\n"
-            )
-        else:
-            body += (
-                f"  for (int k = 0; k < {R}; ++k) total[k] = coop_shfl({value}, "
-                f"(int(threadIdx.x) & ~{G - 1}) + {lane_last});\n"
-            )
-        for i, v in enumerate(totals):
-            if v not in moved_out:
-                body += f"  for (int k = 0; k < {R}; ++k) tt{i}[k] = {unpack('total[k]', i)};\n"
-            else:
-                body += (
-                    f"  if (lane == 0) for (int k = 0; k < {R}; ++k) {{ const int rr = group * {R} + k; "
-                    f"if (rr < {rs.m}) s.temp.tot{i}[rr] = {unpack('total[k]', i)}; }}\n"
-                )
-        if moved_out:
-            body += "  __syncthreads();\n"
-            for i, v in enumerate(totals):
-                if v in moved_out:
-                    lay = w.layout(v)
-                    body += (
-                        f"  for (int i = 0; i < {lay.items_per_thread}; ++i) {{ const int e = {w.element_index(v)}; "
-                        f"if (e < {rs.m}) tt{i}[i] = s.temp.tot{i}[e]; }}\n"
-                    )
+    return body
+
+
+def _reverse_row_scan(s: Any, rs: RowShape, item: str, op: str, pack: Any, seeded: bool) -> str:
+    """The reverse row scan's code from the seeds (`seed[k]`, when `seeded`) to the results in `y`: the forward
+    one mirrored, each row from its last column to its first, the later column on the left of `op`. Each thread
+    scans each of its runs from its last item; the row's lanes scan their runs' totals with shuffles from the
+    later lanes (`tid + d`), per segment; rows wider than a warp add the later warps' totals (each warp's is its
+    lane 0's); each run's prefix is the seed, the later segments' totals and the later warps' and lanes' of its
+    own segment. The padding columns (past `n`) come first in this order and never enter a fold: they are
+    the end of segment `q_last` (the lanes past `lane_last`, the items past `r_last` of that lane) and the
+    segments after it, all known here, so the bounds are constants (none where a row has no padding)."""
+    G, ipr, R, V, n = rs.lanes, rs.row_items, rs.rows, rs.run, rs.n
+    Q, gw = ipr // V, min(G, WARP)
+    q_last, lane_last, r_last = (n - 1) // (G * V), ((n - 1) // V) % G, (n - 1) % V
+    Qr = q_last + 1  # the segments holding columns (later ones are padding only)
+    edge = n - q_last * G * V  # segment q_last's columns: a lane's item j is one if lane * V + j < edge
+    wl = f"(lane & {gw - 1})"  # the lane within the row's part of a warp
+
+    def lane_real(d: str) -> str:  # " && ...": lane + d holds a column of segment q (where some lanes do not)
+        return f" && (q != {q_last} || lane + {d} <= {lane_last})" if lane_last < G - 1 else ""
+
+    def item_real(j: str) -> str:  # a condition: item j of the thread's run of segment q is a column (or "")
+        return f"(q != {q_last} || lane * {V} + {j} < {edge})" if r_last < V - 1 else ""
+
+    body = f"  {item} y[{R * ipr}];\n  {item} run[{R}][{Q}];\n"
     body += (
-        f"  for (int i = 0; i < {R * ipr}; ++i) {{ "
-        + " ".join(f"o{i}[i] = {unpack('y[i]', i)};" for i in range(k_ops))
-        + " }\n"
+        f"  for (int k = 0; k < {R}; ++k) for (int q = 0; q < {Q}; ++q) {{\n"
+        f"    const int b = k * {ipr} + q * {V};\n"
+        f"    for (int j = 0; j < {V}; ++j) {{ {pack('y[b + j]', 'x{}[b + j]')} }}\n"
+        f"  }}\n"
+        f"  for (int k = 0; k < {R}; ++k) for (int q = 0; q < {Qr}; ++q) {{\n"
+        f"    const int b = k * {ipr} + q * {V};\n"
     )
-    w.define(call, code, body)
-    return call
+    guard = item_real("j + 1")
+    step = f"y[b + j] = {op}{{}}(y[b + j + 1], y[b + j]);"
+    body += f"    for (int j = {V - 2}; j >= 0; --j) {f'if ({guard}) ' if guard else ''}{step}\n"
+    body += "    run[k][q] = y[b];\n"
+    if G > 1:
+        body += (
+            f"    for (int d = 1; d < {gw}; d <<= 1) {{\n"
+            f"      const {item} o = coop_shfl(run[k][q], int(threadIdx.x) + d);\n"
+            f"      if ({wl} + d < {gw}{lane_real('d')}) run[k][q] = {op}{{}}(o, run[k][q]);\n    }}\n"
+        )
+    body += "  }\n"
+    per = G // WARP
+    if G > WARP:
+        body += (
+            f"  if ((threadIdx.x & 31) == 0) for (int k = 0; k < {R}; ++k) for (int q = 0; q < {Qr}; ++q) "
+            "s.temp.part[k][q][threadIdx.x / 32] = run[k][q];\n"
+            "  __syncthreads();\n"
+        )
+    # each run's prefix: the seed, the later segments' totals (`carry`), then its segment's later warps and lanes
+    body += f"  {item} pre[{R}][{Q}];\n  bool has_pre[{R}][{Q}];\n"
+    body += f"  for (int k = 0; k < {R}; ++k) {{\n"
+    if seeded:
+        body += f"    {item} carry = seed[k];\n    bool has_carry = true;\n"
+    else:
+        body += f"    {item} carry = {{}};\n    bool has_carry = false;\n"
+    body += f"    for (int q = {Qr - 1}; q >= 0; --q) {{\n"
+    if G > WARP:  # the row's warps: `first` and the last holding columns of segment q, `top`
+        top = f"first + {per - 1}"
+        if lane_last // WARP < per - 1:
+            top = f"(q == {q_last} ? first + {lane_last // WARP} : {top})"
+        body += f"      const int first = group * {per}, top = {top};\n"
+    if G > 1:
+        body += (
+            f"      const {item} after = coop_shfl(run[k][q], int(threadIdx.x) + 1);\n"
+            f"      bool has = {wl} + 1 < {gw}{lane_real('1')};\n      {item} p = after;\n"
+        )
+    else:
+        body += f"      bool has = false;\n      {item} p = {{}};\n"
+    if G > WARP:
+        body += (
+            "      { const int mine = int(threadIdx.x) / 32;\n"
+            f"        if (mine < top) {{ {item} wp = s.temp.part[k][q][top];\n"
+            f"          for (int u = top - 1; u > mine; --u) wp = {op}{{}}(wp, s.temp.part[k][q][u]);\n"
+            f"          p = has ? {op}{{}}(wp, p) : wp; has = true; }} }}\n"
+        )
+    body += (
+        f"      pre[k][q] = has_carry ? (has ? {op}{{}}(carry, p) : carry) : p;\n"
+        "      has_pre[k][q] = has_carry || has;\n"
+    )
+    if Qr > 1:  # the segment's total, for the earlier segments: the row's first lane (or its warps', last first)
+        if G > WARP:
+            total_q = (
+                f"{item} seg = s.temp.part[k][q][top];\n"
+                f"        for (int u = top - 1; u >= first; --u) seg = {op}{{}}(seg, s.temp.part[k][q][u]);\n"
+            )
+        else:
+            total_q = f"const {item} seg = coop_shfl(run[k][q], int(threadIdx.x) & ~{G - 1});\n"
+        body += (
+            f"      if (q > 0) {{ {total_q}"
+            f"        carry = has_carry ? {op}{{}}(carry, seg) : seg; has_carry = true; }}\n"
+        )
+    body += "    }\n  }\n"
+    # the results: inclusive (prefix then the run's own scan) or exclusive (prefix then the run's scan shifted)
+    if s.exclusive:
+        guard = item_real("j")
+        body += (
+            f"  for (int k = 0; k < {R}; ++k) for (int q = 0; q < {Qr}; ++q) {{\n"
+            f"    const int b = k * {ipr} + q * {V};\n    {item} prev = pre[k][q];\n"
+            f"    for (int j = {V - 1}; j >= 0; --j) {{ {f'if (!{guard}) continue; ' if guard else ''}"
+            f"const {item} cur = y[b + j]; y[b + j] = prev; prev = {op}{{}}(pre[k][q], cur); }}\n  }}\n"
+        )
+    else:
+        body += (
+            f"  for (int k = 0; k < {R}; ++k) for (int q = 0; q < {Qr}; ++q) if (has_pre[k][q]) "
+            f"for (int j = 0; j < {V}; ++j) {{ const int b = k * {ipr} + q * {V} + j; "
+            f"y[b] = {op}{{}}(pre[k][q], y[b]); }}\n"
+        )
+    return body

@@ -199,11 +199,6 @@ class Scan(TileOp):
         chained = b.constant(chained, "chained", bool)
         shape = srcs[0].type.shape
         k = tile_axis(b, axis, srcs[0], "tile.scan")
-        # a 2-D reverse scan is the forward scan of the rows (columns) flipped, flipped back: its seed comes first
-        # and its total is the fold through element 0 either way
-        flipped = reverse and len(shape) > 1
-        if flipped:
-            srcs = tuple(b.remap(v, ir.FLIP, shape, k) for v in srcs)
         if chained:
             if len(shape) > 1:
                 one_d(srcs[0], "tile.scan(..., chained=True)")
@@ -222,13 +217,8 @@ class Scan(TileOp):
         totals = tuple(b.temp(total_type(dt)) for dt in dtypes) if return_total else None
         name = op if isinstance(op, str) else op.name
         axis = None if len(shape) == 1 else k
-        b.emit(
-            TileScan(outs, srcs, name, not isinstance(op, str), exclusive, initial, totals, chained, reverse, axis)
-            if not flipped
-            else TileScan(outs, srcs, name, not isinstance(op, str), exclusive, initial, totals, False, False, axis)
-        )
-        if flipped:
-            outs = tuple(b.remap(v, ir.FLIP, shape, k) for v in outs)
+        # (a 2-D reverse scan is lowered along its rows, from each row's last column: `rows.lower_scan`)
+        b.emit(TileScan(outs, srcs, name, not isinstance(op, str), exclusive, initial, totals, chained, reverse, axis))
         result = outs if len(outs) > 1 or not isinstance(t, ir.Var) else outs[0]
         if not return_total:
             return result
@@ -315,7 +305,7 @@ class Scan(TileOp):
     def choose(self, s: TileScan, ctx):
         if s.axis is not None:
             per_row = [v for v in (*(s.initial or ()), *(s.totals or ())) if isinstance(v.type, TileType)]
-            return rows.row_choice(s, ctx, f"scan[{s.op}]", s.srcs[0], per_row)
+            return rows.row_choice(s, ctx, f"scan[{s.op}{', reverse' if s.reverse else ''}]", s.srcs[0], per_row)
         carried = _carried(s, s.srcs[0].type.size, ctx.threads)
         label = f"scan[{s.op}{', reverse' if s.reverse else ''}{', chained' if s.chained else ''}]"
         label += ", carried" if carried else ""
