@@ -82,8 +82,9 @@ def _parse_args() -> argparse.Namespace:
     )
     parser.add_argument(
         "--merge",
-        nargs="*",
-        default=(),
+        nargs="+",
+        action="extend",
+        default=[],
         help="results saved by earlier --save runs on the same device, rendered together with this run's "
         "(one document from a run split over several commands)",
     )
