@@ -56,3 +56,13 @@ def sm_count() -> int:
     import cupy as cp
 
     return cp.cuda.runtime.getDeviceProperties(cp.cuda.Device().id)["multiProcessorCount"]
+
+
+def torch_copy_rate_gbs(torch: Any) -> float:
+    """The device copy rate (bytes read and written per second, in GB/s) of a 1 GiB PyTorch tensor copy."""
+    from benchmarks.timing import cuda_time_ms
+
+    src = torch.empty(1 << 28, device="cuda", dtype=torch.float32)
+    dst = torch.empty_like(src)
+    ms = cuda_time_ms(lambda: dst.copy_(src))
+    return 2 * src.numel() * 4 / ms / 1e6

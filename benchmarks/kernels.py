@@ -7,6 +7,7 @@ import importlib
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import coop_tiles as ct
 from coop_tiles import tile
@@ -37,3 +38,15 @@ def tutorial(name: str) -> ModuleType:
     if str(TUTORIALS) not in sys.path:
         sys.path.insert(2, str(TUTORIALS))
     return importlib.import_module(name)
+
+
+_PINNED: dict[tuple[Any, int], Any] = {}
+
+
+def with_threads(kernel: Any, threads: int | None) -> Any:
+    """`kernel`, or one copy of it per thread count with the count pinned (so each compiles once)."""
+    if threads is None:
+        return kernel
+    if (kernel, threads) not in _PINNED:
+        _PINNED[kernel, threads] = ct.jit(kernel.fn, block_threads=threads)
+    return _PINNED[kernel, threads]

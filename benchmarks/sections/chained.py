@@ -11,7 +11,7 @@ import numpy as np
 import coop_tiles as ct
 from benchmarks.cub import cub_call, cub_library
 from benchmarks.device import fill_nan, free_device_memory, stream_handle
-from benchmarks.kernels import tile_cumsum, tile_sum, tutorial
+from benchmarks.kernels import tile_cumsum, tile_sum, tutorial, with_threads
 from benchmarks.report import config_times_cell, correct_cell, failed_row, gbs_cell, rate_cell, speedup_cell, table_row
 from benchmarks.section import Section
 from benchmarks.timing import cuda_time_ms, guarded, host_overheads_us, tune
@@ -37,18 +37,6 @@ try:
 except Exception as error:
     chained_cumsum = chained_linrec = offsets_of_sums = seeded_cumsum = None
     CHAINED_ERROR = error
-
-
-_PINNED: dict[tuple[Any, int], Any] = {}
-
-
-def _with_threads(kernel: Any, threads: int | None) -> Any:
-    """`kernel`, or a copy of it with `threads` per block pinned (one per kernel and size, so it compiles once)."""
-    if threads is None:
-        return kernel
-    if (kernel, threads) not in _PINNED:
-        _PINNED[kernel, threads] = ct.jit(kernel.fn, block_threads=threads)
-    return _PINNED[kernel, threads]
 
 
 def _config_name(config: tuple[int, int | None]) -> str:
@@ -96,7 +84,7 @@ def _chained_scan_row(n: int, dtype: str, arch: str) -> dict:
         "chained": guarded(
             tune,
             CHAINED_CONFIGS,
-            lambda c: lambda: _with_threads(chained_cumsum, c[1])[ct.cdiv(n, c[0])](x, y, n, TILE=c[0]),
+            lambda c: lambda: with_threads(chained_cumsum, c[1])[ct.cdiv(n, c[0])](x, y, n, TILE=c[0]),
             reset,
             check,
         ),
@@ -182,7 +170,7 @@ def _chained_linrec_row(n: int) -> dict:
     coop = guarded(
         tune,
         CHAINED_LINREC_CONFIGS,
-        lambda c: lambda: _with_threads(chained_linrec, c[1])[ct.cdiv(n, c[0])](a, b, h, n, TILE=c[0]),
+        lambda c: lambda: with_threads(chained_linrec, c[1])[ct.cdiv(n, c[0])](a, b, h, n, TILE=c[0]),
         lambda: fill_nan(h),
         lambda c: check(c[0]),
     )

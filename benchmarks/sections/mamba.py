@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.device import fill_nan, free_device_memory
+from benchmarks.device import fill_nan, free_device_memory, torch_copy_rate_gbs
 from benchmarks.report import correct_cell, failed_row, ms_cell, speedup_cell, table_row
 from benchmarks.section import Section
 from benchmarks.timing import cuda_time_ms, guarded, tune
@@ -26,7 +26,7 @@ def mamba_rows() -> list[dict]:
     time the bytes they must move take at the device copy rate."""
     import torch
 
-    copy_gbs = _copy_rate_gbs(torch)
+    copy_gbs = torch_copy_rate_gbs(torch)
     mamba = guarded(_mamba_extension)
     rows = []
     for shape in MAMBA_SHAPES:
@@ -35,14 +35,6 @@ def mamba_rows() -> list[dict]:
             rows.append(row)
             free_device_memory()
     return rows
-
-
-def _copy_rate_gbs(torch: Any) -> float:
-    """The device copy rate (bytes read and written per second, in GB/s) of a 1 GiB tensor copy."""
-    src = torch.empty(1 << 28, device="cuda", dtype=torch.float32)
-    dst = torch.empty_like(src)
-    ms = cuda_time_ms(lambda: dst.copy_(src))
-    return 2 * src.numel() * 4 / ms / 1e6
 
 
 def _mamba_extension() -> dict:

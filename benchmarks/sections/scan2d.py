@@ -16,7 +16,7 @@ import numpy as np
 
 import coop_tiles as ct
 from benchmarks.device import fill_nan, free_device_memory
-from benchmarks.kernels import tutorial
+from benchmarks.kernels import tutorial, with_threads
 from benchmarks.report import (
     config_times_cell,
     correct_cell,
@@ -76,17 +76,6 @@ def coop_kernels() -> dict[str, Any]:
     return _KERNELS
 
 
-_PINNED: dict[tuple[Any, int], Any] = {}
-
-
-def _with_threads(kernel: Any, threads: int | None) -> Any:
-    if threads is None:
-        return kernel
-    if (kernel, threads) not in _PINNED:
-        _PINNED[kernel, threads] = ct.jit(kernel.fn, block_threads=threads)
-    return _PINNED[kernel, threads]
-
-
 def scan2d_results(sizes: list[int]) -> dict:
     """The row scans of every shape, forward and reverse, and the whole-array reverse chained scan of each size."""
     import torch  # noqa: F401 - the section needs PyTorch before anything is measured
@@ -131,7 +120,7 @@ def _scan2d_row(shape: tuple[int, int], reverse: bool) -> dict:
     def coop(config: tuple[int, int | None]) -> Callable[[], None]:
         bm, threads = config
         name = "rows_reverse_cumsum" if reverse else "rows_cumsum"
-        kernel = _with_threads(coop_kernels()[name], threads)
+        kernel = with_threads(coop_kernels()[name], threads)
         return lambda: kernel[ct.cdiv(m, bm)](x, y, BM=bm, N=n)
 
     triton_configs = [(bm, w) for bm in _rows_per_program(n) for w in TRITON_WARPS]
@@ -184,7 +173,7 @@ def _chained_row(log2n: int) -> dict:
     def launches(kernel: Callable[[], Any]) -> Callable[[tuple[int, int | None]], Callable[[], None]]:
         def launch(config: tuple[int, int | None]) -> Callable[[], None]:
             tile_size, threads = config
-            return lambda: _with_threads(kernel(), threads)[ct.cdiv(n, tile_size)](x, y, n, TILE=tile_size)
+            return lambda: with_threads(kernel(), threads)[ct.cdiv(n, tile_size)](x, y, n, TILE=tile_size)
 
         return launch
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import coop_tiles as ct
 from benchmarks.device import fill_nan, free_device_memory
-from benchmarks.kernels import tutorial
+from benchmarks.kernels import tutorial, with_threads
 from benchmarks.report import (
     config_times_cell,
     correct_cell,
@@ -62,18 +61,6 @@ def softmax_rows() -> list[dict]:
     return rows
 
 
-_PINNED: dict[tuple[Any, int], Any] = {}
-
-
-def _with_threads(kernel: Any, threads: int | None) -> Any:
-    """`kernel`, or one copy of it per thread count with the count pinned (so each compiles once)."""
-    if threads is None:
-        return kernel
-    if (kernel, threads) not in _PINNED:
-        _PINNED[kernel, threads] = ct.jit(kernel.fn, block_threads=threads)
-    return _PINNED[kernel, threads]
-
-
 def _bytes(kernel: str, rows: int, cols: int, itemsize: int) -> int:
     """What a kernel must move: the rows read and written; layer norm also reads w and b (in the rows' dtype) and
     writes each row's mean and 1/std (float32)."""
@@ -105,7 +92,7 @@ def _softmax_row(kernel: str, cols: int, dtype: str) -> dict:
     if kernel == "softmax":
         expected = torch.softmax(x.float(), dim=1)
         ours = {
-            "coop": lambda n: lambda: _with_threads(ops.softmax_fwd, n)[rows](x, y, cols, BLOCK=cols),
+            "coop": lambda n: lambda: with_threads(ops.softmax_fwd, n)[rows](x, y, cols, BLOCK=cols),
             "triton": lambda w: triton_softmax(x, y, warps=w),
         }
 
@@ -127,7 +114,7 @@ def _softmax_row(kernel: str, cols: int, dtype: str) -> dict:
         expected_rstd = torch.rsqrt(xf.var(dim=1, unbiased=False) + EPS)
         ours = {
             "coop": lambda n: (
-                lambda: _with_threads(ops.layer_norm_fwd, n)[rows](x, y, w, b, mean, rstd, cols, EPS, BLOCK=cols)
+                lambda: with_threads(ops.layer_norm_fwd, n)[rows](x, y, w, b, mean, rstd, cols, EPS, BLOCK=cols)
             ),
             "triton": lambda warps: triton_layer_norm(x, y, w, b, mean, rstd, EPS, warps=warps),
         }

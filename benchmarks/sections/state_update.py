@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.device import free_device_memory
+from benchmarks.device import free_device_memory, torch_copy_rate_gbs
 from benchmarks.report import correct_cell, failed_row, ms_cell, speedup_cell, table_row
 from benchmarks.section import Section
 from benchmarks.timing import cuda_time_ms, guarded
@@ -26,7 +26,7 @@ def state_update_rows() -> list[dict]:
     """Every shape and input dtype: coop_tiles, Mamba's Triton kernel, and the memory-traffic limit."""
     import torch
 
-    copy_gbs = _copy_rate_gbs(torch)
+    copy_gbs = torch_copy_rate_gbs(torch)
     mamba = guarded(_mamba_module)
     rows = []
     for name, *shape in STATE_UPDATE_SHAPES:
@@ -37,14 +37,6 @@ def state_update_rows() -> list[dict]:
             rows.append({**key, **guarded(_state_update_row, name, tuple(shape), dtype, mamba, copy_gbs)})
             free_device_memory()
     return rows
-
-
-def _copy_rate_gbs(torch: Any) -> float:
-    """The device copy rate (bytes read and written per second, in GB/s) of a 1 GiB tensor copy."""
-    src = torch.empty(1 << 28, device="cuda", dtype=torch.float32)
-    dst = torch.empty_like(src)
-    ms = cuda_time_ms(lambda: dst.copy_(src))
-    return 2 * src.numel() * 4 / ms / 1e6
 
 
 def _mamba_module() -> dict:
