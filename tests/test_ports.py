@@ -236,11 +236,13 @@ def test_ports_compile_to_cubin(name, launch, arch):
     assert not problems, format_report(problems, k.program, k.plan)
 
 
-def test_a_reverse_row_scan_compiles_as_the_forward_scan_of_flipped_rows():
-    """(The row lowering scans forward: a 2-D reverse scan reaches it between two flips.)"""
+def test_a_reverse_row_scan_compiles_to_lane_shuffles_without_flips():
+    """The suffix sum is one reverse row scan in registers: no flip, no shared memory."""
     c = np.zeros((2, 6, 3, 16), np.float32)
-    plan = str(ports.chunk_suffix_sum(c, c).compile("sm_90").plan)
-    assert plan.count("flip through shared memory") == 2, plan
+    compiled = ports.chunk_suffix_sum(c, c).compile("sm_90")
+    plan = str(compiled.plan)
+    assert "scan[add, reverse] axis=1" in plan and "flip" not in plan, plan
+    assert compiled.shared_bytes == 0
 
 
 # ----- the GPU, with the originals' tests' tolerances ------------------------------------------------------
