@@ -97,6 +97,19 @@ def convert_expr(expr: str, src: np.dtype, dst: np.dtype) -> str:
     return f"static_cast<{cxx_name(dst)}>({expr})"
 
 
+def _unpack_words(array: ArrayType, tile: ir.Var, items: int, convert: str) -> str:
+    """The loaded words `w` into the thread's items: 16-bit floats into a float32 tile two per 32-bit word,
+    anything else copied into `x` and then converted as `convert` says."""
+    if convert and is_half(array.dtype) and tile.type.dtype == np.float32:  # two floats per 32-bit word
+        pair = f"coop_{'bf16' if array.dtype == bfloat16 else 'f16'}x2_to_f32x2"
+        return (
+            "    const unsigned* u = reinterpret_cast<const unsigned*>(w);\n"
+            f"    for (int k = 0; k < {items // 2}; ++k) {{ const float2 f = {pair}(u[k]); "
+            "loaded[2 * k] = f.x; loaded[2 * k + 1] = f.y; }\n"
+        )
+    return "    memcpy(x, w, sizeof(w));\n" + convert
+
+
 def lower_transfer(
     w: Lowering,
     call: ShimCall,
@@ -140,15 +153,7 @@ def lower_transfer(
                 f"    const uint4* src = reinterpret_cast<const uint4*>(a + a_off + offset) + threadIdx.x * {words};\n"
                 f"    uint4 w[{words}];\n    for (int j = 0; j < {words}; ++j) w[j] = src[j];\n"
             )
-            if convert and is_half(array.dtype) and tile.type.dtype == np.float32:  # two floats per 32-bit word
-                pair = f"coop_{'bf16' if array.dtype == bfloat16 else 'f16'}x2_to_f32x2"
-                move += (
-                    "    const unsigned* u = reinterpret_cast<const unsigned*>(w);\n"
-                    f"    for (int k = 0; k < {items // 2}; ++k) {{ const float2 f = {pair}(u[k]); "
-                    "loaded[2 * k] = f.x; loaded[2 * k + 1] = f.y; }\n"
-                )
-            else:
-                move += "    memcpy(x, w, sizeof(w));\n" + convert
+            move += _unpack_words(array, tile, items, convert)
             each = (
                 f"    const auto* src = {mine};\n"
                 f"    for (int i = 0; i < {items}; ++i) x[i] = i < left ? src[i] : other;\n"
@@ -206,15 +211,7 @@ def _striped_vectors(w: Lowering, kind: str, tile: ir.Var, array: ArrayType, lay
     if kind == "load":
         move = f"    const {wt}* src = reinterpret_cast<const {wt}*>({base});\n    {wt} w[{words}];\n"
         move += f"    for (int j = 0; j < {words}; ++j) w[j] = src[{at}];\n"
-        if convert and is_half(array.dtype) and tile.type.dtype == np.float32:  # two floats per 32-bit word
-            pair = f"coop_{'bf16' if array.dtype == bfloat16 else 'f16'}x2_to_f32x2"
-            move += (
-                "    const unsigned* u = reinterpret_cast<const unsigned*>(w);\n"
-                f"    for (int k = 0; k < {items // 2}; ++k) {{ const float2 f = {pair}(u[k]); "
-                "loaded[2 * k] = f.x; loaded[2 * k + 1] = f.y; }\n"
-            )
-        else:
-            move += "    memcpy(x, w, sizeof(w));\n" + convert
+        move += _unpack_words(array, tile, items, convert)
         each = f"    for (int i = 0; i < {items}; ++i) {{ const int e = {index}; x[i] = e < v ? src[e] : other; }}\n"
     else:
         move = f"    {wt} w[{words}];\n    memcpy(w, x, sizeof(w));\n"
