@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 from programs import Case
+from programs_sorting import make_sort_cases
 
 import coop_tiles as ct
 from coop_tiles import tile
@@ -544,4 +545,4 @@ def make_cases() -> list[Case]:
     return cases
 
 
-CASES_2D = make_cases()
+CASES_2D = make_cases() + make_sort_cases()

@@ -1167,9 +1167,19 @@ def chained_scan_of_2d(x, n, T: ct.constexpr):
     tile.store(x, (0, 0), tile.scan(t, chained=True))  # HERE
 
 
-def sort_of_2d(x, n, T: ct.constexpr):
+def row_sort_valid_of_wrong_length(x, n, T: ct.constexpr):
     t = tile.load(x, (0, 0), (4, 8))
-    tile.store(x, (0, 0), tile.sort(t))  # HERE
+    tile.store(x, (0, 0), tile.sort(t, valid=tile.arange(3)))  # HERE
+
+
+def row_sort_payload_of_wrong_shape(x, n, T: ct.constexpr):
+    t = tile.load(x, (0, 0), (4, 8))
+    k, v = tile.sort(t, tile.zeros((8, 4), np.int32))  # HERE
+
+
+def sort_1d_valid_tile(x, n, T: ct.constexpr):
+    s = tile.sort(tile.load(x, 0, T), valid=tile.arange(T))  # HERE
+    tile.store(x, 0, s)
 
 
 def index_a_tile(x, n, T: ct.constexpr):
@@ -1820,7 +1830,7 @@ CATALOGUE: list[Mistake] = [
         "sort_payload_size_mismatch",
         sort_payload_size_mismatch,
         TYPE,
-        "the payload has 16 elements and the keys 8",
+        "the payload has shape (16,) and the keys (8,)",
     ),
     Mistake(
         "sort_bad_bits",
@@ -2083,11 +2093,25 @@ CATALOGUE: list[Mistake] = [
         args=(M, 16),
     ),
     Mistake(
-        "sort_of_2d",
-        sort_of_2d,
-        VALUE,
-        "row-wise sort (tile.sort of a 2-D tile) is not supported yet; sort a 1-D tile (tile.reshape(t, n))",
+        "row_sort_valid_of_wrong_length",
+        row_sort_valid_of_wrong_length,
+        TYPE,
+        "valid of a row-wise tile.sort must be a scalar or a tile of 4 integer counts (one per row), "
+        "got tile<int32, 3>",
         args=(M, 16),
+    ),
+    Mistake(
+        "row_sort_payload_of_wrong_shape",
+        row_sort_payload_of_wrong_shape,
+        TYPE,
+        "the payload has shape (8, 4) and the keys (4, 8)",
+        args=(M, 16),
+    ),
+    Mistake(
+        "sort_1d_valid_tile",
+        sort_1d_valid_tile,
+        TYPE,
+        "valid of tile.sort of a 1-D tile must be a scalar, got tile<int32, 8>",
     ),
     Mistake(
         "index_a_tile",

@@ -335,6 +335,11 @@ class TileOp:
         tile has `largest` elements (None, the default: no limit of its own)."""
         return None
 
+    def power_of_two_threads(self, s: Any) -> bool:
+        """Whether `s` needs a power-of-two block (`cub::BlockMergeSort`): the default block size is then
+        rounded up to one, and a pinned one that is not is a TileValueError. Default: no."""
+        return False
+
     def item_value(self, s: Any, w: BodyWriting) -> str:
         """The value of item `i` of the tile `s.out`, for a statement with no collective (a tile
         constructor), as an expression written through `w`."""

@@ -10,6 +10,9 @@ key that sorts last, and being later in the input they stay after every valid ke
 stable); their original keys are put back, so they come out in their original order.
 
 Merge sort compares with the user's function wrapped so that invalid elements go last.
+
+A 2-D tile sorts each row on its own, with the same rules per row (`valid`: a scalar for every row or a
+tile of one count per row); its lowering is in `ops/rowsort.py`.
 """
 
 from __future__ import annotations
@@ -20,24 +23,17 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import tile
-from ..dtypes import bool_, cxx_name, is_float, storage_dtype
+from ..dtypes import bool_, cxx_name, storage_dtype
 from ..errors import TileTypeError, TileValueError
 from ..lang import ir
 from ..lang.combine import CombineFunction
+from ..lang.types import TileType
 from ..lang.values import Const, is_tile
+from ..planner.layout import PER_ROW
+from . import rowsort
 from .base import ShimCall, TileArg, TileOp, register, seq, valid_arg, valid_count, valid_value
 from .options import COMBINE, COUNT, TILE, TUPLE, Forbidden, Option
-
-ROW_SORT = "row-wise sort (tile.sort of a 2-D tile) is not supported yet; sort a 1-D tile (tile.reshape(t, n))"
-
-#: exponent and mantissa masks of each float width (bits), to find NaNs among stored bits
-_NAN_MASKS = {
-    "float16": (0x7C00, 0x03FF),
-    "bfloat16": (0x7F80, 0x007F),
-    "float32": (0x7F800000, 0x007FFFFF),
-    "float64": (0x7FF0000000000000, 0x000FFFFFFFFFFFFF),
-}
-
+from .sortkeys import from_order_bits, key_code, order_bits, ordered_code, pad_code, unsigned_cxx
 
 RADIX_ONLY = "descending, begin_bit and end_bit belong to the radix sort; with compare= the comparison says the order"
 TUPLE_NEEDS_COMPARE = "sorting a tuple of key tiles needs a comparison: tile.sort(keys, compare=fn)"
@@ -88,16 +84,14 @@ class Sort(TileOp):
         keys = seq(keys)
         if not keys or not all(is_tile(k) for k in keys):
             raise TileTypeError(f"tile.sort sorts a tile of keys (or a tuple of them with compare=), got {keys}")
-        if any(k.type.ndim != 1 for k in keys):
-            raise TileValueError(ROW_SORT)
-        size = keys[0].type.size
-        if any(k.type.size != size for k in keys):
-            raise TileTypeError("tile.sort of key tiles of different sizes: " + ", ".join(str(k.type) for k in keys))
+        shape = keys[0].type.shape
+        if any(k.type.shape != shape for k in keys):
+            raise TileTypeError("tile.sort of key tiles of different shapes: " + ", ".join(str(k.type) for k in keys))
         values = b.optional(values)
         if values is not None:
             values = b.tile(values, "the payload (values)")
-            if values.type.size != size:
-                raise TileTypeError(f"the payload has {values.type.size} elements and the keys {size}")
+            if values.type.shape != shape:
+                raise TileTypeError(f"the payload has shape {values.type.shape} and the keys {shape}")
         descending = b.constant(descending, "descending", bool)
         begin_bit = b.constant(begin_bit, "begin_bit", int)
         end_bit = b.optional(end_bit)
@@ -124,36 +118,29 @@ class Sort(TileOp):
             name = None
         key_outs = tuple(b.temp(k.type) for k in keys)
         value_out = b.temp(values.type) if values is not None else None
-        valid = valid_value(b, valid)
+        valid = sort_valid(b, valid, shape)
         b.emit(TileSort(key_outs, value_out, keys, values, valid, descending, begin_bit, end_bit or bits, name))
         result = key_outs if not one_tile else key_outs[0]
         return (result, value_out) if values is not None else result
 
     def interpret(self, s: TileSort, frame) -> None:
-        keys = [frame.get(k) for k in s.keys]
-        size = keys[0].size
-        count = valid_count(frame, s.valid, size)
-        if s.compare is None:
-            ordered = order_bits(keys[0], s.descending)
-            field = (ordered >> np.uint64(s.begin_bit)) & np.uint64((1 << (s.end_bit - s.begin_bit)) - 1)
-            rank = (np.uint64((1 << (s.end_bit - s.begin_bit)) - 1) - field) if s.descending else field
-            order = np.argsort(rank[:count], kind="stable")
-            sorted_keys = from_order_bits(ordered[order], keys[0].dtype)
-            outs = [np.concatenate([sorted_keys, keys[0][count:]])]
-        else:
-            fn = frame.program.combines[s.compare]
-
-            def first(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-                """Whether element a[j] goes before element b[j], for every j at once."""
-                return frame.evaluate_combine(fn, tuple(k[a] for k in keys), tuple(k[b] for k in keys))[0]
-
-            order = stable_merge_order(count, first)
-            outs = [np.concatenate([k[order], k[count:]]) for k in keys]
+        """Each row (a 1-D tile is one row) sorted on its own, by `sort_row`."""
+        n = s.keys[0].type.shape[-1]
+        rows = [np.asarray(frame.get(k)).reshape(-1, n) for k in s.keys]
+        payload = np.asarray(frame.get(s.values)).reshape(-1, n) if s.values is not None else None
+        counts = row_counts(frame, s.valid, rows[0].shape[0], n)
+        outs = [np.empty_like(k) for k in rows]
+        vout = np.empty_like(payload) if payload is not None else None
+        for r, count in enumerate(counts):
+            sorted_keys, order = sort_row(s, frame, [k[r] for k in rows], count)
+            for out, key in zip(outs, sorted_keys):
+                out[r] = key
+            if payload is not None:
+                vout[r] = np.concatenate([payload[r][order], payload[r][count:]])
         for var, value in zip(s.key_outs, outs):
-            frame.env[var.name] = value.astype(var.type.dtype)
+            frame.env[var.name] = value.reshape(var.type.shape).astype(var.type.dtype)
         if s.values is not None:
-            v = frame.get(s.values)
-            frame.env[s.value_out.name] = np.concatenate([v[order], v[count:]])
+            frame.env[s.value_out.name] = vout.reshape(s.value_out.type.shape)
 
     def layout(self, s: TileSort, ctx) -> None:
         """Inputs blocked. A radix sort of whole tiles may leave its results in either arrangement:
@@ -161,6 +148,11 @@ class Sort(TileOp):
         them go to memory directly, without a shared-memory exchange."""
         inputs = [*s.keys, *([s.values] if s.values is not None else [])]
         outputs = [*s.key_outs, *([s.value_out] if s.value_out is not None else [])]
+        if s.keys[0].type.ndim == 2:  # each lane's columns of a row as one run, in order (the sort is stable)
+            ctx.join_blocked(inputs + outputs)
+            if isinstance(s.valid, ir.Var):
+                ctx.claim(s.valid, s.keys[0], PER_ROW)
+            return
         size = s.keys[0].type.size
         whole = s.valid is None and size % ctx.threads == 0
         if s.compare is None and whole:
@@ -169,12 +161,24 @@ class Sort(TileOp):
         else:
             ctx.join_blocked(inputs + outputs)
 
+    def replicates(self, s: TileSort, var: ir.Var) -> bool:
+        """A per-row `valid` tile may be held per row, replicated over the row's lanes."""
+        return var is s.valid and s.keys[0].type.ndim == 2
+
+    def power_of_two_threads(self, s: TileSort) -> bool:
+        """cub::BlockMergeSort (a comparison sort, and rows wider than a warp) needs a power-of-two block."""
+        return s.compare is not None or s.keys[0].type.ndim == 2
+
     def choose(self, s: TileSort, ctx):
+        if s.keys[0].type.ndim == 2:
+            return rowsort.choose(s, ctx)
         if s.compare is None:
             return ctx.choice(s, "sort", "BlockRadixSort", "descending" if s.descending else "ascending")
         return ctx.choice(s, f"sort[{s.compare}]", "BlockMergeSort", "StableSort")
 
     def lower(self, s: TileSort, w) -> ShimCall:
+        if s.keys[0].type.ndim == 2:
+            return rowsort.lower(s, w)
         k = len(s.keys)
         size = s.keys[0].type.size
         args = [TileArg(v, f"in{i}") for i, v in enumerate(s.keys)]
@@ -204,40 +208,20 @@ class Sort(TileOp):
     @staticmethod
     def _radix(s: TileSort, w, items: int, value_t: str, index: str, body: str) -> tuple[str, str]:
         dt = s.keys[0].type.dtype
-        bits = dt.itemsize * 8
-        u = f"cuda::std::uint{bits}_t"
-        sign = f"({u}(1) << {bits - 1})"
+        u = unsigned_cxx(dt)
         w.include("cub/block/block_radix_sort.cuh")
         cub_type = f"cub::BlockRadixSort<{u}, {w.threads}, {items}, {value_t}>"
         code = w.storage(s.cid, cub_type)
         body = w.storage_ref(s.cid) + body
-        raw = {"float32": "__float_as_uint(x0[i])", "float64": "(cuda::std::uint64_t)__double_as_longlong(x0[i])"}
-        pad = "0" if s.descending else f"{u}(~{u}(0))"
         body += f"  {u} k[{items}];\n  for (int i = 0; i < {items}; ++i) {{\n"
-        if is_float(dt):
-            exp, mant = _NAN_MASKS[dt.name]
-            nan = f"{u}(~{u}(0))" if s.descending else f"({u}(~{u}(0)) >> 1)"
-            body += f"    {u} r = {raw.get(dt.name, f'{u}(x0[i])')};\n"
-            body += f"    if ((r & {u}({exp}ull)) == {u}({exp}ull) && (r & {u}({mant}ull))) r = {nan};\n"
-            body += f"    r = (r & {sign}) ? {u}(~r) : {u}(r | {sign});\n"
-        elif dt.kind == "i":
-            body += f"    {u} r = {u}(x0[i]) ^ {sign};\n"
-        else:
-            body += f"    {u} r = x0[i];\n"
-        body += f"    k[i] = {index} < v ? r : {pad};\n  }}\n"
+        body += ordered_code(dt, s.descending, "x0[i]")
+        body += f"    k[i] = {index} < v ? r : {pad_code(dt, s.descending)};\n  }}\n"
         striped = w.layout(s.key_outs[0]).arrangement != w.layout(s.keys[0]).arrangement
         verb = ("SortDescending" if s.descending else "Sort") + ("BlockedToStriped" if striped else "")
         values = ", vals" if s.values is not None else ""
         body += f"  {cub_type}(s.temp).{verb}(k{values}, {s.begin_bit}, {s.end_bit});\n"
-        back = {"float32": "__uint_as_float(r)", "float64": "__longlong_as_double((long long)r)"}
-        body += f"  for (int i = 0; i < {items}; ++i) {{\n    {u} r = k[i];\n"
-        if is_float(dt):
-            body += f"    r = (r & {sign}) ? {u}(r ^ {sign}) : {u}(~r);\n"
-            key = back.get(dt.name, "r")
-        elif dt.kind == "i":
-            key = f"{cxx_name(dt)}(r ^ {sign})"
-        else:
-            key = "r"
+        body += f"  for (int i = 0; i < {items}; ++i) {{\n"
+        key = key_code(dt, "k[i]")
         # elements past `valid` get their own keys back (blocked: the same slot held them); a
         # striped result only comes from whole tiles without `valid`
         body += f"    y0[i] = {key};\n" if striped else f"    y0[i] = {index} < v ? {key} : x0[i];\n"
@@ -271,37 +255,51 @@ class Sort(TileOp):
         return code, body
 
 
-def order_bits(keys: np.ndarray, descending: bool) -> np.ndarray:
-    """The order-preserving unsigned form of `keys` (as uint64), NaNs made the NaN that sorts last."""
-    dt = keys.dtype
-    bits = dt.itemsize * 8
-    u = np.dtype(f"uint{bits}")
-    r = keys.view(u).astype(np.uint64)
-    sign = np.uint64(1 << (bits - 1))
-    full = np.uint64((1 << bits) - 1)
-    if is_float(dt):
-        exp, mant = (np.uint64(m) for m in _NAN_MASKS[np.dtype(dt).name])
-        nan = (r & exp) == exp
-        nan &= (r & mant) != 0
-        r = np.where(nan, full if descending else full >> np.uint64(1), r)
-        return np.where(r & sign, ~r & full, r | sign)
-    if dt.kind == "i":
-        return r ^ sign
-    return r
+def sort_valid(b, valid, shape: tuple[int, ...]) -> ir.Value | None:
+    """`valid=` of a sort: a scalar (for every row of a 2-D tile), or, for a 2-D tile of `m` rows, an
+    integer tile of `m` counts, one per row (shape (m,) or (m, 1)), made 1-D int64."""
+    valid = b.optional(valid)
+    if not is_tile(valid):
+        return valid_value(b, valid)
+    m = shape[0]
+    if len(shape) != 2:
+        raise TileTypeError(f"valid of tile.sort of a 1-D tile must be a scalar, got {valid.type}")
+    if valid.type.size != m or max(valid.type.shape) != m or valid.type.dtype.kind not in "iu":
+        raise TileTypeError(
+            f"valid of a row-wise tile.sort must be a scalar or a tile of {m} integer counts (one per row), "
+            f"got {valid.type}"
+        )
+    if valid.type.shape != (m,):
+        valid = b.remap(valid, ir.RESHAPE, (m,))
+    return b.convert(valid, np.dtype(np.int64))
 
 
-def from_order_bits(ordered: np.ndarray, dt: np.dtype) -> np.ndarray:
-    """Keys of dtype `dt` back from their order-preserving form."""
-    bits = dt.itemsize * 8
-    sign = np.uint64(1 << (bits - 1))
-    full = np.uint64((1 << bits) - 1)
-    if is_float(dt):
-        r = np.where(ordered & sign, ordered ^ sign, ~ordered & full)
-    elif dt.kind == "i":
-        r = ordered ^ sign
-    else:
-        r = ordered
-    return r.astype(np.dtype(f"uint{bits}")).view(dt)
+def row_counts(frame, valid: ir.Value | None, m: int, n: int) -> list[int]:
+    """The interpreter's count of valid elements of each of `m` rows of `n`: `valid` (a scalar, or a tile
+    of one count per row) clamped to [0, n]."""
+    if isinstance(valid, ir.Var) and isinstance(valid.type, TileType):
+        return [int(c) for c in np.clip(np.asarray(frame.get(valid)).astype(np.int64), 0, n)]
+    return [valid_count(frame, valid, n)] * m
+
+
+def sort_row(s: TileSort, frame, keys: list[np.ndarray], count: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """One row's sorted keys (each key tile's) and the order of its first `count` elements (the payload
+    goes with it); the elements past `count` stay where they are."""
+    if s.compare is None:
+        ordered = order_bits(keys[0], s.descending)
+        field = (ordered >> np.uint64(s.begin_bit)) & np.uint64((1 << (s.end_bit - s.begin_bit)) - 1)
+        rank = (np.uint64((1 << (s.end_bit - s.begin_bit)) - 1) - field) if s.descending else field
+        order = np.argsort(rank[:count], kind="stable")
+        sorted_keys = from_order_bits(ordered[order], keys[0].dtype)
+        return [np.concatenate([sorted_keys, keys[0][count:]])], order
+    fn = frame.program.combines[s.compare]
+
+    def first(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Whether element a[j] goes before element b[j], for every j at once."""
+        return frame.evaluate_combine(fn, tuple(k[a] for k in keys), tuple(k[b] for k in keys))[0]
+
+    order = stable_merge_order(count, first)
+    return [np.concatenate([k[order], k[count:]]) for k in keys], order
 
 
 def stable_merge_order(count: int, first: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> np.ndarray:

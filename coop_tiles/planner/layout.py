@@ -265,7 +265,8 @@ def choose_block_threads(program: ir.Program, pinned: int | None) -> int:
     """Threads per block: `pinned`, or min(256, the largest tile rounded up to a warp), grown
     up to 1024 when a tile would need more than 32 items per thread (so it fits in registers).
 
-    An op may lower that default for its program (`TileOp.max_default_threads`: a chained scan)."""
+    An op may lower that default for its program (`TileOp.max_default_threads`: a chained scan), or ask for a
+    power of two (`TileOp.power_of_two_threads`: a merge sort), to which it is rounded up."""
     sizes = [t.size for t in ir.tile_vars(program).values()]
     largest = max(sizes, default=1)
     if pinned is not None:
@@ -279,6 +280,14 @@ def choose_block_threads(program: ir.Program, pinned: int | None) -> int:
                 threads = min(threads, most)
         if -(-largest // threads) > REGISTER_ITEMS:
             threads = min(MAX_BLOCK_THREADS, round_up(-(-largest // REGISTER_ITEMS), 32))
+    pow2 = [s for s in program.walk() if (op := op_of(s)) is not None and op.power_of_two_threads(s)]
+    if pow2 and threads & (threads - 1):
+        if pinned is not None:
+            raise TileValueError(
+                f"block_threads={threads}: the sort at line {pow2[0].loc.line if pow2[0].loc else '?'} "
+                "(cub::BlockMergeSort) needs a power-of-two block size"
+            )
+        threads = 1 << (threads - 1).bit_length()
     items = -(-largest // threads)
     if items > MAX_ITEMS_PER_THREAD:
         raise TileValueError(

@@ -1,0 +1,97 @@
+"""The order-preserving unsigned form of sort keys (the bits a radix sort compares), in NumPy and in C++:
+unsigned integers as they are, signed ones with the sign bit flipped, floats with the sign bit flipped when
+positive and every bit flipped when negative, NaNs first made the one NaN that sorts last. Shared by
+`tile.sort` (1-D and row-wise) and `tile.topk`."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..dtypes import cxx_name, is_float
+
+#: exponent and mantissa masks of each float width (bits), to find NaNs among stored bits
+_NAN_MASKS = {
+    "float16": (0x7C00, 0x03FF),
+    "bfloat16": (0x7F80, 0x007F),
+    "float32": (0x7F800000, 0x007FFFFF),
+    "float64": (0x7FF0000000000000, 0x000FFFFFFFFFFFFF),
+}
+
+
+def order_bits(keys: np.ndarray, descending: bool) -> np.ndarray:
+    """The order-preserving unsigned form of `keys` (as uint64), NaNs made the NaN that sorts last."""
+    dt = keys.dtype
+    bits = dt.itemsize * 8
+    u = np.dtype(f"uint{bits}")
+    r = keys.view(u).astype(np.uint64)
+    sign = np.uint64(1 << (bits - 1))
+    full = np.uint64((1 << bits) - 1)
+    if is_float(dt):
+        exp, mant = (np.uint64(m) for m in _NAN_MASKS[np.dtype(dt).name])
+        nan = (r & exp) == exp
+        nan &= (r & mant) != 0
+        r = np.where(nan, full if descending else full >> np.uint64(1), r)
+        return np.where(r & sign, ~r & full, r | sign)
+    if dt.kind == "i":
+        return r ^ sign
+    return r
+
+
+def from_order_bits(ordered: np.ndarray, dt: np.dtype) -> np.ndarray:
+    """Keys of dtype `dt` back from their order-preserving form."""
+    bits = dt.itemsize * 8
+    sign = np.uint64(1 << (bits - 1))
+    full = np.uint64((1 << bits) - 1)
+    if is_float(dt):
+        r = np.where(ordered & sign, ordered ^ sign, ~ordered & full)
+    elif dt.kind == "i":
+        r = ordered ^ sign
+    else:
+        r = ordered
+    return r.astype(np.dtype(f"uint{bits}")).view(dt)
+
+
+def unsigned_cxx(dt: np.dtype) -> str:
+    """The unsigned C++ type of `dt`'s width: the type of its order-preserving form."""
+    return f"cuda::std::uint{dt.itemsize * 8}_t"
+
+
+def pad_code(dt: np.dtype, descending: bool) -> str:
+    """The order-preserving form that sorts last (C++): what elements past `valid` are given."""
+    u = unsigned_cxx(dt)
+    return "0" if descending else f"{u}(~{u}(0))"
+
+
+def ordered_code(dt: np.dtype, descending: bool, x: str) -> str:
+    """C++ statements defining `r`, the order-preserving form of key `x` (NaNs made the NaN that sorts
+    last): the C++ twin of `order_bits`."""
+    bits = dt.itemsize * 8
+    u = unsigned_cxx(dt)
+    sign = f"({u}(1) << {bits - 1})"
+    raw = {"float32": f"__float_as_uint({x})", "float64": f"(cuda::std::uint64_t)__double_as_longlong({x})"}
+    if is_float(dt):
+        exp, mant = _NAN_MASKS[dt.name]
+        nan = f"{u}(~{u}(0))" if descending else f"({u}(~{u}(0)) >> 1)"
+        return (
+            f"    {u} r = {raw.get(dt.name, f'{u}({x})')};\n"
+            f"    if ((r & {u}({exp}ull)) == {u}({exp}ull) && (r & {u}({mant}ull))) r = {nan};\n"
+            f"    r = (r & {sign}) ? {u}(~r) : {u}(r | {sign});\n"
+        )
+    if dt.kind == "i":
+        return f"    {u} r = {u}({x}) ^ {sign};\n"
+    return f"    {u} r = {x};\n"
+
+
+def key_code(dt: np.dtype, ordered: str) -> str:
+    """The key of dtype `dt` whose order-preserving form is `ordered` (a C++ expression): the twin of
+    `from_order_bits`."""
+    bits = dt.itemsize * 8
+    u = unsigned_cxx(dt)
+    sign = f"({u}(1) << {bits - 1})"
+    if is_float(dt):
+        r = f"(({ordered}) & {sign} ? {u}(({ordered}) ^ {sign}) : {u}(~({ordered})))"
+        back = {"float32": f"__uint_as_float({r})", "float64": f"__longlong_as_double((long long){r})"}
+        return back.get(dt.name, r)
+    if dt.kind == "i":
+        return f"{cxx_name(dt)}(({ordered}) ^ {sign})"
+    return ordered
