@@ -31,6 +31,7 @@ __all__ = [
     "min",
     "histogram",
     "sort",
+    "topk",
     "flag_heads",
     "adjacent_difference",
     "run_length_decode",
@@ -247,6 +248,18 @@ def sort(
     true when its first operand goes first; for a tuple of key tiles it takes both tuples): a
     merge sort (``cub::BlockMergeSort``). Elements ``i >= valid`` go after every valid one, in
     their original order.
+    """
+
+
+@stub
+def topk(t: Any, k: int, values: Any = None, *, largest: bool = True, axis: int = -1, valid: Any = None) -> Any:
+    """The ``k`` largest elements of a 1-D tile, largest first (``largest=False``: the ``k`` smallest,
+    smallest first), or of each row of a 2-D tile (``axis=0``: of each column), with their payload
+    (``(keys, values)``; ``values=tile.arange(n)`` gives their indices). Stable: ties keep their input
+    order. NaNs count as larger than every number, as in ``torch.topk``. Elements past ``valid`` (a
+    scalar, or one count per row) are never selected before a valid one. Built on ``tile.sort``.
+
+    Example: ``vals, idx = tile.topk(logits, 50, tile.arange(VOCAB))``
     """
 
 

@@ -667,6 +667,29 @@ def _sort_order(keys: list[np.ndarray], o: dict[str, Any]) -> np.ndarray:
     return np.lexsort((-keys[1], keys[0]))  # by key, then by tag descending; stable
 
 
+@harness(tile.topk, knows=("values", "largest", "valid"))
+def _topk(s: Source, c: Combination, i: int) -> None:
+    T, o, K = c.size, c.options, 7
+    x = rng_for(c).integers(-50, 50, GRID * T).astype(np.int32)  # (ties: they keep their input order)
+    payload = np.arange(GRID * T, dtype=np.int32)[::-1].copy()
+    s.line(f"base{i} = pid * {T}")
+    s.line(f"k{i} = tile.load({s.param(f'xk{i}', x)}, base{i}, {T})")
+    if o["values"] is TILE:
+        s.line(f"v{i} = tile.load({s.param(f'xv{i}', payload)}, base{i}, {T})")
+    target = f"tk{i}, tv{i}" if o["values"] is TILE else f"tk{i}"
+    s.call(c, f"{target} = tile.topk(k{i}, {K}{keywords(s, c, i, (), lambda name, value: f'v{i}')})")
+    # the reference: a stable order of each tile's valid elements, the rest after them in their order
+    keys, values = np.zeros(GRID * K, np.int32), np.zeros(GRID * K, np.int32)
+    for p, count in enumerate(counts(c)):
+        seg = slice(p * T, (p + 1) * T)
+        order = np.argsort(-x[seg][:count] if o["largest"] else x[seg][:count], kind="stable")
+        first = np.concatenate([order, np.arange(count, T)])[:K]
+        keys[p * K : (p + 1) * K], values[p * K : (p + 1) * K] = x[seg][first], payload[seg][first]
+    s.line(f"tile.store({s.output(c, f'yk{i}', np.zeros_like(keys), keys)}, pid * {K}, tk{i})")
+    if o["values"] is TILE:
+        s.line(f"tile.store({s.output(c, f'yv{i}', np.zeros_like(values), values)}, pid * {K}, tv{i})")
+
+
 # ----- neighbours, run-length decoding -----------------------------------------------------------
 @harness(tile.flag_heads, tile.adjacent_difference)
 def _neighbors(s: Source, c: Combination, i: int) -> None:

@@ -1177,6 +1177,16 @@ def row_sort_payload_of_wrong_shape(x, n, T: ct.constexpr):
     k, v = tile.sort(t, tile.zeros((8, 4), np.int32))  # HERE
 
 
+def topk_k_past_the_axis(x, n, T: ct.constexpr):
+    v = tile.topk(tile.load(x, 0, T), T + 1)  # HERE
+    tile.store(x, 0, v)
+
+
+def topk_tuple_payload(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    v, i = tile.topk(t, 2, (tile.arange(T), tile.arange(T)))  # HERE
+
+
 def sort_1d_valid_tile(x, n, T: ct.constexpr):
     s = tile.sort(tile.load(x, 0, T), valid=tile.arange(T))  # HERE
     tile.store(x, 0, s)
@@ -2106,6 +2116,19 @@ CATALOGUE: list[Mistake] = [
         TYPE,
         "the payload has shape (8, 4) and the keys (4, 8)",
         args=(M, 16),
+    ),
+    Mistake(
+        "topk_k_past_the_axis",
+        topk_k_past_the_axis,
+        VALUE,
+        "k must be a compile-time int between 1 and 8 (the length of the axis), got 9",
+    ),
+    Mistake(
+        "topk_tuple_payload",
+        topk_tuple_payload,
+        TYPE,
+        "tile.topk carries one payload tile; to carry several, select their indices (values=tile.arange(n)) and "
+        "gather each",
     ),
     Mistake(
         "sort_1d_valid_tile",

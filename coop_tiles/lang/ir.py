@@ -273,8 +273,9 @@ class Collective(Stmt, meta="cid"):
 
 
 #: `TileRemap.kind`: out element e is src element f(e), f being NumPy's broadcast_to, reshape (row-major),
-#: transpose or flip (along `axis`) of the source's element indices
-BROADCAST, RESHAPE, TRANSPOSE, FLIP = "broadcast", "reshape", "transpose", "flip"
+#: transpose or flip (along `axis`) of the source's element indices, or the first columns of each row (the
+#: first `out.shape[-1]` elements along the last axis: `src[..., :k]`)
+BROADCAST, RESHAPE, TRANSPOSE, FLIP, HEAD = "broadcast", "reshape", "transpose", "flip", "head"
 
 
 @dataclass

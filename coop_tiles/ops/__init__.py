@@ -17,6 +17,7 @@ from . import (
     scan,
     shape,
     sort,
+    topk,
 )
 
 __all__ = [
@@ -36,4 +37,5 @@ __all__ = [
     "scan",
     "shape",
     "sort",
+    "topk",
 ]

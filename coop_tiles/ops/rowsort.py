@@ -2,7 +2,7 @@
 (`planner/layout.py::RowShape`, each lane's columns of a row one contiguous run, in order).
 
 Every sort is a stable merge sort of items carrying what decides the order: for the radix rules (no
-`compare=`), the key's order-preserving form (`sort.ordered_code`), elements past their row's `valid` given
+`compare=`), the key's order-preserving form (`sortkeys.ordered_code`), elements past their row's `valid` given
 the form that sorts last (as the 1-D radix sort does: being later in their row, they stay after every valid
 element and at their own places); with `compare=`, the keys and a valid flag, compared by the user's
 function with invalid elements last. How many threads share a row picks the primitive:
@@ -28,7 +28,7 @@ from ..lang.types import INT64, TileType
 from ..planner.layout import SYNCS, RowShape
 from .base import ShimCall, TileArg, ValueArg
 from .rows import WARP, exchanged
-from .sortkeys import key_code, ordered_code, pad_code, unsigned_cxx
+from .sortkeys import key_code, low_nan, ordered_code, pad_code, unsigned_cxx
 
 THREAD, WARP_SORT, BLOCK = "StableOddEvenSort", "WarpMergeSort", "BlockMergeSort"
 
@@ -177,7 +177,7 @@ def lower(s: Any, w: Any) -> ShimCall:
         if s.compare is None:
             return (
                 "{\n"
-                + ordered_code(dt, s.descending, f"x0[{i}]")
+                + ordered_code(dt, low_nan(s), f"x0[{i}]")
                 + f"    {key}.o = {ok} ? r : {pad_code(dt, s.descending)};\n  }}\n"
             )
         return " ".join(f"{key}.f{q} = x{q}[{i}];" for q in range(len(s.keys))) + f" {key}.ok = {ok};\n"

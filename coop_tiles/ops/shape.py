@@ -1,5 +1,6 @@
-"""Shape operations: `tile.broadcast_to`, `tile.reshape`, `tile.transpose` (`t.T`), `tile.flip`, and the
-broadcasts the front end inserts in element-wise operations (`t[:, None]` is a reshape). Each is an
+"""Shape operations: `tile.broadcast_to`, `tile.reshape`, `tile.transpose` (`t.T`), `tile.flip`, the
+broadcasts the front end inserts in element-wise operations (`t[:, None]` is a reshape), and the first columns
+of a sorted tile that `tile.topk` keeps (`ir.HEAD`). Each is an
 `ir.TileRemap`: out element e is src element f(e), with f given once, by `source_elements`.
 
 On the GPU a remap is a copy in registers when every thread holds the sources of its own result items
@@ -34,6 +35,8 @@ def source_elements(kind: str, axis: int | None, src_shape: tuple[int, ...], out
         moved = index.reshape(out_shape)
     elif kind == ir.TRANSPOSE:
         moved = index.T
+    elif kind == ir.HEAD:
+        moved = index[..., : out_shape[-1]]
     else:
         moved = np.flip(index, axis)
     out = np.ascontiguousarray(moved).reshape(-1)
@@ -140,8 +143,10 @@ def register_table(src: Any, out: Any, s: ir.TileRemap, threads: int) -> tuple[i
 def source_expr(s: ir.TileRemap, e: str) -> str:
     """`source_elements` of element `e` as a C++ expression (e >= 0)."""
     src, out = s.src.type.shape, s.out.type.shape
-    if s.kind == ir.RESHAPE:
+    if s.kind == ir.RESHAPE or (s.kind == ir.HEAD and len(out) == 1):
         return e
+    if s.kind == ir.HEAD:
+        return f"(({e} / {out[1]}) * {src[1]} + {e} % {out[1]})"
     if len(out) == 1:
         if s.kind == ir.BROADCAST:
             return "0" if s.src.type.size == 1 else e

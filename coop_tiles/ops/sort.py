@@ -33,7 +33,7 @@ from ..planner.layout import PER_ROW
 from . import rowsort
 from .base import ShimCall, TileArg, TileOp, register, seq, valid_arg, valid_count, valid_value
 from .options import COMBINE, COUNT, TILE, TUPLE, Forbidden, Option
-from .sortkeys import from_order_bits, key_code, order_bits, ordered_code, pad_code, unsigned_cxx
+from .sortkeys import from_order_bits, key_code, low_nan, order_bits, ordered_code, pad_code, unsigned_cxx
 
 RADIX_ONLY = "descending, begin_bit and end_bit belong to the radix sort; with compare= the comparison says the order"
 TUPLE_NEEDS_COMPARE = "sorting a tuple of key tiles needs a comparison: tile.sort(keys, compare=fn)"
@@ -41,7 +41,10 @@ TUPLE_NEEDS_COMPARE = "sorting a tuple of key tiles needs a comparison: tile.sor
 
 @dataclass
 class TileSort(
-    ir.Collective, defs="key_outs value_out", uses="keys values valid", attrs="descending begin_bit end_bit compare"
+    ir.Collective,
+    defs="key_outs value_out",
+    uses="keys values valid",
+    attrs="descending begin_bit end_bit compare nan_largest",
 ):
     key_outs: tuple[ir.Var, ...]
     value_out: ir.Var | None
@@ -52,6 +55,8 @@ class TileSort(
     begin_bit: int
     end_bit: int
     compare: str | None  # the name of the comparison in `Program.combines`, for a merge sort
+    #: NaNs count as larger than +inf (first when descending, as `tile.topk` wants), not last in both orders
+    nan_largest: bool = False
 
 
 @register
@@ -214,7 +219,7 @@ class Sort(TileOp):
         code = w.storage(s.cid, cub_type)
         body = w.storage_ref(s.cid) + body
         body += f"  {u} k[{items}];\n  for (int i = 0; i < {items}; ++i) {{\n"
-        body += ordered_code(dt, s.descending, "x0[i]")
+        body += ordered_code(dt, low_nan(s), "x0[i]")
         body += f"    k[i] = {index} < v ? r : {pad_code(dt, s.descending)};\n  }}\n"
         striped = w.layout(s.key_outs[0]).arrangement != w.layout(s.keys[0]).arrangement
         verb = ("SortDescending" if s.descending else "Sort") + ("BlockedToStriped" if striped else "")
@@ -286,7 +291,7 @@ def sort_row(s: TileSort, frame, keys: list[np.ndarray], count: int) -> tuple[li
     """One row's sorted keys (each key tile's) and the order of its first `count` elements (the payload
     goes with it); the elements past `count` stay where they are."""
     if s.compare is None:
-        ordered = order_bits(keys[0], s.descending)
+        ordered = order_bits(keys[0], low_nan(s))
         field = (ordered >> np.uint64(s.begin_bit)) & np.uint64((1 << (s.end_bit - s.begin_bit)) - 1)
         rank = (np.uint64((1 << (s.end_bit - s.begin_bit)) - 1) - field) if s.descending else field
         order = np.argsort(rank[:count], kind="stable")

@@ -18,8 +18,16 @@ _NAN_MASKS = {
 }
 
 
-def order_bits(keys: np.ndarray, descending: bool) -> np.ndarray:
-    """The order-preserving unsigned form of `keys` (as uint64), NaNs made the NaN that sorts last."""
+def low_nan(s) -> bool:
+    """Whether a sort statement `s` makes NaN keys the NaN of the lowest form (last when descending), not
+    the one of the highest form (above +inf: last when ascending, first when descending, as `tile.topk` of the
+    largest wants them)."""
+    return s.descending and not s.nan_largest
+
+
+def order_bits(keys: np.ndarray, low: bool) -> np.ndarray:
+    """The order-preserving unsigned form of `keys` (as uint64), NaNs made the NaN of the lowest form
+    (`low`) or of the highest."""
     dt = keys.dtype
     bits = dt.itemsize * 8
     u = np.dtype(f"uint{bits}")
@@ -30,7 +38,7 @@ def order_bits(keys: np.ndarray, descending: bool) -> np.ndarray:
         exp, mant = (np.uint64(m) for m in _NAN_MASKS[np.dtype(dt).name])
         nan = (r & exp) == exp
         nan &= (r & mant) != 0
-        r = np.where(nan, full if descending else full >> np.uint64(1), r)
+        r = np.where(nan, full if low else full >> np.uint64(1), r)
         return np.where(r & sign, ~r & full, r | sign)
     if dt.kind == "i":
         return r ^ sign
@@ -62,16 +70,16 @@ def pad_code(dt: np.dtype, descending: bool) -> str:
     return "0" if descending else f"{u}(~{u}(0))"
 
 
-def ordered_code(dt: np.dtype, descending: bool, x: str) -> str:
-    """C++ statements defining `r`, the order-preserving form of key `x` (NaNs made the NaN that sorts
-    last): the C++ twin of `order_bits`."""
+def ordered_code(dt: np.dtype, low: bool, x: str) -> str:
+    """C++ statements defining `r`, the order-preserving form of key `x` (NaNs made the NaN of the lowest
+    form, `low`, or of the highest): the C++ twin of `order_bits`."""
     bits = dt.itemsize * 8
     u = unsigned_cxx(dt)
     sign = f"({u}(1) << {bits - 1})"
     raw = {"float32": f"__float_as_uint({x})", "float64": f"(cuda::std::uint64_t)__double_as_longlong({x})"}
     if is_float(dt):
         exp, mant = _NAN_MASKS[dt.name]
-        nan = f"{u}(~{u}(0))" if descending else f"({u}(~{u}(0)) >> 1)"
+        nan = f"{u}(~{u}(0))" if low else f"({u}(~{u}(0)) >> 1)"
         return (
             f"    {u} r = {raw.get(dt.name, f'{u}({x})')};\n"
             f"    if ((r & {u}({exp}ull)) == {u}({exp}ull) && (r & {u}({mant}ull))) r = {nan};\n"
