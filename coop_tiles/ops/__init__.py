@@ -15,6 +15,7 @@ from . import (
     run_length,
     scalars,
     scan,
+    selection,
     shape,
     sort,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "run_length",
     "scalars",
     "scan",
+    "selection",
     "shape",
     "sort",
 ]
