@@ -34,7 +34,7 @@ from ..dtypes import bool_, cxx_name
 from ..errors import TileTypeError
 from ..lang import ir
 from ..lang.types import INT64, ScalarType, TileType
-from ..lang.values import is_tile
+from ..lang.values import describe, is_tile
 from ..planner.layout import SYNCS
 from . import chained as chain
 from .base import OutArg, ShimCall, TileArg, TileOp, one_d, register, seq, valid_arg, valid_count, valid_value
@@ -85,7 +85,7 @@ class Select(TileOp):
         srcs = seq(t)
         if not srcs or not all(is_tile(x) for x in srcs) or (kind in (UNIQUE, RUNS) and not is_tile(t)):
             many = " (or a tuple of tiles)" if kind in (SELECT, PARTITION) else ""
-            raise TileTypeError(f"{what} takes a tile{many}, got {t}")
+            raise TileTypeError(f"{what} takes a tile{many}, got {describe(t)}")
         for x in srcs:
             one_d(x, what)
         size = srcs[0].type.size
