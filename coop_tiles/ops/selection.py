@@ -39,7 +39,7 @@ from ..planner.layout import SYNCS
 from . import chained as chain
 from .base import OutArg, ShimCall, TileArg, TileOp, one_d, register, seq, valid_arg, valid_count, valid_value
 from .neighbors import heads, heads_functor
-from .options import COUNT, TILE, TUPLE, Option
+from .options import COUNT, TILE, TUPLE, Forbidden, Option
 
 INT32 = ScalarType(np.dtype(np.int32))
 SELECT, PARTITION, UNIQUE, RUNS = "select", "partition", "unique", "run_length_encode"
@@ -75,8 +75,16 @@ class Select(TileOp):
     stmt = TileSelect
     options = (
         Option("t", (TILE, TUPLE)),
+        Option("flags", (TILE,)),  # (select and partition only: what tells them from unique and run_length_encode)
         Option("valid", (None, COUNT)),
         Option("chained", (False, True), once=(True,)),
+    )
+    forbids = (
+        Forbidden(
+            lambda c: c["t"] is TUPLE and "flags" not in c,
+            TileTypeError,
+            lambda public, c: f"{public} takes a tile, got a tuple of 2",
+        ),
     )
 
     def build(self, b, public, t, flags=None, *, valid, chained=False):
