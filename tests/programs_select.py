@@ -56,6 +56,18 @@ def compact(x, f, out, total, n, TILE: ct.constexpr):
         total[0] = offset + c
 
 
+@ct.jit
+def chunked_compact(x, f, out, total, n, CHUNK: ct.constexpr):
+    """One program compacts the whole array chunk by chunk, carrying the output offset (a select in a loop)."""
+    offset = n - n
+    for base in range(0, n, CHUNK):
+        t = tile.load(x, base, CHUNK, valid=n - base, other=0)
+        s, c = tile.select(t, tile.load(f, base, CHUNK, valid=n - base, other=False), valid=n - base)
+        tile.store(out, offset, s, valid=c)
+        offset += c
+    total[0] = offset
+
+
 # ----- references ------------------------------------------------------------------------------------
 def _pieces(n: int, size: int):
     for start in range(0, n, size):
@@ -94,7 +106,7 @@ def ref_run_ops(x, uniq, vals, lens, counts, n, TILE):
     return [uniq, vals, lens, counts]
 
 
-def ref_compact(x, f, out, total, n, TILE):
+def ref_compact(x, f, out, total, n, TILE=None, CHUNK=None):
     kept = [x[j] for j in range(n) if f[j]]
     out[: len(kept)] = kept
     total[0] = len(kept)
@@ -138,6 +150,16 @@ def select_cases(dt: np.dtype, n: int = 1000, tile_size: int = 300) -> list[Case
             library=library,
         ),
         Case(
+            f"chunked_compact[{name}]",
+            chunked_compact,
+            [x, flags, zeros.copy(), np.zeros(1, np.int64), n],
+            {"CHUNK": tile_size},
+            1,
+            [2, 3],
+            ref_compact,
+            library=library,
+        ),
+        Case(
             f"compact[{name}]",
             compact,
             [x, flags, zeros.copy(), np.zeros(1, np.int64), n],
@@ -152,4 +174,8 @@ def select_cases(dt: np.dtype, n: int = 1000, tile_size: int = 300) -> list[Case
 
 CASES_SELECT = [c for dt in SELECT_DTYPES for c in select_cases(dt)]
 #: the few compiled to cubins without a GPU (every program, tuples of several dtypes, 16-bit floats)
-COMPILED = [c for c in CASES_SELECT if c.name in ("select_ops[int8]", "run_ops[float16]", "compact[float32]")]
+COMPILED = [
+    c
+    for c in CASES_SELECT
+    if c.name in ("select_ops[int8]", "run_ops[float16]", "compact[float32]", "chunked_compact[uint64]")
+]
