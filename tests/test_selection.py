@@ -56,3 +56,25 @@ def test_chained_select_needs_a_1d_grid():
     x = np.zeros(8, np.float32)
     with pytest.raises(ct.LaunchError, match=r"tile.select\(..., chained=True\) scans the programs of a 1-D grid"):
         ct.jit(compact.fn, interpret=True)[2, 2](x, np.zeros(8, bool), x, np.zeros(1, np.int64), 8, TILE=4)
+
+
+@pytest.mark.parametrize(
+    "dtype", [np.int8, np.uint64, np.float16, ct.bfloat16, np.float64], ids=lambda d: np.dtype(d).name
+)
+def test_compact_and_nonzero_examples_on_numpy_arrays(dtype):
+    from coop_tiles.examples import compact, nonzero
+
+    x = np.random.default_rng(3).integers(0, 3, 9000).astype(dtype)  # 3 programs, the last partial
+    np.testing.assert_array_equal(compact(x, x != 1), x[x != 1])
+    np.testing.assert_array_equal(nonzero(x), np.nonzero(x)[0][:, None])
+    assert compact(x[:0], x[:0] != 1).shape == (0,) and nonzero(x[:0]).shape == (0, 1)
+
+
+def test_compact_and_nonzero_kernels_compile():
+    from coop_tiles.examples.compaction import TILE, compact_kernel, nonzero_kernel
+
+    x = np.zeros(1, np.float32)
+    k = compact_kernel.compile(x, np.zeros(1, bool), x, np.zeros(1, np.int64), 1, TILE=TILE, arch="sm_90")
+    assert k.local_memory_bytes() == 0 and k.chain_bytes == 16
+    k = nonzero_kernel.compile(x, np.zeros(1, np.int64), np.zeros(1, np.int64), 1, TILE=TILE // 2, arch="sm_90")
+    assert k.local_memory_bytes() == 0

@@ -110,8 +110,7 @@ def check_placement(b: Any, what: str = SCAN) -> None:
         if isinstance(s, ir.Return):
             line = f" (line {s.loc.line})" if s.loc is not None else ""
             raise TileSyntaxError(
-                f"{what} must run in every program, so it can't come after a `return` "
-                f"that some programs may take{line}"
+                f"{what} must run in every program, so it can't come after a `return` that some programs may take{line}"
             )
         if getattr(s, "chained", False):
             raise TileSyntaxError(
