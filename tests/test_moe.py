@@ -3,6 +3,8 @@ the interpreter, compiled to sm_90 cubins, and on a GPU (marked)."""
 
 import numpy as np
 import pytest
+from carve_checker import check as check_carve
+from carve_checker import format_report
 
 from coop_tiles.examples import moe_align_block_size
 from coop_tiles.examples.moe import CHUNK, count_routes, place_routes
@@ -50,10 +52,13 @@ def test_interpreter_matches_sequential(tokens, topk, experts, block, dtype):
 
 def test_programs_compile():
     i32 = np.zeros(1, np.int32)
-    k = count_routes.compile(i32, i32, i32, 1, 1, CHUNK=CHUNK, EXPERTS=256, arch="sm_90")
-    assert k.local_memory_bytes() == 0 and "histogram" in str(k.plan)
-    k = place_routes.compile(i32, i32, i32, i32, i32, i32, 1, 1, 1, CHUNK=CHUNK, EXPERTS=256, BITS=9, arch="sm_90")
-    assert k.local_memory_bytes() == 0 and "BlockRadixSort" in str(k.plan)
+    first = count_routes.compile(i32, i32, i32, 1, 1, CHUNK=CHUNK, EXPERTS=256, arch="sm_90")
+    assert "histogram" in str(first.plan)
+    second = place_routes.compile(i32, i32, i32, i32, i32, i32, 1, 1, 1, CHUNK=CHUNK, EXPERTS=256, BITS=9, arch="sm_90")
+    assert "BlockRadixSort" in str(second.plan)
+    for k in (first, second):
+        problems = check_carve(k.program, k.plan)
+        assert not problems and k.local_memory_bytes() == 0, format_report(problems, k.program, k.plan)
 
 
 @pytest.mark.gpu
