@@ -63,6 +63,10 @@ def _declare_cub(lib: Any) -> Any:
         "cub_segment_sort_pairs": [p, p, p, p, i, p],
         "cub_inclusive_sum_i32": [p, size, p, p, i, p],
         "cub_inclusive_sum_f32": [p, size, p, p, i, p],
+        "cub_select_if_i32": [p, size, p, p, p, i, p],
+        "cub_select_if_f32": [p, size, p, p, p, i, p],
+        "cub_select_flagged_i32": [p, size, p, p, p, p, i, p],
+        "cub_select_flagged_f32": [p, size, p, p, p, p, i, p],
     }
     for name, argtypes in signatures.items():
         function = getattr(lib, name)

@@ -11,6 +11,7 @@
 #include <cub/block/block_store.cuh>
 #include <cub/device/device_histogram.cuh>
 #include <cub/device/device_scan.cuh>
+#include <cub/device/device_select.cuh>
 
 #include <cuda/std/type_traits>
 #include <cuda_runtime.h>
@@ -39,6 +40,30 @@ int histogram_even(void* temp, size_t* temp_bytes, const SampleT* samples, int* 
 template <typename T>
 int inclusive_sum(void* temp, size_t* temp_bytes, const T* in, T* out, int n, cudaStream_t stream) {
   return static_cast<int>(cub::DeviceScan::InclusiveSum(temp, *temp_bytes, in, out, n, stream));
+}
+
+// ----- whole-array compaction: cub::DeviceSelect::If and ::Flagged ------------------------------------------------
+
+// The predicate of DeviceSelect::If: the nonzero elements.
+struct NonZero {
+  template <typename T>
+  __device__ __forceinline__ bool operator()(const T& x) const {
+    return x != T(0);
+  }
+};
+
+// With temp == nullptr only *temp_bytes is written (CUB's size query); otherwise the n elements of `in` that are
+// nonzero are written densely to `out`, in order, and their number to *count.
+template <typename T>
+int select_if(void* temp, size_t* temp_bytes, const T* in, T* out, int* count, int n, cudaStream_t stream) {
+  return static_cast<int>(cub::DeviceSelect::If(temp, *temp_bytes, in, out, count, n, NonZero{}, stream));
+}
+
+// The same for the elements whose flag is true.
+template <typename T>
+int select_flagged(void* temp, size_t* temp_bytes, const T* in, const bool* flags, T* out, int* count, int n,
+                   cudaStream_t stream) {
+  return static_cast<int>(cub::DeviceSelect::Flagged(temp, *temp_bytes, in, flags, out, count, n, stream));
 }
 
 // ----- segmented sort: one thread block per segment of THREADS * ITEMS keys ---------------------------------------
@@ -102,6 +127,26 @@ int cub_inclusive_sum_i32(void* temp, size_t* temp_bytes, const int* in, int* ou
 // Inclusive sum of n float32 elements.
 int cub_inclusive_sum_f32(void* temp, size_t* temp_bytes, const float* in, float* out, int n, cudaStream_t stream) {
   return inclusive_sum(temp, temp_bytes, in, out, n, stream);
+}
+
+// The nonzero elements of n int32 / float32 elements, densely (DeviceSelect::If).
+int cub_select_if_i32(void* temp, size_t* temp_bytes, const int* in, int* out, int* count, int n,
+                      cudaStream_t stream) {
+  return select_if(temp, temp_bytes, in, out, count, n, stream);
+}
+int cub_select_if_f32(void* temp, size_t* temp_bytes, const float* in, float* out, int* count, int n,
+                      cudaStream_t stream) {
+  return select_if(temp, temp_bytes, in, out, count, n, stream);
+}
+
+// The flagged elements of n int32 / float32 elements, densely (DeviceSelect::Flagged).
+int cub_select_flagged_i32(void* temp, size_t* temp_bytes, const int* in, const bool* flags, int* out, int* count,
+                           int n, cudaStream_t stream) {
+  return select_flagged(temp, temp_bytes, in, flags, out, count, n, stream);
+}
+int cub_select_flagged_f32(void* temp, size_t* temp_bytes, const float* in, const bool* flags, float* out,
+                           int* count, int n, cudaStream_t stream) {
+  return select_flagged(temp, temp_bytes, in, flags, out, count, n, stream);
 }
 
 // The name of a cudaError_t that an entry point returned.

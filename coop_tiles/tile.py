@@ -35,6 +35,10 @@ __all__ = [
     "flag_heads",
     "adjacent_difference",
     "run_length_decode",
+    "select",
+    "partition",
+    "unique",
+    "run_length_encode",
     "broadcast_to",
     "reshape",
     "transpose",
@@ -279,3 +283,37 @@ def run_length_decode(values: Any, lengths: Any, size: int) -> Any:
     ``lengths[i]`` times, in order, and the block-uniform decoded count ``sum(lengths)`` (an
     int64, counting every run even when they do not all fit). Negative lengths count as 0;
     items past ``total`` are unspecified."""
+
+
+@stub
+def select(t: Any, flags: Any, *, valid: Any = None, chained: bool = False) -> Any:
+    """``(selected, count)``: the elements of the 1-D tile ``t`` (or of each tile of a tuple, together)
+    whose bool ``flags`` are true, packed to the front in their order (CUB's select), and their
+    block-uniform int32 count; items past ``count`` are unspecified. Elements ``i >= valid`` are never
+    selected.
+
+    With ``chained=True`` the result is ``(selected, count, offset)``, ``offset`` (int64) being the number
+    selected by the programs before this one in program-id order (a chained scan of the counts), so that
+    ``tile.store(out, offset, selected, valid=count)`` compacts a whole array in one launch.
+    """
+
+
+@stub
+def partition(t: Any, flags: Any, *, valid: Any = None) -> Any:
+    """``(partitioned, count)``: the elements of ``t`` (or of each tile of a tuple) whose ``flags`` are
+    true, in order, then the others in order (a stable partition), and the int32 count of the first
+    part. Elements ``i >= valid`` count as false."""
+
+
+@stub
+def unique(t: Any, *, valid: Any = None) -> Any:
+    """``(values, count)``: the first element of each run of equal elements of ``t`` (the distinct
+    values of a sorted tile), packed to the front, and their int32 count; items past ``count`` are
+    unspecified, elements ``i >= valid`` are ignored."""
+
+
+@stub
+def run_length_encode(t: Any, *, valid: Any = None) -> Any:
+    """``(values, lengths, count)``: each run of equal elements of ``t`` as its value and its int32
+    length, packed to the front, and the int32 count of runs (``tile.run_length_decode`` undoes it);
+    items past ``count`` are unspecified, elements ``i >= valid`` are ignored."""

@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from carve_checker import plan_of  # noqa: E402
 from programs import CASES, Case, chained_scan  # noqa: E402
 from programs_2d import CASES_2D  # noqa: E402
+from programs_select import CASES_SELECT  # noqa: E402
 
 import coop_tiles as ct  # noqa: E402
 from coop_tiles.lang import ir  # noqa: E402
@@ -68,8 +69,8 @@ def selective_scan_small() -> None:
     check(given, cp.asnumpy(out), cp.asnumpy(last), MAMBA_TOL[np.dtype(np.float32)], delta_softplus=softplus)
 
 
-#: the shared programs of tests/programs.py and tests/programs_2d.py
-ALL_CASES = [*CASES, *CASES_2D]
+#: the shared programs of tests/programs.py, tests/programs_2d.py and tests/programs_select.py
+ALL_CASES = [*CASES, *CASES_2D, *CASES_SELECT]
 
 EXTRAS = {"chained_repeated": chained_repeated, "selective_scan": selective_scan_small}
 

@@ -727,6 +727,58 @@ def _run_length_decode(s: Source, c: Combination, i: int) -> None:
     s.line(f"{s.output(c, f'z{i}', np.zeros_like(totals), totals)}[pid] = n{i}")
 
 
+# ----- selection ---------------------------------------------------------------------------------
+@harness(tile.select, tile.partition, tile.unique, tile.run_length_encode, knows=("t", "flags", "valid", "chained"))
+def _selection(s: Source, c: Combination, i: int) -> None:
+    """Each program's valid elements selected by flags (or by runs, from sorted data): stored at the program's
+    base, or at its offset for a chained select (the whole array compacted), with counts and offsets."""
+    T, o, rng = c.size, c.options, rng_for(c)
+    runs = "flags" not in o
+    data = [np.sort(rng.integers(0, T // 4, (GRID, T)), axis=1).ravel() if runs else rng.integers(-99, 99, GRID * T)]
+    data = [d.astype(np.int32) for d in data + ([rng.integers(0, 9, GRID * T)] if o["t"] is TUPLE else [])]
+    flags = rng.random(GRID * T) < 0.4
+    chained = o.get("chained", False)
+    ys = [np.full(GRID * T, -1, np.int32) for _ in data]
+    lengths, zs, offsets = np.full(GRID * T, -1, np.int32), np.zeros(GRID, np.int32), np.zeros(GRID, np.int64)
+    at = 0
+    for p, k in enumerate(counts(c)):
+        lo = p * T
+        if runs:
+            first = [j for j in range(k) if j == 0 or data[0][lo + j] != data[0][lo + j - 1]]
+        else:
+            first = [j for j in range(k) if flags[lo + j]]
+        order = first + [j for j in range(T) if j not in first] if c.public is tile.partition else first
+        start = at if chained else lo
+        for y, x in zip(ys, data):
+            y[start : start + len(order)] = x[lo + np.array(order, int)] if order else []
+        lengths[lo : lo + len(first)] = np.diff([*first, k])
+        zs[p], offsets[p] = len(first), at
+        at += len(first)
+    s.line(f"base{i} = pid * {T}")
+    names = [f"a{i}_{j}" for j in range(len(data))]
+    for name, x in zip(names, data):
+        s.line(f"{name} = tile.load({s.param(f'x{name}', x)}, base{i}, {T})")
+    operand = f"({', '.join(names)})" if o["t"] is TUPLE else names[0]
+    if not runs:
+        s.line(f"f{i} = tile.load({s.param(f'xf{i}', flags)}, base{i}, {T})")
+        operand += f", f{i}"
+    outs = [f"s{i}_{j}" for j in range(len(data))]
+    target = (f"({', '.join(outs)})" if o["t"] is TUPLE else outs[0]) + (
+        f", l{i}" if c.public is tile.run_length_encode else ""
+    )
+    target += f", c{i}" + (f", o{i}" if chained else "")
+    s.call(c, f"{target} = tile.{c.public.__name__}({operand}{keywords(s, c, i, ('t', 'flags'), no_realize)})")
+    where = f"o{i}" if chained else f"base{i}"
+    count = "" if c.public is tile.partition else f", valid=c{i}"
+    for j, (out, y) in enumerate(zip(outs, ys)):
+        s.line(f"tile.store({s.output(c, f'y{i}_{j}', np.full_like(y, -1), y)}, {where}, {out}{count})")
+    if c.public is tile.run_length_encode:
+        s.line(f"tile.store({s.output(c, f'n{i}', np.full_like(lengths, -1), lengths)}, base{i}, l{i}, valid=c{i})")
+    s.line(f"{s.output(c, f'z{i}', np.zeros_like(zs), zs)}[pid] = c{i}")
+    if chained:
+        s.line(f"{s.output(c, f'w{i}', np.zeros_like(offsets), offsets)}[pid] = o{i}")
+
+
 # ================================================================================================
 # Programs: the combinations packed, and what running them gives
 # ================================================================================================

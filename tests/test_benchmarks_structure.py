@@ -37,6 +37,7 @@ EXPECTED = (
     "gather",
     "softmax",
     "state_update",
+    "select",
     "scan2d",
 )
 
@@ -272,7 +273,26 @@ def fake_results(scale: float = 1.0) -> dict:
         },
         {"case": "scatter", "n": "2^26", "elements": 1 << 26, "error": "MemoryError: out of memory"},
     ]
+    select = [
+        {
+            "n": "2^28",
+            "elements": 1 << 28,
+            "dtype": "float32",
+            "fraction": 0.5,
+            "selected": 1 << 27,
+            "copy_ms": 0.715 * s,
+            "coop_if": _tune(0.6 * s, (4096, None)),
+            "coop_flagged": _tune(0.7 * s, (8192, None)),
+            "coop_nonzero": _tune(0.8 * s, (4096, 256)),
+            "cub_if": _tune(0.7 * s, "if"),
+            "cub_flagged": {"error": "RuntimeError: nvcc not found"},
+            "masked_select": _tune(1.98 * s, "masked_select"),
+            "nonzero": _tune(0.91 * s, "nonzero"),
+        },
+        {"n": "2^28", "elements": 1 << 28, "dtype": "int32", "fraction": 0.05, "error": "MemoryError: out of memory"},
+    ]
     return {
+        "select": select,
         "softmax": softmax,
         "scan2d": scan2d,
         "state_update": state_update,

@@ -1207,6 +1207,44 @@ def keepdims_without_axis(x, n, T: ct.constexpr):
     s = tile.sum(t, keepdims=True)  # HERE
 
 
+# --- selection (issue 22) ---------------------------------------------------------------------------
+def select_of_2d(x, n, T: ct.constexpr):
+    t = tile.load(x, (0, 0), (4, 8))
+    s, c = tile.select(t, t > 0)  # HERE
+
+
+def select_by_ints(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    s, c = tile.select(t, tile.arange(T))  # HERE
+
+
+def select_flags_of_other_size(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    s, c = tile.partition(t, tile.arange(2 * T) > 3)  # HERE
+
+
+def select_tiles_of_other_sizes(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    s, c = tile.select((t, tile.arange(2 * T)), t > 0)  # HERE
+
+
+def unique_of_a_tuple(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T)
+    u, c = tile.unique((t, t))  # HERE
+
+
+def chained_select_in_loop(x, n, T: ct.constexpr):
+    for i in range(n):
+        t = tile.load(x, 0, T)
+        s, c, o = tile.select(t, t > 0, chained=True)  # HERE
+
+
+def chained_select_copy(x, n, T: ct.constexpr):
+    t = tile.load(x, 0, T, valid=n)
+    s, c, o = tile.select(t, t > 0, valid=n, chained=True)
+    tile.store(x, o, s, valid=c)
+
+
 CATALOGUE: list[Mistake] = [
     # --- statements ---------------------------------------------------------------------------
     Mistake("lambda", uses_lambda, SYNTAX, f"`Lambda` expressions {NOT_SUPPORTED}"),
@@ -2156,6 +2194,47 @@ CATALOGUE: list[Mistake] = [
         VALUE,
         "tile.sum(..., keepdims=True) needs axis=k: with axis=None the result is a scalar",
         args=(M, 16),
+    ),
+    # --- selection (issue 22) -------------------------------------------------------------------
+    Mistake(
+        "select_of_2d",
+        select_of_2d,
+        TYPE,
+        "tile.select takes a 1-D tile, got a tile of shape (4, 8); reshape it first (tile.reshape(t, 32))",
+        args=(M, 16),
+    ),
+    Mistake(
+        "select_by_ints",
+        select_by_ints,
+        TYPE,
+        "the flags must be a bool tile, got tile<int32, 8>; compare it (t > 0)",
+    ),
+    Mistake(
+        "select_flags_of_other_size", select_flags_of_other_size, TYPE, "the flags have 16 elements and the tile 8"
+    ),
+    Mistake(
+        "select_tiles_of_other_sizes",
+        select_tiles_of_other_sizes,
+        TYPE,
+        "tile.select of tiles of different sizes: tile<float32, 8>, tile<int32, 16>",
+    ),
+    Mistake("unique_of_a_tuple", unique_of_a_tuple, TYPE, "tile.unique takes a tile, got a tuple of 2"),
+    Mistake(
+        "chained_select_in_loop",
+        chained_select_in_loop,
+        SYNTAX,
+        "tile.select(..., chained=True) must run exactly once in every program: call it at the top level of the "
+        "program, not inside a loop or an `if`",
+    ),
+    Mistake(
+        "chained_select_2d_grid",
+        chained_select_copy,
+        ct.LaunchError,
+        "tile.select(..., chained=True) scans the programs of a 1-D grid in order; this launch's grid is 2 x 3 x 1: "
+        "launch a 1-D grid",
+        grid=(2, 3),
+        launch=True,
+        modes=(INTERPRET,),
     ),
 ]
 

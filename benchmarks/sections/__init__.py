@@ -28,6 +28,7 @@ NAMES = (
     "gather",
     "softmax",
     "state_update",
+    "select",
     "scan2d",
 )
 #: the order of the sections in docs/benchmarks.md
@@ -46,6 +47,7 @@ DOCUMENT_ORDER = (
     "softmax",
     "scan2d",
     "gather",
+    "select",
     "state_update",
 )
 

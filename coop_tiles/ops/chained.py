@@ -95,19 +95,22 @@ def max_default_threads(largest: int) -> int:
     return max(MIN_THREADS, round_up(-(-largest // REGISTER_ITEMS), 32))
 
 
-def check_placement(b: Any) -> None:
-    """Raise unless a chained scan built now runs exactly once in every program (module docstring)."""
+SCAN = "tile.scan(..., chained=True)"
+
+
+def check_placement(b: Any, what: str = SCAN) -> None:
+    """Raise unless a chained op (`what`: a scan, or a select) built now runs exactly once in every program
+    (module docstring)."""
     if b.stmts is not b.root:
         raise TileSyntaxError(
-            "tile.scan(..., chained=True) must run exactly once in every program: call it at the top level "
+            f"{what} must run exactly once in every program: call it at the top level "
             "of the program, not inside a loop or an `if`"
         )
     for s in ir.walk(b.root):
         if isinstance(s, ir.Return):
             line = f" (line {s.loc.line})" if s.loc is not None else ""
             raise TileSyntaxError(
-                "tile.scan(..., chained=True) must run in every program, so it can't come after a `return` "
-                f"that some programs may take{line}"
+                f"{what} must run in every program, so it can't come after a `return` that some programs may take{line}"
             )
         if getattr(s, "chained", False):
             raise TileSyntaxError(
@@ -116,11 +119,11 @@ def check_placement(b: Any) -> None:
             )
 
 
-def check_grid(grid: tuple[int, int, int]) -> None:
-    """A chained scan orders the programs of a 1-D grid."""
+def check_grid(grid: tuple[int, int, int], what: str = SCAN) -> None:
+    """A chained scan (or select: `what`) orders the programs of a 1-D grid."""
     if grid[1] != 1 or grid[2] != 1:
         raise LaunchError(
-            "tile.scan(..., chained=True) scans the programs of a 1-D grid in order; this launch's grid is "
+            f"{what} scans the programs of a 1-D grid in order; this launch's grid is "
             f"{grid[0]} x {grid[1]} x {grid[2]}: launch a 1-D grid"
         )
 

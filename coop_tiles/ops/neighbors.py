@@ -34,6 +34,22 @@ def _as_float(dt: np.dtype, expr: str) -> str:
     return expr
 
 
+def heads(x: np.ndarray) -> np.ndarray:
+    """Where each element of `x` starts a run (differs from its predecessor; element 0 does): the
+    interpreter's `tile.flag_heads`, also the runs of `tile.unique` and `tile.run_length_encode`."""
+    x = x.astype(np.float32) if is_half(x.dtype) else x
+    return np.concatenate([np.ones(min(x.size, 1), bool), x[1:] != x[:-1]])
+
+
+def heads_functor(name: str, dt: np.dtype) -> str:
+    """The C++ functor `name` telling cub::BlockDiscontinuity where a run of `dt` elements starts."""
+    t = cxx_name(dt)
+    return (
+        f"struct {name} {{ __device__ __forceinline__ bool operator()(const {t}& a, "
+        f"const {t}& b) const {{ return {_as_float(dt, 'a')} != {_as_float(dt, 'b')}; }} }};\n"
+    )
+
+
 def _neighbor_lower(w, s, kind: str, primitive: str, header: str, functor: str, call_args: str) -> ShimCall:
     call = ShimCall(f"coop_{kind}_{s.cid}", (TileArg(s.src, "in0"), TileArg(s.out, "out0")))
     items = w.layout(s.src).items_per_thread
@@ -59,9 +75,7 @@ class FlagHeads(TileOp):
         return out
 
     def interpret(self, s: TileFlagHeads, frame) -> None:
-        x = frame.get(s.src)
-        x = x.astype(np.float32) if is_half(x.dtype) else x
-        frame.env[s.out.name] = np.concatenate([[True], x[1:] != x[:-1]])
+        frame.env[s.out.name] = heads(frame.get(s.src))
 
     def layout(self, s: TileFlagHeads, ctx) -> None:
         ctx.join_blocked([s.src, s.out])
@@ -70,11 +84,7 @@ class FlagHeads(TileOp):
         return ctx.choice(s, "flag_heads", "BlockDiscontinuity", "FlagHeads")
 
     def lower(self, s: TileFlagHeads, w) -> ShimCall:
-        t, dt = cxx_name(s.src.type.dtype), s.src.type.dtype
-        functor = (
-            f"struct coop_flag_heads_op_{s.cid} {{ __device__ __forceinline__ bool operator()(const {t}& a, "
-            f"const {t}& b) const {{ return {_as_float(dt, 'a')} != {_as_float(dt, 'b')}; }} }};\n"
-        )
+        functor = heads_functor(f"coop_flag_heads_op_{s.cid}", s.src.type.dtype)
         return _neighbor_lower(
             w,
             s,

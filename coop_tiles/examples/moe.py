@@ -1,0 +1,137 @@
+"""Mixture-of-experts routing: `moe_align_block_size(topk_ids, block_size, num_experts)`, vLLM's outputs from two
+tile programs (tutorials/15_moe_routing.py explains them).
+
+Each of a token's top-k choices is a *route*, numbered `0 .. numel-1` in `topk_ids`' row-major order. The routes
+are grouped by expert, in route order within each expert, and each expert's group is padded with the sentinel
+`numel` to a multiple of `block_size`, so that a grouped GEMM can give each block of `block_size` rows to one
+expert:
+
+- `sorted_token_ids` (int32, `numel + num_experts * (block_size - 1)` long, or `numel * block_size` when there are
+  fewer routes than experts): the routes of expert 0, padding, the routes of expert 1, padding, ...; the
+  sentinel `numel` everywhere else;
+- `expert_ids` (int32, one per block of `sorted_token_ids`): the expert of each block, -1 past the last;
+- `num_tokens_post_padded` (int32, one element): the padded length, a multiple of `block_size`.
+
+Expert ids outside `[0, num_experts)` are skipped. Two launches, `CHUNK` routes per program:
+
+1. `count_routes`: each program's histogram of its chunk's expert ids (`tile.histogram`) into a
+   (programs, experts) table; each program also fills its share of `sorted_token_ids` with the sentinel.
+2. `place_routes`: each program sums the table's rows (all of them: the padded counts, whose exclusive scan
+   is where each expert's group starts; those of the programs before it: where its own routes of each expert
+   go within the group), sorts its chunk's routes by expert (a stable radix sort over the expert id's bits),
+   ranks each route within its expert's run (a max-scan of the run heads' positions) and scatters it to its
+   place. Program 0 also writes `num_tokens_post_padded` and `expert_ids` (each group's expert scattered at
+   its first block, then a running max over the blocks).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import coop_tiles as ct
+from coop_tiles import tile
+
+from ._arrays import empty_like
+
+#: routes per program
+CHUNK = 2048
+#: expert-id blocks per step of program 0's running max
+BLOCKS = 1024
+
+
+@ct.jit
+def count_routes(ids, counts, sorted_ids, numel, padded_len, CHUNK: ct.constexpr, EXPERTS: ct.constexpr):
+    """Program p: the histogram of routes `p*CHUNK ..` by expert into `counts[p]`, and the sentinel into its share
+    of `sorted_ids`."""
+    p = ct.program_id(0)
+    base = p * CHUNK
+    experts = tile.load(ids, base, CHUNK, valid=numel - base, other=-1)
+    tile.store(counts, p * EXPERTS, tile.histogram(experts, EXPERTS, valid=numel - base))
+    share = ct.cdiv(padded_len, ct.num_programs(0))
+    end = ct.minimum(share * (p + 1), padded_len)
+    for start in range(share * p, end, CHUNK):
+        tile.store(sorted_ids, start, tile.full(CHUNK, numel, np.int32), valid=end - start)
+
+
+@ct.jit
+def place_routes(
+    ids,
+    counts,
+    offsets,
+    sorted_ids,
+    expert_ids,
+    post_padded,
+    numel,
+    block_size,
+    n_blocks,
+    CHUNK: ct.constexpr,
+    EXPERTS: ct.constexpr,
+    BITS: ct.constexpr,
+):
+    """Program p: each route of its chunk to `sorted_ids[group start + routes of its expert before it]`."""
+    p = ct.program_id(0)
+    base = p * CHUNK
+    total = tile.zeros(EXPERTS, np.int32)
+    before = tile.zeros(EXPERTS, np.int32)
+    for q in range(ct.num_programs(0)):
+        h = tile.load(counts, q * EXPERTS, EXPERTS)
+        total = total + h
+        if q < p:
+            before = before + h
+    padded = (total + block_size - 1) // block_size * block_size
+    starts = tile.scan(padded, exclusive=True)
+    tile.store(offsets, p * EXPERTS, starts + before)  # (gathered from below, by expert)
+    e = tile.load(ids, base, CHUNK, valid=numel - base, other=EXPERTS)
+    e = ct.where((e >= 0) & (e < EXPERTS), e, EXPERTS).astype(np.int32)  # (skipped: sorted last, never placed)
+    keys, routes = tile.sort(e, tile.arange(CHUNK, np.int32) + base, valid=numel - base, end_bit=BITS)
+    position = tile.arange(CHUNK, np.int32)
+    rank = position - tile.scan(ct.where(tile.flag_heads(keys), position, 0), "max")
+    placed = (position < numel - base) & (keys < EXPERTS)
+    at = tile.gather(offsets, keys + p * EXPERTS, mask=placed) + rank
+    tile.scatter(sorted_ids, at, routes, mask=placed)
+    if p == 0:
+        post_padded[0] = tile.sum(padded)
+        for start in range(0, n_blocks, BLOCKS):
+            tile.store(expert_ids, start, tile.full(BLOCKS, -1, np.int32), valid=n_blocks - start)
+        experts = tile.arange(EXPERTS, np.int32)
+        tile.scatter(expert_ids, starts // block_size, experts, mask=padded > 0)
+        used = tile.sum(padded) // block_size
+        carry = -1
+        for start in range(0, used, BLOCKS):
+            blocks = tile.load(expert_ids, start, BLOCKS, valid=used - start, other=-1)
+            filled, carry = tile.scan(blocks, "max", initial=carry, return_total=True)
+            tile.store(expert_ids, start, filled, valid=used - start)
+
+
+_INTERPRETING = {k: ct.jit(k.fn, interpret=True) for k in (count_routes, place_routes)}
+
+
+def padded_length(numel: int, block_size: int, num_experts: int) -> int:
+    """The length of `sorted_token_ids` (vLLM's bound: every expert's group padded by at most `block_size - 1`)."""
+    return numel * block_size if numel < num_experts else numel + num_experts * (block_size - 1)
+
+
+def moe_align_block_size(topk_ids: Any, block_size: int, num_experts: int) -> tuple[Any, Any, Any]:
+    """`(sorted_token_ids, expert_ids, num_tokens_post_padded)` of vLLM's `moe_align_block_size` for the integer
+    array `topk_ids` (any shape, read row-major; CuPy, PyTorch, or NumPy in the interpreter), in two launches (the
+    module docstring)."""
+    numel = int(np.prod(topk_ids.shape))
+    flat = topk_ids.reshape(-1)
+    length = padded_length(numel, block_size, num_experts)
+    n_blocks = ct.cdiv(length, block_size)
+    grid = max(ct.cdiv(numel, CHUNK), 1)
+    sorted_ids = empty_like(flat, (length,), "int32")
+    expert_ids = empty_like(flat, (n_blocks,), "int32")
+    post_padded = empty_like(flat, (1,), "int32")
+    counts = empty_like(flat, (grid * num_experts,), "int32")
+    offsets = empty_like(flat, (grid * num_experts,), "int32")
+    numpy = isinstance(flat, np.ndarray)
+    first, second = (_INTERPRETING[k] if numpy else k for k in (count_routes, place_routes))
+    constexprs = {"CHUNK": CHUNK, "EXPERTS": num_experts}
+    first[grid](flat, counts, sorted_ids, numel, length, **constexprs)
+    bits = int(num_experts).bit_length()  # (expert ids and the skipped ones' `num_experts`)
+    args = (flat, counts, offsets, sorted_ids, expert_ids, post_padded, numel, block_size, n_blocks)
+    second[grid](*args, BITS=bits, **constexprs)
+    return sorted_ids, expert_ids, post_padded

@@ -1,0 +1,76 @@
+"""`coop_tiles.examples.moe_align_block_size` (issue 22) against a sequential implementation of vLLM's outputs: in
+the interpreter, compiled to sm_90 cubins, and on a GPU (marked)."""
+
+import numpy as np
+import pytest
+from carve_checker import check as check_carve
+from carve_checker import format_report
+
+from coop_tiles.examples import moe_align_block_size
+from coop_tiles.examples.moe import CHUNK, count_routes, place_routes
+
+#: (tokens, top-k, experts, block size, id dtype): fewer routes than experts, several programs, int64 ids
+SHAPES = [(3, 2, 8, 4, np.int32), (300, 8, 64, 16, np.int64), (700, 8, 256, 64, np.int32), (5, 4, 64, 32, np.int32)]
+
+
+def sequential(topk_ids, block_size, num_experts):
+    """vLLM's semantics, one expert at a time: routes in order, each group padded with the sentinel `numel`."""
+    flat = topk_ids.reshape(-1)
+    numel = flat.size
+    length = numel * block_size if numel < num_experts else numel + num_experts * (block_size - 1)
+    sorted_ids = np.full(length, numel, np.int32)
+    expert_ids = np.full(-(-length // block_size), -1, np.int32)
+    at = 0
+    for e in range(num_experts):
+        routes = np.flatnonzero(flat == e)
+        if routes.size:
+            sorted_ids[at : at + routes.size] = routes
+            blocks = -(-routes.size // block_size)
+            expert_ids[at // block_size : at // block_size + blocks] = e
+            at += blocks * block_size
+    return sorted_ids, expert_ids, np.array([at], np.int32)
+
+
+def routes(tokens, topk, experts, dtype, seed=0):
+    ids = np.random.default_rng(seed).integers(0, experts, (tokens, topk)).astype(dtype)
+    ids.reshape(-1)[::17] = experts + 3  # (ids outside [0, experts): skipped)
+    ids.reshape(-1)[5::23] = -1
+    return ids
+
+
+def check(got, want):
+    for name, g, w in zip(("sorted_token_ids", "expert_ids", "num_tokens_post_padded"), got, want):
+        assert g.dtype == w.dtype, name
+        np.testing.assert_array_equal(g, w, err_msg=name)
+
+
+@pytest.mark.parametrize("tokens, topk, experts, block, dtype", SHAPES, ids=str)
+def test_interpreter_matches_sequential(tokens, topk, experts, block, dtype):
+    ids = routes(tokens, topk, experts, dtype)
+    check(moe_align_block_size(ids, block, experts), sequential(ids, block, experts))
+
+
+def test_programs_compile():
+    i32 = np.zeros(1, np.int32)
+    first = count_routes.compile(i32, i32, i32, 1, 1, CHUNK=CHUNK, EXPERTS=256, arch="sm_90")
+    assert "histogram" in str(first.plan)
+    second = place_routes.compile(i32, i32, i32, i32, i32, i32, 1, 1, 1, CHUNK=CHUNK, EXPERTS=256, BITS=9, arch="sm_90")
+    assert "BlockRadixSort" in str(second.plan)
+    for k in (first, second):
+        problems = check_carve(k.program, k.plan)
+        assert not problems and k.local_memory_bytes() == 0, format_report(problems, k.program, k.plan)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tokens", [1, 256, 4096, 16384])
+@pytest.mark.parametrize("library", ["cupy", "torch"])
+def test_gpu_matches_sequential(tokens, library):
+    ids = routes(tokens, 8, 256, np.int32, seed=tokens)
+    if library == "torch":
+        torch = pytest.importorskip("torch")
+        got = moe_align_block_size(torch.from_numpy(ids).cuda(), 64, 256)
+        got = [a.cpu().numpy() for a in got]
+    else:
+        cp = pytest.importorskip("cupy")
+        got = [cp.asnumpy(a) for a in moe_align_block_size(cp.asarray(ids), 64, 256)]
+    check(got, sequential(ids, 64, 256))
