@@ -1,7 +1,26 @@
 """Real kernels written as tile programs, with host entry points: `selective_scan_fwd` and
-`selective_state_update` (Mamba's selective scan forward and its decode step)."""
+`selective_state_update` (Mamba's selective scan forward and its decode step), `selective_scan_bwd` (its backward),
+and, for PyTorch, `selective_scan_fn` (differentiable: imports torch when asked for)."""
+
+from typing import Any
 
 from .selective_scan import selective_scan_fwd, selective_scan_reference
+from .selective_scan_backward import selective_scan_bwd
 from .state_update import selective_state_update
 
-__all__ = ["selective_scan_fwd", "selective_scan_reference", "selective_state_update"]
+__all__ = [
+    "selective_scan_bwd",
+    "selective_scan_fn",
+    "selective_scan_fwd",
+    "selective_scan_reference",
+    "selective_state_update",
+]
+
+
+def __getattr__(name: str) -> Any:
+    """`selective_scan_fn` from the module that imports torch and registers its ops, on first use."""
+    if name == "selective_scan_fn":
+        from .selective_scan_torch import selective_scan_fn
+
+        return selective_scan_fn
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

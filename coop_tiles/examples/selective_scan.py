@@ -95,6 +95,12 @@ def launch_choice(seqlen: int, itemsize: int) -> tuple[int, int]:
     return chunk, HALF_CHUNKS_REGISTERS if itemsize == 2 and seqlen > chunk else REGISTERS
 
 
+def n_chunks(seqlen: Any) -> Any:
+    """How many chunks `launch_choice` cuts a row into (at least one: the states of an empty row are zeros);
+    shape arithmetic only, so that PyTorch's fake tensors (symbolic lengths) can compute it too."""
+    return max(1, (seqlen + MAX_CHUNK - 1) // MAX_CHUNK)
+
+
 def kernel_for(chunk: int, interpret: bool, max_registers: int = REGISTERS) -> ct.JITFunction:
     """The program at ITEMS_PER_THREAD items per thread (at least a warp), or its interpreting copy."""
     if interpret:
@@ -142,7 +148,7 @@ def forward(
     B, C = as_groups(B, C, dim)
     chunk, registers = launch_choice(seqlen, u.itemsize)
     out = empty_like(u, (batch, dim, seqlen), u.dtype)
-    states = empty_like(u, (batch, dim, max(1, -(-seqlen // chunk)), dstate), "float32")
+    states = empty_like(u, (batch, dim, n_chunks(seqlen), dstate), "float32")
     if seqlen == 0:  # no chunk runs: the states stay zero
         states[...] = 0
     kernel_for(chunk, isinstance(u, np.ndarray), registers)[(dim, batch)](
