@@ -1,5 +1,9 @@
 """NumPy references of Mamba's state-space operations, for tests of the tile programs that port them.
 
+`selective_scan_backward` is the gradient of Mamba's selective scan (`selective_scan_ref` of
+`mamba_ssm/ops/selective_scan_interface.py`; its CUDA backward is `csrc/selective_scan/selective_scan_bwd_kernel.cuh`),
+derived by hand and checked against finite differences (tests/test_ssm_references.py).
+
 `selective_state_update` mirrors `mamba_ssm.ops.triton.selective_state_update.selective_state_update`
 (state-spaces/mamba, `mamba_ssm/ops/triton/selective_state_update.py`: its Triton kernel
 `_selective_scan_update_kernel` and its PyTorch `selective_state_update_ref`), Mamba's decode step.
@@ -92,3 +96,91 @@ def selective_state_update(
             out[b] *= z_[b] / (1 + np.exp(-z_[b]))
     out = out.astype(np.asarray(x).dtype)
     return out if has_heads else out[:, 0]
+
+
+def selective_scan_backward(
+    dout: np.ndarray,
+    u: np.ndarray,
+    delta: np.ndarray,
+    A: np.ndarray,
+    B: np.ndarray,
+    C: np.ndarray,
+    D: np.ndarray | None = None,
+    z: np.ndarray | None = None,
+    delta_bias: np.ndarray | None = None,
+    delta_softplus: bool = False,
+) -> dict[str, np.ndarray]:
+    """The gradients of `sum(dout * out)` of Mamba's selective scan, in float64: a dict with "u", "delta", "A", "B",
+    "C" and, for those given, "D", "z", "delta_bias", each of its input's shape.
+
+    Shapes as `selective_scan_fn` takes them: u, delta, z, dout (batch, dim, L); A (dim, dstate); B, C (dim, dstate)
+    (fixed), (batch, dstate, L) (variable) or (batch, groups, dstate, L) (grouped: channel d reads group
+    d // (dim // groups)); D, delta_bias (dim,). With dt = softplus(delta + delta_bias) (softplus optional, the
+    identity above 20), h[-1] = 0, g = dout * silu(z) (or dout) and y the output before the gate:
+
+        h[t]  = exp(dt[t] A) h[t-1] + dt[t] u[t] B[t]
+        dh[t] = g[t] C[t] + exp(dt[t+1] A) dh[t+1]                       (dh[L-1] = g[L-1] C[L-1])
+        dC[t] = g[t] h[t],   dB[t] = dh[t] dt[t] u[t],   dA = sum_t dh[t] dt[t] exp(dt[t] A) h[t-1]
+        du[t] = g[t] D + sum_n dh[t] B[t] dt[t],   dD = sum g u,   dz = dout y silu'(z)
+        ddt[t] = sum_n dh[t] (B[t] u[t] + A exp(dt[t] A) h[t-1]),   ddelta = ddt * softplus'(delta + delta_bias)
+
+    each summed over the axes its input does not have (fixed B over batch and time, grouped B over the channels of
+    its group, A, D and delta_bias over batch and time).
+    """
+    f64 = np.float64
+    dout, u, delta, A = (np.asarray(v, f64) for v in (dout, u, delta, A))
+    batch, dim, seqlen = u.shape
+    raw = delta + (0.0 if delta_bias is None else np.asarray(delta_bias, f64)[:, None])
+    dt = _softplus(raw) if delta_softplus else raw
+
+    def per_channel(X: np.ndarray) -> np.ndarray:
+        """B or C as (batch, dim, dstate, L), fixed ones broadcast."""
+        X = np.asarray(X, f64)
+        if X.ndim == 2:
+            return np.broadcast_to(X[None, :, :, None], (batch, dim, X.shape[1], seqlen))
+        X = X[:, None] if X.ndim == 3 else X
+        return np.repeat(X, dim // X.shape[1], axis=1)
+
+    def to_input(dX: np.ndarray, X: np.ndarray) -> np.ndarray:
+        """A per-channel gradient (batch, dim, dstate, L) summed back to X's shape."""
+        X = np.asarray(X)
+        if X.ndim == 2:
+            return dX.sum(axis=(0, 3))
+        groups = 1 if X.ndim == 3 else X.shape[1]
+        summed = dX.reshape(batch, groups, dim // groups, *dX.shape[2:]).sum(axis=2)
+        return summed.reshape(X.shape)
+
+    Bc, Cc = per_channel(B), per_channel(C)
+    decay = np.exp(dt[:, :, None, :] * A[None, :, :, None])  # (batch, dim, dstate, L)
+    h = np.zeros(Bc.shape)
+    prev = np.zeros(Bc.shape[:3])
+    for t in range(seqlen):
+        prev = decay[..., t] * prev + (dt[:, :, t] * u[:, :, t])[..., None] * Bc[..., t]
+        h[..., t] = prev
+    h_before = np.concatenate([np.zeros(h.shape[:3] + (1,)), h[..., :-1]], axis=-1)  # h[t-1]
+    grads: dict[str, np.ndarray] = {}
+    g = dout
+    if z is not None:
+        z = np.asarray(z, f64)
+        y = (h * Cc).sum(axis=2) + (0.0 if D is None else u * np.asarray(D, f64)[:, None])
+        sig = 1 / (1 + np.exp(-z))
+        grads["z"] = dout * y * sig * (1 + z * (1 - sig))
+        g = dout * z * sig
+    dh = np.zeros(h.shape)
+    after = np.zeros(h.shape[:3])  # exp(dt[t+1] A) dh[t+1]
+    for t in range(seqlen - 1, -1, -1):
+        dh[..., t] = g[:, :, None, t] * Cc[..., t] + after
+        after = decay[..., t] * dh[..., t]
+    grads["C"] = to_input(g[:, :, None, :] * h, C)
+    grads["B"] = to_input(dh * (dt * u)[:, :, None, :], B)
+    grads["A"] = (dh * dt[:, :, None, :] * decay * h_before).sum(axis=(0, 3))
+    grads["u"] = (dh * Bc).sum(axis=2) * dt
+    ddt = (dh * (Bc * u[:, :, None, :] + A[None, :, :, None] * decay * h_before)).sum(axis=2)
+    if D is not None:
+        grads["u"] = grads["u"] + g * np.asarray(D, f64)[:, None]
+        grads["D"] = (g * u).sum(axis=(0, 2))
+    softplus_slope = np.where(raw <= 20.0, 1 / (1 + np.exp(-np.minimum(raw, 20.0))), 1.0)
+    grads["delta"] = ddt * softplus_slope if delta_softplus else ddt
+    if delta_bias is not None:
+        grads["delta_bias"] = grads["delta"].sum(axis=(0, 2))
+    return grads

@@ -78,14 +78,14 @@ def launch(inputs, softplus, chunk):
     u, A = inputs["u"], inputs["A"]
     B, C = (X[:, None] if X.ndim == 3 else X for X in (inputs["B"], inputs["C"]))
     out = np.empty_like(u)
-    last = np.empty((u.shape[0], u.shape[1], A.shape[1]), np.float32)
+    states = np.empty((u.shape[0], u.shape[1], -(-u.shape[2] // chunk), A.shape[1]), np.float32)
     D, bias, z = (inputs.get(k) for k in ("D", "delta_bias", "z"))
     INTERPRETED[(u.shape[1], u.shape[0])](
         u, inputs["delta"], A, B, C, A if D is None else D, A if bias is None else bias, u if z is None else z,
-        out, last, HAS_D=D is not None, HAS_DELTA_BIAS=bias is not None, HAS_Z=z is not None, SOFTPLUS=softplus,
+        out, states, HAS_D=D is not None, HAS_DELTA_BIAS=bias is not None, HAS_Z=z is not None, SOFTPLUS=softplus,
         CHUNK=chunk,
     )  # fmt: skip
-    return out, last
+    return out, states[:, :, -1]
 
 
 @pytest.mark.parametrize("dtype", [np.float16, BF16], ids=["float16", "bfloat16"])
@@ -146,7 +146,7 @@ def test_compiled_kernel_keeps_the_state_loop_to_the_scans_own_barriers(dtype, s
     args = [inputs[k] for k in ("u", "delta", "A")] + [B, C] + [inputs[k] for k in ("D", "delta_bias", "z", "u")]
     flags = dict(HAS_D=True, HAS_DELTA_BIAS=True, HAS_Z=True, SOFTPLUS=True, CHUNK=chunk)
     kernel = kernel_for(chunk, False, registers)
-    k = kernel.compile(*args, np.zeros((1, 1, 2), np.float32), arch="sm_90", **flags)
+    k = kernel.compile(*args, np.zeros((1, 1, 1, 2), np.float32), arch="sm_90", **flags)
     assert k.block_threads == chunk // 16 and k.registers() <= registers and k.local_memory_bytes() <= spill
     plan = str(k.plan)
     assert "scan[combine0_affine], carried" in plan

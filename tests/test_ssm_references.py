@@ -1,12 +1,15 @@
-"""The NumPy reference of Mamba's selective_state_update (tests/ssm_references.py) on numbers checked by hand: with one
-state per row (dstate 1) the update is scalar arithmetic written out below."""
+"""The NumPy references of tests/ssm_references.py: Mamba's selective_state_update on numbers checked by hand (with one
+state per row, dstate 1, the update is scalar arithmetic written out below), and the selective scan's backward against
+central finite differences of the forward reference."""
 
 import math
 
 import ml_dtypes
 import numpy as np
 import pytest
-from ssm_references import selective_state_update
+from ssm_references import selective_scan_backward, selective_state_update
+
+from coop_tiles.examples import selective_scan_reference
 
 
 def f32(*values):
@@ -62,3 +65,48 @@ def test_mamba2_groups_and_state_batch_indices(dtype):
     np.testing.assert_array_equal(state[:2], before[:2])
     assert out.dtype == dtype and out.shape == (2, 4, 1)
     np.testing.assert_array_equal(out[:, :, 0].astype(np.float32), [[120, 121, 444, 446], [0, 0, 0, 0]])
+
+
+SCAN_CASES = {  # name: (B shape, C shape, which optional inputs, softplus); batch 2, dim 4, dstate 3, L 5
+    "variable B and C, everything": ((2, 3, 5), (2, 3, 5), ("D", "z", "delta_bias"), True),
+    "grouped B, fixed C": ((2, 2, 3, 5), (4, 3), ("D",), False),
+    "fixed B, grouped C, softplus": ((4, 3), (2, 2, 3, 5), ("z", "delta_bias"), True),
+    "fixed B and C, nothing optional": ((4, 3), (4, 3), (), False),
+}
+
+
+@pytest.mark.parametrize("case", SCAN_CASES)
+def test_selective_scan_backward_matches_finite_differences(case):
+    """Every element of every input moved by +-1e-6: the change of sum(dout * out), divided by 2e-6, is the gradient
+    (to about 1e-9 in float64)."""
+    B_shape, C_shape, optional, softplus = SCAN_CASES[case]
+    rng = np.random.default_rng(1)
+    inputs = {
+        "u": rng.standard_normal((2, 4, 5)),
+        "delta": rng.standard_normal((2, 4, 5)),  # negative too: softplus below and (without it) negative steps
+        "A": -rng.random((4, 3)) - 0.2,
+        "B": rng.standard_normal(B_shape),
+        "C": rng.standard_normal(C_shape),
+        "D": rng.standard_normal(4),
+        "z": rng.standard_normal((2, 4, 5)),
+        "delta_bias": rng.random(4),
+    }
+    inputs = {k: v for k, v in inputs.items() if k in ("u", "delta", "A", "B", "C") or k in optional}
+    dout = rng.standard_normal((2, 4, 5))
+
+    def loss() -> float:
+        return float((dout * selective_scan_reference(**inputs, delta_softplus=softplus)[0]).sum())
+
+    grads = selective_scan_backward(dout, **inputs, delta_softplus=softplus)
+    assert sorted(grads) == sorted(inputs)
+    for name, value in inputs.items():
+        numeric = np.empty_like(value)
+        for i in np.ndindex(value.shape):
+            keep = value[i]
+            value[i] = keep + 1e-6
+            up = loss()
+            value[i] = keep - 1e-6
+            numeric[i] = (up - loss()) / 2e-6
+            value[i] = keep
+        assert grads[name].shape == value.shape, name
+        np.testing.assert_allclose(grads[name], numeric, rtol=1e-6, atol=1e-7, err_msg=name)

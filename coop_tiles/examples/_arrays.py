@@ -19,3 +19,17 @@ def empty_like(like: Any, shape: tuple[int, ...], dtype: Any) -> Any:
 
     with cp.cuda.Device(like.device.id):
         return cp.empty(shape, dtype)
+
+
+def zeros_like(like: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    """`empty_like`, zeroed: the target of atomic adds."""
+    out = empty_like(like, shape, dtype)
+    out[...] = 0
+    return out
+
+
+def cast(x: Any, like: Any) -> Any:
+    """`x` contiguous in the dtype of `like` (the same library), without a copy when it is already."""
+    if type(x).__module__.split(".")[0] == "torch":
+        return x.to(like.dtype).contiguous()
+    return x.astype(like.dtype, order="C", copy=False)

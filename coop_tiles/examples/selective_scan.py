@@ -7,8 +7,10 @@ For each batch b, channel d and state n, with dt = softplus(delta + delta_bias) 
 
 One program per (d, b) row walks the sequence in chunks of CHUNK elements; per chunk and state
 the recurrence is one tuple scan of the pairs (exp(dt * A), dt * B * x) with the composition of
-two affine steps, seeded with the state the previous chunk ended in. `last_state` doubles as
-that carry: the scan's total is written there and read back by the next chunk.
+two affine steps, seeded with the state the previous chunk ended in. `states[b, d, c]`, the
+state at the end of chunk c, doubles as that carry: the scan's total is written there and read
+back by the next chunk. The last chunk's is `last_state`, and all of them are what the backward
+(selective_scan_backward.py) starts each chunk from, as Mamba's forward saves them.
 
 Compiled with fast math, as Mamba builds its kernel (`--use_fast_math`); launched as Mamba
 launches its own, CHUNK elements (at most 2048) over CHUNK / 16 threads, 16 items each, but with
@@ -44,7 +46,7 @@ def affine(a_l, b_l, a_r, b_r):
 
 @ct.jit(fastmath=True)
 def selective_scan(
-    u, delta, A, B, C, D, delta_bias, z, out, last_state,
+    u, delta, A, B, C, D, delta_bias, z, out, states,
     HAS_D: ct.constexpr, HAS_DELTA_BIAS: ct.constexpr, HAS_Z: ct.constexpr, SOFTPLUS: ct.constexpr,
     CHUNK: ct.constexpr,
 ):  # fmt: skip
@@ -70,9 +72,9 @@ def selective_scan(
             a = ct.exp2(dt * (A[d, n] * LOG2E))
             h0 = 0.0
             if base > 0:
-                h0 = last_state[b, d, n]
+                h0 = states[b, d, base // CHUNK - 1, n]
             (_, h), carry = tile.scan((a, dtx * Bn), op=affine, initial=(1.0, h0), return_total=True)
-            last_state[b, d, n] = carry[1]
+            states[b, d, base // CHUNK, n] = carry[1]
             Cn = tile.load(C_rows[n], base, CHUNK, valid=valid, other=0).astype(np.float32) if C.ndim == 4 else C[d, n]
             y = y + h * Cn
         if HAS_Z:
@@ -91,6 +93,12 @@ def launch_choice(seqlen: int, itemsize: int) -> tuple[int, int]:
     for 16-bit inputs longer than the chunk (see the module docstring)."""
     chunk = min(MAX_CHUNK, max(32, 1 << max(0, seqlen - 1).bit_length()))
     return chunk, HALF_CHUNKS_REGISTERS if itemsize == 2 and seqlen > chunk else REGISTERS
+
+
+def n_chunks(seqlen: Any) -> Any:
+    """How many chunks `launch_choice` cuts a row into (at least one: the states of an empty row are zeros);
+    shape arithmetic only, so that PyTorch's fake tensors (symbolic lengths) can compute it too."""
+    return max(1, (seqlen + MAX_CHUNK - 1) // MAX_CHUNK)
 
 
 def kernel_for(chunk: int, interpret: bool, max_registers: int = REGISTERS) -> ct.JITFunction:
@@ -125,23 +133,48 @@ def selective_scan_fwd(
     float32. PyTorch tensors or CuPy arrays run on the GPU, NumPy arrays in the interpreter;
     the outputs are arrays of the same library.
     """
+    out, states = forward(u, delta, A, B, C, D, z, delta_bias, delta_softplus)
+    return (out, states[:, :, -1]) if return_last_state else out
+
+
+def forward(
+    u: Any, delta: Any, A: Any, B: Any, C: Any, D: Any, z: Any, delta_bias: Any, delta_softplus: bool
+) -> tuple[Any, Any]:
+    """`out` and the states at the end of each chunk, (batch, dim, chunks, dstate) float32, which the
+    backward needs (`selective_scan_fwd` says what the arguments are)."""
+    check_real(A)
     batch, dim, seqlen = u.shape
     dstate = A.shape[1]
-    B, C = (X[:, None] if X.ndim == 3 else X for X in (B, C))  # one group: a view, not a copy
-    for X in (B, C):
-        if X.ndim == 4 and dim % X.shape[1]:
-            raise ValueError(f"dim ({dim}) must be a multiple of the number of groups ({X.shape[1]})")
-    out = empty_like(u, (batch, dim, seqlen), u.dtype)
-    last_state = empty_like(u, (batch, dim, dstate), "float32")
+    B, C = as_groups(B, C, dim)
     chunk, registers = launch_choice(seqlen, u.itemsize)
+    out = empty_like(u, (batch, dim, seqlen), u.dtype)
+    states = empty_like(u, (batch, dim, n_chunks(seqlen), dstate), "float32")
+    if seqlen == 0:  # no chunk runs: the states stay zero
+        states[...] = 0
     kernel_for(chunk, isinstance(u, np.ndarray), registers)[(dim, batch)](
         u, delta, A, B, C,
         A if D is None else D, A if delta_bias is None else delta_bias, u if z is None else z,
-        out, last_state,
+        out, states,
         HAS_D=D is not None, HAS_DELTA_BIAS=delta_bias is not None, HAS_Z=z is not None,
         SOFTPLUS=bool(delta_softplus), CHUNK=chunk,
     )  # fmt: skip
-    return (out, last_state) if return_last_state else out
+    return out, states
+
+
+def check_real(A: Any) -> None:
+    """Complex weights (Mamba's complex A, B, C) are not ported: a clear error naming what is."""
+    if "complex" in str(A.dtype):
+        raise NotImplementedError(f"the selective scan supports real weights only (float32 A), not {A.dtype}")
+
+
+def as_groups(B: Any, C: Any, dim: int) -> tuple[Any, Any]:
+    """B and C with a groups axis when they vary along the sequence ((batch, dstate, L) is one group: a view, not
+    a copy), checking that the groups divide `dim`."""
+    B, C = (X[:, None] if X.ndim == 3 else X for X in (B, C))
+    for X in (B, C):
+        if X.ndim == 4 and dim % X.shape[1]:
+            raise ValueError(f"dim ({dim}) must be a multiple of the number of groups ({X.shape[1]})")
+    return B, C
 
 
 def selective_scan_reference(
