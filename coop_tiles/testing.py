@@ -378,10 +378,12 @@ def draw_lines(
             ax.fill_between(xs, [p[1] for p in points], [p[2] for p in points], alpha=0.2, color=line[0].get_color())
     for name, values in (dashed or {}).items():
         ax.plot(xs, list(values), linestyle="--", color="#555555", label=name)
-    if xs != list(x):
-        ax.set_xticks(xs, [_cell(v) for v in x])
     ax.set_xscale("log" if x_log and xs == list(x) else "linear")
     ax.set_yscale("log" if y_log else "linear")
+    if not y_log:
+        ax.set_ylim(bottom=0)
+    if xs != list(x):  # categories (after the scale, which resets the ticks)
+        ax.set_xticks(xs, [_cell(v) for v in x])
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
