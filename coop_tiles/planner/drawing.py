@@ -18,12 +18,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from html import escape
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
 from .carve import Region
 
-if TYPE_CHECKING:
-    from .plan import Plan
+#: a `planner.plan.Plan` (not imported: the plan imports this module to draw itself)
+Plan = Any
 
 #: pixels per step (a statement is two steps), between these bounds by the program's length
 STEP_PX = (4.0, 14.0)
