@@ -235,8 +235,9 @@ def main() -> None:
         if saved["device"] != device:
             raise SystemExit(f"{path} was measured on {saved['device']}, not {device}: ratios come from one device")
         results = {**saved["results"], **results}
-    text = report.render(device, results)
     out = args.out or (None if args.only else str(ROOT / "docs" / "benchmarks.md"))
+    # the figures beside the page: docs/benchmarks.md -> docs/benchmarks/<section>.png
+    text = report.render(device, results, Path(out).with_suffix("") if out else None)
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(text)

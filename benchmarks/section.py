@@ -27,7 +27,8 @@ class Section:
 
     `run(sizes, arch)` measures (sizes: the run's log2 element counts; arch: the device's `sm_XY`) and returns the
     results that `lines(results)` renders and `--save` keeps under `key`. A `guarded` section records a failure as a
-    row of its table (its run goes on); the others stop the run."""
+    row of its table (its run goes on); the others stop the run. `chart(results)`, where a section has one, is the
+    figure drawn above its table (benchmarks/charts.py)."""
 
     name: str
     key: str
@@ -35,6 +36,7 @@ class Section:
     run: Callable[[list[int], str], Any]
     lines: Callable[[Any], list[str]]
     guarded: bool
+    chart: Callable[[Any], Any] | None = None
 
     def __post_init__(self) -> None:
         unknown = [need for need in self.needs if need not in NEEDS]

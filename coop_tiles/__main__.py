@@ -7,6 +7,8 @@ python -m coop_tiles cache list [--kind K]  every entry: kind, key, size, last u
 python -m coop_tiles cache clear [--kind K] remove entries (all, or one kind)
 python -m coop_tiles tune list              autotuning results: kernel, key, device, config, time
 python -m coop_tiles tune clear [--kernel NAME]
+python -m coop_tiles plan FILE.py:KERNEL TYPE... [NAME=VALUE...] [--arch sm_90] [--out plan.svg]
+                                            a kernel's plan, printed and drawn, compiled without a GPU
 """
 
 from __future__ import annotations
@@ -59,6 +61,24 @@ def parser() -> argparse.ArgumentParser:
     clear = actions.add_parser("clear", help="remove autotuning results, so the next launch retunes")
     clear.add_argument("--kernel", help="only this kernel's results")
     clear.set_defaults(run=tune_clear)
+
+    plan = commands.add_parser(
+        "plan",
+        help="print a kernel's plan and draw its shared memory (compiles for --arch; no GPU needed)",
+        description="Compile FILE.py's KERNEL for the argument types given and print its plan; with --out, "
+        "draw its shared memory (.svg needs nothing; .png needs matplotlib: pip install coop-tiles[plot]).",
+    )
+    plan.add_argument("target", metavar="FILE.py:KERNEL", help="the file and the @ct.jit kernel in it")
+    plan.add_argument(
+        "args",
+        nargs="*",
+        metavar="ARG",
+        help="each runtime argument's type in order: an array as its dtype with one [] per dimension "
+        "(float32[], int8[][]), a scalar as its dtype (int32, float32); then the constexprs as NAME=VALUE (TILE=4096)",
+    )
+    plan.add_argument("--arch", default="sm_90", help="the architecture to compile for (default sm_90)")
+    plan.add_argument("--out", help="draw the shared memory to this file (.svg, .png, .pdf)")
+    plan.set_defaults(run=plan_command)
     return p
 
 
@@ -194,6 +214,28 @@ def tune_clear(args: argparse.Namespace) -> int:
         chosen = [e for e, v in tuning_results(cache) if v.get("kernel") == args.kernel]
     count, _ = cache.remove(chosen)
     print(f"removed {count} autotuning results" + (f" of {args.kernel}" if args.kernel else ""))
+    return 0
+
+
+# ----- plan --------------------------------------------------------------------------------------
+def plan_command(args: argparse.Namespace) -> int:
+    from coop_tiles import inspect_plan
+    from coop_tiles.errors import TileError
+
+    try:
+        kernel = inspect_plan.load_kernel(args.target)
+        runtime, constexprs = inspect_plan.parse_args(args.args)
+    except ValueError as e:
+        print(f"python -m coop_tiles plan: {e}", file=sys.stderr)
+        return 2
+    try:
+        compiled = kernel.compile(*runtime, arch=args.arch, **constexprs)
+    except TileError as e:  # the program's mistake, located at its line
+        print(f"python -m coop_tiles plan: {e}", file=sys.stderr)
+        return 1
+    print(compiled.plan)
+    if args.out:
+        print(f"drawn to {compiled.plan.draw(args.out)}")
     return 0
 
 

@@ -1,9 +1,11 @@
-"""`ct.testing`: timing GPU work (`do_bench`) and comparing results (`assert_close`).
+"""`ct.testing`: timing GPU work (`do_bench`), sweeping and plotting it (`perf_report`) and comparing
+results (`assert_close`).
 
-Both take whatever array library the caller uses: `do_bench` times on the current stream of
+They take whatever array library the caller uses: `do_bench` times on the current stream of
 PyTorch or CuPy (whichever is loaded; PyTorch first, as launches do), and `assert_close`
 accepts CuPy arrays, PyTorch tensors (bfloat16 and float16 included), NumPy arrays and any
-mix of them.
+mix of them. `perf_report` draws with matplotlib when it is installed (``pip install
+coop-tiles[plot]``) and prints the same numbers as a table either way.
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ import functools
 import statistics
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from .errors import LaunchError
 
-__all__ = ["assert_close", "do_bench"]
+__all__ = ["Benchmark", "assert_close", "do_bench", "perf_report"]
 
 #: (rtol, atol) by dtype name when not given, as torch.testing.assert_close uses; other dtypes
 #: (integers, bool) compare exactly
@@ -225,6 +229,192 @@ class _EventTimer:
             self.driver.cuStreamSynchronize(self.stream)
             self.driver.cuMemFree(self.buffer)
             self.buffer = 0
+
+
+# ================================================================================================
+# Sweeping and plotting
+# ================================================================================================
+@dataclass
+class Benchmark:
+    """One sweep of `perf_report`, as Triton's ``triton.testing.Benchmark``: for every value of
+    `x_vals` (given to each argument of `x_names`; a tuple gives one to each) and every value of
+    `line_vals` (given to argument `line_arg`), the decorated function's result, a number or
+    ``(value, low, high)``; one line per `line_vals`, named by `line_names`, drawn in
+    `styles` (``(color, linestyle)`` pairs)."""
+
+    x_names: list[str]
+    x_vals: list[Any]
+    line_arg: str
+    line_vals: list[Any]
+    line_names: list[str]
+    plot_name: str
+    args: dict[str, Any] = field(default_factory=dict)
+    xlabel: str = ""
+    ylabel: str = ""
+    x_log: bool = False
+    y_log: bool = False
+    styles: list[tuple[str, str]] | None = None
+
+
+@dataclass
+class PerfTable:
+    """The results of one `Benchmark`: a row per x value, the x value then one value per line."""
+
+    benchmark: Benchmark
+    rows: list[tuple[Any, list[tuple[float, float, float]]]]
+
+    def series(self) -> dict[str, list[tuple[float, float, float]]]:
+        """Each line's (value, low, high) over the x values, by its name."""
+        names = self.benchmark.line_names
+        return {name: [values[i] for _, values in self.rows] for i, name in enumerate(names)}
+
+    def __str__(self) -> str:
+        b = self.benchmark
+        headers = [b.xlabel or ", ".join(b.x_names), *b.line_names]
+        rows = [[_cell(x), *(f"{v:.6g}" for v, _, _ in values)] for x, values in self.rows]
+        widths = [max(len(r[i]) for r in [headers, *rows]) for i in range(len(headers))]
+        lines = ["  ".join(f"{c:>{w}}" for c, w in zip(r, widths)) for r in [headers, *rows]]
+        return "\n".join([f"{b.plot_name}:", *lines])
+
+
+class Mark:
+    """A function under `perf_report`: call it as before, or `.run()` its sweeps."""
+
+    def __init__(self, fn: Callable[..., Any], benchmarks: list[Benchmark]):
+        self.fn, self.benchmarks = fn, benchmarks
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def run(
+        self, show_plots: bool = False, print_data: bool = False, save_path: str | Path = "", **kwargs: Any
+    ) -> list[PerfTable]:
+        """Sweep every benchmark (`kwargs` go to every call): print each table with `print_data`,
+        show each plot with `show_plots`, and with `save_path` (a directory) write
+        ``<plot_name>.csv``, and ``<plot_name>.png`` when matplotlib is installed. Without it, a
+        plot asked for becomes a one-line note and the table."""
+        tables = [self._sweep(b, kwargs) for b in self.benchmarks]
+        plotting = show_plots or bool(save_path)
+        missing = plotting and not _has_matplotlib()
+        if missing:
+            print("matplotlib is not installed (pip install coop-tiles[plot]): printing the table instead of a plot")
+        for table in tables:
+            if print_data or missing:
+                print(table)
+            if save_path:
+                folder = Path(save_path)
+                folder.mkdir(parents=True, exist_ok=True)
+                _write_csv(table, folder / f"{table.benchmark.plot_name}.csv")
+            if plotting and not missing:
+                b = table.benchmark
+                png = Path(save_path) / f"{b.plot_name}.png" if save_path else None
+                draw_lines(
+                    png, b.plot_name, b.xlabel or ", ".join(b.x_names), b.ylabel, [x for x, _ in table.rows],
+                    table.series(), x_log=b.x_log, y_log=b.y_log, styles=b.styles, show=show_plots,
+                )  # fmt: skip
+        return tables
+
+    def _sweep(self, b: Benchmark, kwargs: dict[str, Any]) -> PerfTable:
+        rows = []
+        for x in b.x_vals:
+            xs = x if isinstance(x, (tuple, list)) else (x,) * len(b.x_names)
+            values = []
+            for line in b.line_vals:
+                result = self.fn(**dict(zip(b.x_names, xs)), **{b.line_arg: line}, **b.args, **kwargs)
+                value, low, high = result if isinstance(result, (tuple, list)) else (result, result, result)
+                values.append((float(value), float(low), float(high)))
+            rows.append((x, values))
+        return PerfTable(b, rows)
+
+
+def perf_report(benchmarks: Benchmark | list[Benchmark]) -> Callable[[Callable[..., Any]], Mark]:
+    """Mark a function for sweeps, as Triton's ``triton.testing.perf_report``: the function takes
+    the x and line arguments by name and returns what to plot (a number, or ``(value, low,
+    high)``); ``fn.run(print_data=True, show_plots=False, save_path="plots/")`` runs them.
+
+    >>> @ct.testing.perf_report(ct.testing.Benchmark(x_names=["n"], x_vals=[2**k for k in range(12, 28, 2)],
+    ...     line_arg="provider", line_vals=["coop", "cupy"], line_names=["coop_tiles", "CuPy"],
+    ...     plot_name="cumsum", ylabel="GB/s", x_log=True))
+    ... def bench(n, provider): ...
+    >>> bench.run(print_data=True, save_path=".")
+    """
+    listed = benchmarks if isinstance(benchmarks, list) else [benchmarks]
+    return lambda fn: Mark(fn, listed)
+
+
+def draw_lines(
+    path: str | Path | None,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    x: Sequence[Any],
+    series: dict[str, Sequence[float | tuple[float, float, float]]],
+    *,
+    dashed: dict[str, Sequence[float]] | None = None,
+    x_log: bool = False,
+    y_log: bool = False,
+    styles: Sequence[tuple[str, str]] | None = None,
+    show: bool = False,
+) -> None:
+    """One line per `series` over `x` (a value, or (value, low, high) drawn with a band), the
+    `dashed` ones as limits, written to `path` (any format matplotlib writes; Agg, no window)
+    and shown with `show`. Needs matplotlib (``pip install coop-tiles[plot]``)."""
+    from matplotlib.figure import Figure  # not pyplot: no backend or global state unless showing
+
+    if show:
+        from matplotlib import pyplot as plt
+
+        fig = plt.figure(figsize=(7, 4.5))
+    else:
+        fig = Figure(figsize=(7, 4.5))
+    ax = fig.add_subplot()
+    xs = list(range(len(x))) if any(isinstance(v, (str, tuple, list)) for v in x) else list(x)
+    for i, (name, values) in enumerate(series.items()):
+        points = [v if isinstance(v, (tuple, list)) else (v, v, v) for v in values]
+        color, style = styles[i] if styles and i < len(styles) else (None, "-")
+        line = ax.plot(xs, [p[0] for p in points], marker="o", markersize=3, label=name, color=color, linestyle=style)
+        if any(p[1] != p[2] for p in points):
+            ax.fill_between(xs, [p[1] for p in points], [p[2] for p in points], alpha=0.2, color=line[0].get_color())
+    for name, values in (dashed or {}).items():
+        ax.plot(xs, list(values), linestyle="--", color="#555555", label=name)
+    ax.set_xscale("log" if x_log and xs == list(x) else "linear")
+    ax.set_yscale("log" if y_log else "linear")
+    if not y_log:
+        ax.set_ylim(bottom=0)
+    if xs != list(x):  # categories (after the scale, which resets the ticks)
+        ax.set_xticks(xs, [_cell(v) for v in x])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=120)
+    if show:
+        plt.show()
+
+
+def _has_matplotlib() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _cell(x: Any) -> str:
+    return ", ".join(str(v) for v in x) if isinstance(x, (tuple, list)) else str(x)
+
+
+def _write_csv(table: PerfTable, path: Path) -> None:
+    b = table.benchmark
+    lines = [",".join([*b.x_names, *b.line_names])]
+    for x, values in table.rows:
+        xs = x if isinstance(x, (tuple, list)) else (x,) * len(b.x_names)
+        lines.append(",".join([*(str(v) for v in xs), *(f"{v:.6g}" for v, _, _ in values)]))
+    path.write_text("\n".join(lines) + "\n")
 
 
 # ================================================================================================

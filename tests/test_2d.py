@@ -6,6 +6,7 @@ import re
 import numpy as np
 import pytest
 from carve_checker import check, format_report
+from drawing_checker import drawing_problems
 from programs_2d import CASES_2D, layer_norm, row_scans, row_softmax
 
 import coop_tiles as ct
@@ -27,12 +28,14 @@ def test_interpreter_matches_reference(case):
 
 
 @pytest.mark.parametrize("case", CASES_2D, ids=lambda c: c.name)
-def test_compiles_to_cubin_without_local_memory(case):
+def test_compiles_to_cubin_without_local_memory(case, tmp_path):
     k = case.kernel.compile(*case.args, arch="sm_90", **case.constexprs)
     assert k.cubin[:4] == b"\x7fELF"
     assert k.local_memory_bytes() == 0
     problems = check(k.program, k.plan)
     assert not problems, format_report(problems, k.program, k.plan)
+    problems = drawing_problems(k.plan, tmp_path / "plan.svg", k.program)
+    assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("case", list(_PROGRAMS.values()), ids=lambda c: c.name)

@@ -356,6 +356,41 @@ def test_render_every_section():
     assert "| Mamba-1 | (64, 5120, 16) | bfloat16 | failed: NotImplementedError: not available | — | 0.175 |" in text
 
 
+def test_render_draws_a_figure_per_charted_section_and_embeds_it(tmp_path):
+    pytest.importorskip("matplotlib")
+    results = fake_results()
+    text = report.render("Test GPU", results, tmp_path / "benchmarks")
+    charted = [s.name for s in SECTIONS if s.chart is not None]
+    assert {"bandwidth", "half", "linrec"} <= set(charted)
+    for name in charted:
+        assert (tmp_path / "benchmarks" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
+        assert f"![{name}](benchmarks/{name}.png)" in text
+    lines = text.splitlines()
+    heading = next(i for i, line in enumerate(lines) if line.startswith("## Load → inclusive scan"))
+    assert lines[heading + 2] == "![bandwidth](benchmarks/bandwidth.png)"  # under its heading, above the table
+    # failures are gaps: the chart's values are NaN where a row or an implementation failed
+    chart = by_name("linrec").chart(results["linrec"])
+    assert chart.x == ["2^26", "2^28", "2^30"] and list(chart.dashed) == ["copy"]
+    coop = chart.series["coop_tiles"]
+    assert coop[0] == pytest.approx(12 * (1 << 26) / 0.28 / 1e6) and coop[1] != coop[1] and coop[2] != coop[2]
+
+
+def test_render_without_matplotlib_writes_the_tables_only(tmp_path, monkeypatch, capsys):
+    import builtins
+
+    real = builtins.__import__
+
+    def refuse(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError(name)
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", refuse)
+    text = report.render("Test GPU", fake_results(), tmp_path / "benchmarks")
+    assert "![" not in text and not (tmp_path / "benchmarks").exists()
+    assert "matplotlib is not installed" in capsys.readouterr().out
+
+
 def test_compare_two_runs(tmp_path):
     old, new = fake_results(1.0), fake_results(1.1)
     new["half"][1]["sum"] = _tune(0.05)  # measured now, failed before

@@ -23,6 +23,7 @@ from unittest import mock
 import numpy as np
 import pytest
 from carve_checker import check, fabricated_compile, fabricated_needs, format_report
+from drawing_checker import drawing_problems
 
 import coop_tiles as ct
 from coop_tiles import tile
@@ -284,9 +285,10 @@ def test_random_programs(tmp_path):
         looped += any(isinstance(s, (ir.ForRange, ir.While)) for s in program.walk())
         grouped += any(type(s).__name__ == "HistogramBegin" for s in program.walk())
         problems = check(program, plan, needs)
-        if problems:
+        drawn = drawing_problems(plan, tmp_path / "plan.svg", program)  # the drawing shows the same
+        if problems or drawn:
             header = f"program {i}: TILE={tile_size}, BINS={constexprs['BINS']}, {threads} threads"
-            failures.append(header + "\n" + format_report(problems, None, plan, source))
+            failures.append(header + "\n" + "\n".join(drawn) + format_report(problems, None, plan, source))
     assert not failures, f"{len(failures)} of {planned} plans fail the check; the first:\n{failures[0]}"
     # the programs cover what they should
     assert planned >= 0.9 * PROGRAMS and skipped <= 0.1 * PROGRAMS
@@ -337,7 +339,7 @@ def _specialisations_2d():
 
 
 @pytest.mark.parametrize("case", _specialisations() + _specialisations_2d(), ids=lambda c: c.name)
-def test_shared_programs(case):
+def test_shared_programs(case, tmp_path):
     """Every program of programs.py, with three sets of fabricated TempStorage sizes, and at 128 and
     256 threads where it has no block size of its own."""
     rng = random.Random(case.name)
@@ -355,6 +357,8 @@ def test_shared_programs(case):
             program, needs, plan = captured[-1]
             problems = check(program, plan, needs)
             assert not problems, format_report(problems, program, plan)
+            drawn = drawing_problems(plan, tmp_path / "plan.svg", program)
+            assert not drawn, "\n".join(drawn)
 
 
 # ----- the checker can fail ----------------------------------------------------------------------------

@@ -5,6 +5,7 @@ import re
 import numpy as np
 import pytest
 from carve_checker import check, format_report
+from drawing_checker import drawing_problems
 from programs import CASES, elementwise_math, scaled_cumsum, vector_add
 
 BARRIER = re.compile(r"^\s*(?:bar|barrier)\.sync", re.M)
@@ -23,7 +24,7 @@ COMPILE_CASES = [("sm_90", c) for c in _specialisations.values()] + [("sm_80", c
 
 
 @pytest.mark.parametrize("arch,case", COMPILE_CASES, ids=lambda v: v if isinstance(v, str) else v.name)
-def test_compiles_to_cubin(case, arch):
+def test_compiles_to_cubin(case, arch, tmp_path):
     k = case.kernel.compile(*case.args, arch=arch, **case.constexprs)
     assert k.cubin[:4] == b"\x7fELF"
     assert k.arch == arch
@@ -32,6 +33,8 @@ def test_compiles_to_cubin(case, arch):
     assert f"__launch_bounds__({k.block_threads})" in k.shim_source
     problems = check(k.program, k.plan)  # the plan with NVRTC's TempStorage sizes: no race, no clobber
     assert not problems, format_report(problems, k.program, k.plan)
+    problems = drawing_problems(k.plan, tmp_path / "plan.svg", k.program)  # and its drawing shows it
+    assert not problems, "\n".join(problems)
 
 
 def test_load_scan_store_uses_warp_transpose_and_keeps_tiles_in_registers():

@@ -347,7 +347,7 @@ def test_python_dash_m_help():
     result = subprocess.run(
         [sys.executable, "-m", "coop_tiles", "--help"], cwd=REPO, capture_output=True, text=True, check=True
     )
-    assert result.stdout.startswith("usage: python -m coop_tiles [-h] [--version] {demo,cache,tune} ...")
+    assert result.stdout.startswith("usage: python -m coop_tiles [-h] [--version] {demo,cache,tune,plan} ...")
     bad = subprocess.run([sys.executable, "-m", "coop_tiles", "cache"], cwd=REPO, capture_output=True, text=True)
     assert bad.returncode == 2 and "the following arguments are required: action" in bad.stderr
 

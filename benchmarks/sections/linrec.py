@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 import coop_tiles as ct
+from benchmarks.charts import Chart, by_size, gbs
 from benchmarks.device import fill_nan, free_device_memory, to_host_f32
 from benchmarks.kernels import CHECK_TILES, tutorial
 from benchmarks.report import config_times_cell, correct_cell, failed_row, gbs_cell, table_row
@@ -157,4 +158,24 @@ def run(sizes: list[int], arch: str) -> list[dict]:
     return linrec_rows(sizes)
 
 
-SECTION = Section("linrec", key="linrec", needs=("cupy", "torch", "triton"), run=run, lines=linrec_lines, guarded=True)
+def linrec_chart(rows: list[dict]) -> Chart:
+    return by_size(
+        rows,
+        "linear recurrence (float32)",
+        {
+            "coop_tiles": lambda r: gbs(12 * r["elements"], r["coop"]),
+            "Triton": lambda r: gbs(12 * r["elements"], r["triton"]),
+        },
+        {"copy": lambda r: r["copy_gbs"]},
+    )
+
+
+SECTION = Section(
+    "linrec",
+    key="linrec",
+    needs=("cupy", "torch", "triton"),
+    run=run,
+    lines=linrec_lines,
+    guarded=True,
+    chart=linrec_chart,
+)

@@ -50,7 +50,8 @@ class StorageNeed:
 @dataclass(frozen=True)
 class Region:
     """Bytes [offset, offset + size) of the buffer, holding `key`: a collective's id (its
-    TempStorage) or a tile's name; alive from line `first` to line `last`."""
+    TempStorage) or a tile's name; alive from line `first` to line `last`, and from step `start`
+    to step `stop` of the program's statements in order (`Liveness`; the drawing's columns)."""
 
     key: int | str
     offset: int
@@ -58,6 +59,8 @@ class Region:
     align: int
     first: int | None = None
     last: int | None = None
+    start: int | None = None
+    stop: int | None = None
 
     @property
     def end(self) -> int:
@@ -81,6 +84,12 @@ class CarvePlan:
     barriers: dict[int, Barrier] = field(default_factory=dict)
     #: tile name -> its region, for the tiles kept in shared memory
     tiles: dict[str, Region] = field(default_factory=dict)
+    #: the statements' steps and lines the regions' `start` and `stop` count in
+    live: Liveness | None = None
+    #: collective id -> its statement's step
+    collective_steps: dict[int, int] = field(default_factory=dict)
+    #: region key -> the steps of the statements that touch its bytes (within its live range)
+    accesses: dict[int | str, frozenset[int]] = field(default_factory=dict)
 
 
 def tile_stride(layout: TileLayout) -> int:
@@ -117,13 +126,6 @@ class _Dirty:
         return self if region in self.regions else _Dirty([*self.regions, region], *self.sets())
 
 
-@dataclass(frozen=True)
-class _LongLived:
-    region: Region
-    start: int  # positions (see `Liveness`)
-    stop: int
-
-
 class _Carver:
     def __init__(
         self,
@@ -138,21 +140,22 @@ class _Carver:
         self.live = live
         self.syncs = syncs  # collective id -> its `CollectiveChoice.sync`
         self.block_values = block_values
-        self.long: dict[int | str, _LongLived] = {}
+        self.long: dict[int | str, Region] = {}  # alive from step `start` to `stop`
         self.owners: dict[int, int] = {}
         self.regions: dict[int, Region] = {}
         self.barriers: dict[int, Barrier] = {}
+        self.accesses: dict[int | str, set[int]] = {}
         self.budget = 0
 
     # ----- long-lived regions: fixed offsets by live range ----------------------------------------
     def place_long(self, items: list[tuple[int | str, StorageNeed, int, int]]) -> None:
         for key, need, start, stop in sorted(items, key=lambda x: (x[2], -x[1].size)):
-            alive = [g.region for g in self.long.values() if g.start <= stop and start <= g.stop]
+            alive = [g for g in self.long.values() if g.start <= stop and start <= g.stop]
             offset = self.lowest(need, alive)
             # A result written at the odd step after its operands' last read (an element-wise or in-place
             # statement) may take an operand's bytes only whole: each thread then overwrites only its own
             # items. Partly over them, a thread would overwrite another thread's items before it reads them.
-            operands = [g.region for g in self.long.values() if start % 2 and g.stop == start - 1]
+            operands = [g for g in self.long.values() if start % 2 and g.stop == start - 1]
             placed = Region(key, offset, need.size, need.align)
             if any(_overlaps(placed, [r]) and (r.offset, r.size) != (offset, need.size) for r in operands):
                 whole = [
@@ -162,8 +165,8 @@ class _Carver:
                 ]
                 offset = min(whole) if whole else self.lowest(need, alive + operands)
             first, last = self.live.line(start), self.live.line(stop)
-            self.long[key] = _LongLived(Region(key, offset, need.size, need.align, first, last), start, stop)
-        top = max((g.region.end for g in self.long.values()), default=0)
+            self.long[key] = Region(key, offset, need.size, need.align, first, last, start, stop)
+        top = max((g.end for g in self.long.values()), default=0)
         short = [n for cid, n in self.needs.items() if cid not in self.long and self.owners.get(cid, cid) == cid]
         largest = max((n.size for n in short), default=0)
         small = sum(_round_up(n.size, n.align) for n in short if n.size < SMALL_STORAGE_BYTES)
@@ -190,13 +193,13 @@ class _Carver:
         everything it touches dirty. The decision covers all of the statement's accesses
         together, so a barrier taken for one of them never forgets another."""
         position = self.live.at(s)
-        tiles = [(v, self.long[v.name].region) for v in (*ir.defs(s), *ir.uses(s)) if v.name in self.long]
+        tiles = [(v, self.long[v.name]) for v in (*ir.defs(s), *ir.uses(s)) if v.name in self.long]
         reasons = [f"shared memory of {ir.label(v)} reused" for v, r in tiles if _conflicts(r, dirty.regions)]
         hazard = self.memory_hazard(s, dirty)
         if hazard:
             reasons.append(hazard)
         owner = self.owners.get(s.cid, s.cid) if isinstance(s, ir.Collective) else None
-        storage = self.long[owner].region if owner in self.long else self.regions.get(owner)
+        storage = self.long[owner] if owner in self.long else self.regions.get(owner)
         if storage is not None and self.storage_conflict(s, storage, dirty):
             reasons.append("TempStorage reuse")
         if reasons or s.sid in self.barriers:
@@ -208,10 +211,9 @@ class _Carver:
             if placed_over_dirty:
                 self.barrier(s, "TempStorage reuse")
                 dirty = _Dirty()
-        for _, region in tiles:
+        for region in [r for _, r in tiles] + ([storage] if storage is not None else []):
             dirty = dirty.add(region)
-        if storage is not None:
-            dirty = dirty.add(storage)
+            self.accesses.setdefault(region.key, set()).add(position)
         self.record_memory(s, dirty)
         return self.synced(s, dirty) if isinstance(s, ir.Collective) else dirty
 
@@ -229,12 +231,13 @@ class _Carver:
         (steps `position` and `position + 1`) and of dirty bytes; past the budget, over dirty
         bytes (the second result: a barrier must go first)."""
         need = self.needs[cid]
-        reserved = [g.region for g in self.long.values() if g.start <= position + 1 and position <= g.stop]
+        reserved = [g for g in self.long.values() if g.start <= position + 1 and position <= g.stop]
         offset = self.lowest(need, reserved + dirty.regions)
         over_dirty = offset + need.size > self.budget
         if over_dirty:
             offset = self.lowest(need, reserved)
-        region = Region(cid, offset, need.size, need.align, *([s.loc.line if s.loc else None] * 2))
+        line = s.loc.line if s.loc else None
+        region = Region(cid, offset, need.size, need.align, line, line, position, position + 1)
         self.regions[cid] = region
         return region, over_dirty
 
@@ -359,13 +362,15 @@ def carve(
     roots: dict[str, str] = {}
     owners: dict[int, int] = {}
     users: dict[int, list[int]] = {}
+    steps: dict[int, int] = {}
     for s in program.walk():
         if isinstance(s, ir.ArrayView):
             roots[s.out.name] = roots.get(s.array.name, s.array.name)
         if isinstance(s, ir.Collective):
             owner = op_of(s).storage_owner(s)
             owners[s.cid] = owner
-            users.setdefault(owner, []).append(live.at(s))
+            steps[s.cid] = live.at(s)
+            users.setdefault(owner, []).append(steps[s.cid])
     carver = _Carver(needs, roots, live, syncs or {}, block_values)
     carver.owners = owners
     long = [
@@ -380,7 +385,8 @@ def carve(
     regions = dict(carver.regions)
     for cid, owner in owners.items():
         if owner in carver.long:
-            regions[cid] = carver.long[owner].region
-    tile_regions = {k: g.region for k, g in carver.long.items() if isinstance(k, str)}
+            regions[cid] = carver.long[owner]
+    tile_regions = {k: g for k, g in carver.long.items() if isinstance(k, str)}
     total = max((r.end for r in [*regions.values(), *tile_regions.values()]), default=0)
-    return CarvePlan(regions, _round_up(total, BASE_ALIGNMENT), carver.barriers, tile_regions)
+    accesses = {key: frozenset(steps) for key, steps in carver.accesses.items()}
+    return CarvePlan(regions, _round_up(total, BASE_ALIGNMENT), carver.barriers, tile_regions, live, steps, accesses)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 from ..errors import SharedMemoryError
 from ..lang import ir
@@ -41,10 +42,24 @@ class Plan:
     carve: CarvePlan
     #: the variables other threads than thread 0 need (`planner.layout.block_values`)
     block_values: frozenset[str] = frozenset()
+    #: the architecture planned for ("" when unknown)
+    arch: str = ""
 
     @property
     def shared_bytes(self) -> int:
         return self.carve.total_bytes
+
+    @property
+    def shared_limit(self) -> int:
+        """The most shared memory a block of `arch` may have (0 when the arch is unknown)."""
+        return max_shared_bytes(self.arch) if self.arch else 0
+
+    def draw(self, path: str | Path) -> Path:
+        """Draw the shared-memory plan to `path` (`.svg`: no dependency; `.png` and other formats
+        through matplotlib) and return the path written: see `planner.drawing`."""
+        from .drawing import draw
+
+        return draw(self, path)
 
     def barrier_before(self, stmt: ir.Stmt) -> bool:
         return stmt.sid in self.carve.barriers
@@ -111,7 +126,7 @@ def finish_plan(program: ir.Program, layouts: LayoutPlan, needs: dict[int, Stora
     limit = max_shared_bytes(arch)
     while True:
         carved = carve(program, needs, tiles, layouts.liveness, layouts.block_threads, syncs, layouts.block_values)
-        plan = Plan(program.name, layouts.block_threads, tiles, layouts.collectives, carved, layouts.block_values)
+        plan = Plan(program.name, layouts.block_threads, tiles, layouts.collectives, carved, layouts.block_values, arch)
         movable = [t for t in tiles.values() if t.name in carved.tiles]
         if carved.total_bytes <= limit or not movable:
             break
