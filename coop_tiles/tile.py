@@ -40,6 +40,7 @@ __all__ = [
     "flip",
     "argmax",
     "argmin",
+    "dot",
 ]
 
 
@@ -266,3 +267,11 @@ def run_length_decode(values: Any, lengths: Any, size: int) -> Any:
     ``lengths[i]`` times, in order, and the block-uniform decoded count ``sum(lengths)`` (an
     int64, counting every run even when they do not all fit). Negative lengths count as 0;
     items past ``total`` are unspecified."""
+
+
+@stub
+def dot(a: Any, b: Any, acc: Any = None, *, allow_tf32: bool = False) -> Any:
+    """The matrix product ``a @ b`` of 2-D tiles ``(M, K)`` and ``(K, N)``, plus ``acc`` when given:
+    float16 and bfloat16 tiles multiply exactly and accumulate in float32 (the result is float32),
+    float32 in float32 (tensor cores' tf32 only with ``allow_tf32=True``), float64 in float64;
+    ``acc`` is an ``(M, N)`` tile of the result's dtype. A block GEMM of cuBLASDx on the GPU."""
