@@ -45,6 +45,7 @@ __all__ = [
     "flip",
     "argmax",
     "argmin",
+    "dot",
 ]
 
 
@@ -317,3 +318,10 @@ def run_length_encode(t: Any, *, valid: Any = None) -> Any:
     """``(values, lengths, count)``: each run of equal elements of ``t`` as its value and its int32
     length, packed to the front, and the int32 count of runs (``tile.run_length_decode`` undoes it);
     items past ``count`` are unspecified, elements ``i >= valid`` are ignored."""
+
+
+def dot(a: Any, b: Any, acc: Any = None, *, allow_tf32: bool = False) -> Any:
+    """The matrix product ``a @ b`` of 2-D tiles ``(M, K)`` and ``(K, N)``, plus ``acc`` when given:
+    float16 and bfloat16 tiles multiply exactly and accumulate in float32 (the result is float32),
+    float32 in float32 (tensor cores' tf32 only with ``allow_tf32=True``), float64 in float64;
+    ``acc`` is an ``(M, N)`` tile of the result's dtype. A block GEMM of cuBLASDx on the GPU."""

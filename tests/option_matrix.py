@@ -779,6 +779,19 @@ def _selection(s: Source, c: Combination, i: int) -> None:
         s.line(f"{s.output(c, f'w{i}', np.zeros_like(offsets), offsets)}[pid] = o{i}")
 
 
+# ----- matrix products ---------------------------------------------------------------------------
+@harness(tile.dot, knows=("allow_tf32",))
+def _dot(s: Source, c: Combination, i: int) -> None:
+    """Each program's (8, 12) block of small integers times one (12, 6) tile: exact in tf32 too."""
+    rng = rng_for(c)
+    x = rng.integers(-4, 5, (GRID * 8, 12)).astype(np.float32)
+    y = rng.integers(-4, 5, (12, 6)).astype(np.float32)
+    s.line(f"a{i} = tile.load({s.param(f'x{i}', x)}, (pid * 8, 0), (8, 12))")
+    s.line(f"b{i} = tile.load({s.param(f'w{i}', y)}, (0, 0), (12, 6))")
+    z = s.output(c, f"z{i}", np.zeros((GRID * 8, 6), np.float32), x @ y)
+    s.call(c, f"tile.store({z}, (pid * 8, 0), tile.dot(a{i}, b{i}{keywords(s, c, i, (), no_realize)}))")
+
+
 # ================================================================================================
 # Programs: the combinations packed, and what running them gives
 # ================================================================================================

@@ -1192,6 +1192,32 @@ def sort_1d_valid_tile(x, n, T: ct.constexpr):
     tile.store(x, 0, s)
 
 
+def dot_of_mismatched_shapes(x, n, T: ct.constexpr):
+    t = tile.load(x, (0, 0), (4, 8))
+    tile.store(x, (0, 0), tile.dot(t, t))  # HERE
+
+
+def dot_of_mixed_dtypes(x, n, T: ct.constexpr):
+    t = tile.load(x, (0, 0), (4, 8))
+    u = tile.load(x, (0, 0), (8, 4)).astype(np.float16)
+    tile.store(x, (0, 0), tile.dot(t, u))  # HERE
+
+
+def dot_of_ints(x, n, T: ct.constexpr):
+    t = tile.load(x, (0, 0), (4, 4)).astype(np.int32)
+    tile.store(x, (0, 0), tile.dot(t, t))  # HERE
+
+
+def dot_of_1d(x, n, T: ct.constexpr):
+    t = tile.load(x, (0, 0), (4, 8))
+    tile.store(x, (0, 0), tile.dot(tile.reshape(t, 32), t))  # HERE
+
+
+def dot_acc_of_wrong_dtype(x, n, T: ct.constexpr):
+    t = tile.load(x, (0, 0), (4, 4)).astype(np.float16)
+    tile.store(x, (0, 0), tile.dot(t, t, t))  # HERE
+
+
 def index_a_tile(x, n, T: ct.constexpr):
     t = tile.load(x, 0, T)
     u = t[1]  # HERE
@@ -2235,6 +2261,41 @@ CATALOGUE: list[Mistake] = [
         grid=(2, 3),
         launch=True,
         modes=(INTERPRET,),
+    ),
+    Mistake(
+        "dot_of_mismatched_shapes",
+        dot_of_mismatched_shapes,
+        TYPE,
+        "tile.dot of shapes (4, 8) and (4, 8): a's columns must be b's rows",
+        args=(M, 16),
+    ),
+    Mistake(
+        "dot_of_mixed_dtypes",
+        dot_of_mixed_dtypes,
+        TYPE,
+        "tile.dot needs a and b of one dtype, got float32 and float16",
+        args=(M, 16),
+    ),
+    Mistake(
+        "dot_of_ints",
+        dot_of_ints,
+        TYPE,
+        "tile.dot multiplies float16, bfloat16, float32, float64 tiles, got int32",
+        args=(M, 16),
+    ),
+    Mistake(
+        "dot_of_1d",
+        dot_of_1d,
+        TYPE,
+        "tile.dot multiplies 2-D tiles, got shapes (32,) and (4, 8)",
+        args=(M, 16),
+    ),
+    Mistake(
+        "dot_acc_of_wrong_dtype",
+        dot_acc_of_wrong_dtype,
+        TYPE,
+        "tile.dot's acc must be a float32 tile of shape (4, 4), got a float16 tile of shape (4, 4)",
+        args=(M, 16),
     ),
 ]
 

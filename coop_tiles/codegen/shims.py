@@ -18,6 +18,7 @@ from ..lang import ir
 from ..ops.base import Array2DArg, ArrayArg, OutArg, ShimCall, StateArg, TileArg, ValueArg, array_names, op_of
 from ..planner.carve import StorageNeed
 from ..planner.layout import BLOCKED, CollectiveChoice, LayoutPlan, TileLayout
+from ..runtime import mathdx
 from .params import kernel_params
 
 #: headers every translation unit includes; ops add their CUB headers with `ShimWriter.include`
@@ -87,6 +88,8 @@ class ShimSource:
     chain_bytes: int | None = None
     #: each shim's lines and statement, in source order
     origins: tuple[ShimOrigin, ...] = ()
+    #: the library GEMMs its shims call, whose LTO-IR the link adds (`ShimWriter.gemm`)
+    gemms: tuple[mathdx.GemmSpec, ...] = ()
 
     def origin_of_line(self, line: int) -> ShimOrigin | None:
         """The shim whose lines hold `line` of the source (None: a line no op wrote)."""
@@ -155,9 +158,12 @@ def element_index(lay: TileLayout, threads: int, tid: str = "int(threadIdx.x)", 
 class ShimWriter:
     """What an op's `lower` writes through: the layouts, and the shim's pieces."""
 
-    def __init__(self, layouts: LayoutPlan):
+    def __init__(self, layouts: LayoutPlan, arch: str = "sm_90"):
         self.layouts = layouts
         self.threads = layouts.block_threads
+        self.arch = arch
+        #: the library GEMMs the shims call (`gemm`)
+        self.gemms: list[mathdx.GemmSpec] = []
         self.parts: list[str] = []
         #: the shim name and statement of each of `parts`
         self.part_origins: list[tuple[str, ir.Stmt]] = []
@@ -208,6 +214,12 @@ class ShimWriter:
     def combine_symbol(self, name: str) -> str:
         return combine_symbol(name)
 
+    def gemm(self, spec: mathdx.GemmSpec) -> mathdx.GemmTraits:
+        """The traits of cuBLASDx's block GEMM `spec` (its device function's LTO-IR joins the link)."""
+        if spec not in self.gemms:
+            self.gemms.append(spec)
+        return mathdx.gemm(spec)[0]
+
     def storage(self, cid: int, temp_type: str, extra: str = "", prelude: str = "", copies: int | None = None) -> str:
         """Declare collective `cid`'s TempStorage struct (NVRTC reports its size), after `prelude`
         (the declarations it needs, such as a combine function's item struct); with `copies`,
@@ -255,11 +267,13 @@ class ShimWriter:
         self.part_origins.append((call.name, self.writing))
 
 
-def generate_shims(program: ir.Program, layouts: LayoutPlan, max_registers: int | None = None) -> ShimSource:
-    """The C++ source of every shim of `program` plus its kernel entry, which caps the registers per
-    thread at `max_registers` (`__maxnreg__`, which ptxas keeps to; its `-maxrregcount` leaves a
-    kernel with launch bounds as it is) or else declares the block size (`__launch_bounds__`)."""
-    writer = ShimWriter(layouts)
+def generate_shims(
+    program: ir.Program, layouts: LayoutPlan, max_registers: int | None = None, arch: str = "sm_90"
+) -> ShimSource:
+    """The C++ source of every shim of `program` for `arch` plus its kernel entry, which caps the
+    registers per thread at `max_registers` (`__maxnreg__`, which ptxas keeps to; its `-maxrregcount`
+    leaves a kernel with launch bounds as it is) or else declares the block size (`__launch_bounds__`)."""
+    writer = ShimWriter(layouts, arch)
     calls = {}
     halves = (
         any(is_half(t.dtype) for t in ir.tile_vars(program).values())
@@ -315,4 +329,5 @@ def generate_shims(program: ir.Program, layouts: LayoutPlan, max_registers: int 
         tuple(writer.headers),
         writer.chain_bytes,
         tuple(origins),
+        tuple(writer.gemms),
     )

@@ -26,7 +26,7 @@ from ..lang.source import parse_function
 from ..lang.stub import public_name
 from ..ops.base import op_of, rewriting_ops
 from ..planner import LayoutPlan, Plan, StorageNeed, finish_plan, plan_layouts
-from . import dump, toolchain
+from . import dump, mathdx, toolchain
 from .arch import check_supported
 from .cache import DiskCache, make_key
 from .kernel import CompiledKernel, Signature
@@ -95,8 +95,10 @@ def layout_stage(program: ir.Program, sig: Signature) -> LayoutPlan:
     return plan_layouts(program, sig.block_threads)
 
 
-def shim_stage(program: ir.Program, layouts: LayoutPlan, max_registers: int | None = None) -> ShimSource:
-    return generate_shims(program, layouts, max_registers)
+def shim_stage(
+    program: ir.Program, layouts: LayoutPlan, max_registers: int | None = None, arch: str = "sm_90"
+) -> ShimSource:
+    return generate_shims(program, layouts, max_registers, arch)
 
 
 def nvrtc_stage(
@@ -134,6 +136,11 @@ def body_stage(program: ir.Program, plan: Plan, shims: ShimSource) -> list[BodyS
     return [body, *(generate_combine(c) for c in program.combines.values())]
 
 
+def library_ltoirs(shims: ShimSource) -> list[tuple[str, bytes]]:
+    """The LTO-IR of the library code the shims call (cuBLASDx's GEMMs), named by symbol."""
+    return [(traits.symbol, ltoir) for traits, ltoir in map(mathdx.gemm, shims.gemms)]
+
+
 def numba_stage(bodies: list[BodySource], arch: str, fastmath: bool) -> list[tuple[str, bytes]]:
     """Each body's LTO-IR, named by its C symbol (`fastmath`: Numba's fast math)."""
     return [
@@ -155,7 +162,7 @@ def rewritten_ir(program: ir.Program, sig: Signature) -> ir.Program:
 
 
 def shims_for(program: ir.Program, layouts: LayoutPlan, sig: Signature) -> ShimSource:
-    return shim_stage(program, layouts, sig.max_registers)
+    return shim_stage(program, layouts, sig.max_registers, sig.arch)
 
 
 def shims_ltoir(
@@ -194,7 +201,7 @@ def cubin_stage(
     if cubin is None:
         clock.compiling()
         with clock.stage("Numba"):
-            modules = [("coop_shims", nvrtc[0]), *numba_stage(bodies, sig.arch, sig.fastmath)]
+            modules = [("coop_shims", nvrtc[0]), *library_ltoirs(shims), *numba_stage(bodies, sig.arch, sig.fastmath)]
         with clock.stage("nvJitLink"):
             cubin = toolchain.link(modules, sig.arch)
         cache.put("kernel", key, cubin)
@@ -306,7 +313,8 @@ def compile_kernel(
     program, shims, bodies = out["rewritten"], out["shims"], out["body"]
 
     def ltoirs() -> list[tuple[str, bytes]]:
-        return [("coop_shims", nvrtc_stage(shims, sig.arch, cache)[0]), *numba_stage(bodies, sig.arch, sig.fastmath)]
+        shim = ("coop_shims", nvrtc_stage(shims, sig.arch, cache)[0])
+        return [shim, *library_ltoirs(shims), *numba_stage(bodies, sig.arch, sig.fastmath)]
 
     source = "\n".join(b.source for b in bodies)
     return CompiledKernel(

@@ -1,0 +1,153 @@
+"""`tile.dot`: the matrix product of 2-D tiles, a block GEMM of cuBLASDx on the GPU.
+
+The planner keeps the GEMM's operands and result in one TempStorage region, each at the leading
+dimension and alignment cuBLASDx asks for (`runtime/mathdx.py`; NVRTC sizes the struct, like
+CUB's). The shim writes each thread's items of `a`, `b` and `acc` (zeros without one) there at
+their elements' places, synchronises, calls the library's device function (`c = a @ b + c`, the
+whole block), synchronises, and reads each thread's items of the result back. Any M, N and K: the
+library takes shapes that are not multiples of its MMA's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import tile
+from ..dtypes import bfloat16, cxx_name, float16, float32
+from ..errors import TileTypeError
+from ..lang import ir
+from ..lang.types import TileType
+from ..runtime.mathdx import GemmSpec
+from .base import ShimCall, TileArg, TileOp, register
+from .options import Option
+
+#: operand dtype -> (cuBLASDx precision of a and b, of the result; the result's dtype)
+_PRECISIONS = {
+    float16: ("f16", "f32", float32),
+    bfloat16: ("bf16", "f32", float32),
+    float32: ("f32", "f32", float32),
+    np.dtype(np.float64): ("f64", "f64", np.dtype(np.float64)),
+}
+#: how the shim keeps each operand: row-major, its leading dimension the library's
+ARRANGEMENT = ("row", "row", "row")
+
+
+@dataclass
+class TileDot(ir.Collective, defs="out", uses="a b acc", attrs="tf32"):
+    """`out = a @ b (+ acc)`; `tf32`: float32 operands may be rounded to tf32 (tensor cores)."""
+
+    out: ir.Var
+    a: ir.Var
+    b: ir.Var
+    acc: ir.Var | None
+    tf32: bool
+
+
+def result_dtype(dt: np.dtype) -> np.dtype:
+    """The dtype of the product of `dt` tiles (float32 for 16-bit and 32-bit floats)."""
+    return _PRECISIONS[dt][2]
+
+
+def gemm_spec(s: TileDot, threads: int, arch: str) -> GemmSpec:
+    """The block GEMM that runs `s` with `threads` threads per block on `arch`."""
+    (m, k), n = s.a.type.shape, s.b.type.shape[1]
+    ab, c, _ = _PRECISIONS[s.a.type.dtype]
+    ab = "tf32" if s.tf32 and ab == "f32" else ab
+    return GemmSpec(m, n, k, (ab, ab, c), ARRANGEMENT, threads, arch)
+
+
+@register
+class Dot(TileOp):
+    publics = (tile.dot,)
+    stmt = TileDot
+    options = (Option("allow_tf32", (False, True)),)
+
+    def build(
+        self, front, public, /, a, b, acc=None, *, allow_tf32=False
+    ):  # (`b` is the stub's: the front end is `front`)
+        x, y = front.tile(a, "a"), front.tile(b, "b")
+        if x.type.ndim != 2 or y.type.ndim != 2:
+            raise TileTypeError(f"tile.dot multiplies 2-D tiles, got shapes {x.type.shape} and {y.type.shape}")
+        if x.type.dtype != y.type.dtype:
+            raise TileTypeError(f"tile.dot needs a and b of one dtype, got {x.type.dtype.name} and {y.type.dtype.name}")
+        if x.type.dtype not in _PRECISIONS:
+            names = ", ".join(d.name for d in _PRECISIONS)
+            raise TileTypeError(f"tile.dot multiplies {names} tiles, got {x.type.dtype.name}")
+        (m, k), (k2, n) = x.type.shape, y.type.shape
+        if k != k2:
+            raise TileTypeError(f"tile.dot of shapes {x.type.shape} and {y.type.shape}: a's columns must be b's rows")
+        out = TileType(result_dtype(x.type.dtype), m * n, (m, n))
+        z = front.optional(acc)
+        if z is not None:
+            z = front.tile(z, "acc")
+            if z.type.shape != out.shape or z.type.dtype != out.dtype:
+                raise TileTypeError(
+                    f"tile.dot's acc must be a {out.dtype.name} tile of shape {out.shape}, "
+                    f"got a {z.type.dtype.name} tile of shape {z.type.shape}"
+                )
+        tf32 = front.constant(allow_tf32, "allow_tf32", bool)
+        result = front.temp(out)
+        front.emit(TileDot(result, x, y, z, tf32))
+        return result
+
+    def interpret(self, s: TileDot, frame) -> None:
+        out = s.out.type.dtype
+        x, y = (np.asarray(frame.get(v)).astype(out) for v in (s.a, s.b))  # (16-bit floats: exactly)
+        value = np.matmul(x, y)
+        if s.acc is not None:
+            value = value + np.asarray(frame.get(s.acc), out)
+        frame.env[s.out.name] = value.astype(out)
+
+    def choose(self, s: TileDot, ctx):
+        spec = gemm_spec(s, ctx.threads, "")
+        return ctx.choice(s, f"dot {spec}", "cuBLASDx", "BLAS execute (shared memory)", sync="syncs")
+
+    def lower(self, s: TileDot, w) -> ShimCall:
+        spec = gemm_spec(s, w.threads, w.arch)
+        traits = w.gemm(spec)
+        operands = (s.a, s.b, s.out)
+        shapes = [v.type.shape for v in operands]
+        types = [cxx_name(v.type.dtype) for v in operands]
+        fields = "".join(
+            f" alignas({al}) {t} {name}[{shape[0] * ld}];"
+            for name, t, shape, ld, al in zip("abc", types, shapes, traits.lds, traits.alignments)
+        )
+        prelude = f"struct coop_gemm_{s.cid} {{ struct TempStorage {{{fields} }}; }};\n"
+        w.helper(f'extern "C" __device__ void {traits.symbol}(void*, void*, void*, void*, void*);\n')
+        args = [TileArg(s.a, "a_items"), TileArg(s.b, "b_items")]
+        args += [TileArg(s.acc, "acc_items")] if s.acc is not None else []
+        call = ShimCall(f"coop_dot_{s.cid}", (*args, TileArg(s.out, "out_items")))
+
+        def put(var: ir.Var, items: str, field: str, ld: int) -> str:
+            rows, cols = var.type.shape
+            n = w.layout(var).items_per_thread
+            return (
+                f"  for (int i = 0; i < {n}; ++i) {{\n"
+                f"    const int e = {w.element_index(var)};\n"
+                f"    if (e < {rows * cols}) s.temp.{field}[(e / {cols}) * {ld} + e % {cols}] = {items}[i];\n  }}\n"
+            )
+
+        lda, ldb, ldc = traits.lds
+        zero = (
+            f"  for (int j = threadIdx.x; j < {shapes[2][0] * ldc}; j += {w.threads}) s.temp.c[j] = 0;\n"
+            if s.acc is None
+            else put(s.acc, "acc_items", "c", ldc)
+        )
+        rows, cols = shapes[2]
+        body = (
+            w.storage_ref(s.cid)
+            + put(s.a, "a_items", "a", lda)
+            + put(s.b, "b_items", "b", ldb)
+            + zero
+            + "  __syncthreads();\n"
+            + f"  {types[2]} alpha = 1, beta = 1;\n"
+            + f"  {traits.symbol}(&alpha, s.temp.a, s.temp.b, &beta, s.temp.c);\n"
+            + "  __syncthreads();\n"
+            + f"  for (int i = 0; i < {w.layout(s.out).items_per_thread}; ++i) {{\n"
+            + f"    const int e = {w.element_index(s.out)};\n"
+            + f"    if (e < {rows * cols}) out_items[i] = s.temp.c[(e / {cols}) * {ldc} + e % {cols}];\n  }}\n"
+        )
+        w.define(call, w.storage(s.cid, f"coop_gemm_{s.cid}", prelude=prelude), body)
+        return call

@@ -1,0 +1,199 @@
+"""Block-level GEMMs from cuBLASDx, generated as LTO-IR by libmathdx (`nvidia-libmathdx-cu13`).
+
+libmathdx is NVIDIA's C library behind nvmath-python's device API: given a GEMM's shape,
+precisions, operand arrangements, block size and target arch, it compiles cuBLASDx with its own
+headers through NVRTC (no GPU, no CUDA driver) and answers the GEMM's traits (leading dimensions,
+alignments, the device function's symbol) and its LTO-IR. The function it generates, `extern "C"
+void symbol(C* alpha, A* a, B* b, C* beta, C* c)`, computes `c = alpha * a @ b + beta * c` with
+the whole block, every operand in shared memory at the leading dimensions the traits give; the
+shims call it and nvJitLink links its LTO-IR with the rest of the kernel.
+
+It is driven here through ctypes (nvmath-python's bindings need the CUDA driver at import, which a
+CI machine has not). Each generation is one or two NVRTC compiles of cuBLASDx (seconds), so the
+traits and the LTO-IR are kept in the disk cache (kind "gemm"), keyed by the request and the
+library's version.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import CompileError
+from .cache import DiskCache, make_key
+
+#: commondxPrecision of each operand precision name
+PRECISIONS = {"bf16": 2, "f16": 3, "tf32": 4, "f32": 5, "f64": 6}
+#: cublasdxArrangement
+ARRANGEMENTS = {"col": 0, "row": 1}
+# cublasdxOperatorType, cublasdxTraitType, commondxOption (libcublasdx.h, libcommondx.h)
+_FUNCTION, _SIZE, _TYPE, _PRECISION, _SM, _EXECUTION, _BLOCK_DIM, _API, _ARRANGEMENT = 0, 1, 2, 3, 4, 5, 6, 9, 10
+_LEADING_DIMENSION, _SYMBOL_NAME, _ALIGNMENT = 4, 5, 7
+_TARGET_SM, _EXTRA_NVRTC_ARGS = 1, 4
+_API_SMEM, _EXECUTION_BLOCK, _TYPE_REAL, _FUNCTION_MM = 0, 1, 0, 0
+_LL = ctypes.c_longlong
+#: the operators every descriptor sets: the shared-memory API, a matrix product, run by a block, real
+_FIXED = ((_API, _API_SMEM), (_FUNCTION, _FUNCTION_MM), (_EXECUTION, _EXECUTION_BLOCK), (_TYPE, _TYPE_REAL))
+
+
+@dataclass(frozen=True)
+class GemmSpec:
+    """One block GEMM `c (m, n) = a (m, k) @ b (k, n)`: each operand's precision (a name of
+    `PRECISIONS`) and arrangement in shared memory ("row" or "col"), the block's threads, the arch."""
+
+    m: int
+    n: int
+    k: int
+    precision: tuple[str, str, str]
+    arrangement: tuple[str, str, str]
+    threads: int
+    arch: str
+
+    def __str__(self) -> str:
+        p, a = self.precision, self.arrangement
+        return f"{self.m}x{self.n}x{self.k} {p[0]}*{p[1]}->{p[2]}, a {a[0]}, b {a[1]}, c {a[2]}, {self.threads} threads"
+
+
+@dataclass(frozen=True)
+class GemmTraits:
+    """What cuBLASDx says of a `GemmSpec`: each operand's leading dimension and alignment in shared
+    memory (elements and bytes), and the symbol of the device function."""
+
+    lds: tuple[int, int, int]
+    alignments: tuple[int, int, int]
+    symbol: str
+
+
+@functools.cache
+def _library() -> ctypes.CDLL:
+    """libmathdx, after NVRTC (which it links against) is loaded from the NVIDIA wheels."""
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+
+        load_nvidia_dynamic_lib("nvrtc")
+        from nvidia.cu13 import lib  # the nvidia-libmathdx-cu13 wheel (a namespace package)
+
+        path = next(p for d in lib.__path__ for p in Path(d).glob("libmathdx.so*"))
+        return ctypes.CDLL(str(path))
+    except (ImportError, StopIteration, OSError) as e:
+        raise CompileError(
+            "tile.dot needs libmathdx (cuBLASDx): pip install 'coop-tiles[dot]' (the nvidia-libmathdx-cu13 wheel)",
+            log=str(e),
+        ) from None
+
+
+def available() -> bool:
+    """Whether libmathdx can be loaded (tile.dot compiles only then)."""
+    try:
+        _library()
+    except CompileError:
+        return False
+    return True
+
+
+@functools.cache
+def version() -> str:
+    """cuBLASDx's version, as libmathdx reports it (part of every cache key)."""
+    lib = _library()
+    parts = [ctypes.c_int() for _ in range(3)]
+    _check(lib, lib.cublasdxGetVersion(*(ctypes.byref(p) for p in parts)), "version")
+    return ".".join(str(p.value) for p in parts)
+
+
+def _check(lib: ctypes.CDLL, status: int, what: str) -> None:
+    if status != 0:
+        size = ctypes.c_size_t()
+        lib.commondxGetLastErrorStrSize(ctypes.byref(size))
+        text = ctypes.create_string_buffer(size.value + 1)
+        lib.commondxGetLastErrorStr(ctypes.byref(ctypes.c_int()), size, text)
+        raise CompileError(f"libmathdx failed to {what} (status {status})", log=text.value.decode(errors="replace"))
+
+
+def _ints(*values: int):
+    return (_LL * len(values))(*values)
+
+
+def _sm(arch: str) -> int:
+    return int(arch.removeprefix("sm_").rstrip("a")) * 10
+
+
+# libmathdx keeps per-descriptor state and its last error per thread; one request at a time.
+_lock = threading.Lock()
+
+
+class _Descriptor:
+    """A cuBLASDx descriptor of `spec` (destroyed on exit)."""
+
+    def __init__(self, spec: GemmSpec):
+        self.lib, self.spec = _library(), spec
+
+    def __enter__(self) -> _Descriptor:
+        lib, spec, handle = self.lib, self.spec, _LL()
+        _check(lib, lib.cublasdxCreateDescriptor(ctypes.byref(handle)), "create a descriptor")
+        self.handle = h = handle.value
+        for op, value in _FIXED:
+            _check(lib, lib.cublasdxSetOperatorInt64(_LL(h), op, _LL(value)), f"set operator {op}")
+        for op, values in (
+            (_SIZE, (spec.m, spec.n, spec.k)),
+            (_PRECISION, tuple(PRECISIONS[p] for p in spec.precision)),
+            (_SM, (_sm(spec.arch),)),
+            (_BLOCK_DIM, (spec.threads, 1, 1)),
+            (_ARRANGEMENT, tuple(ARRANGEMENTS[a] for a in spec.arrangement)),
+        ):
+            count = ctypes.c_size_t(len(values))
+            _check(lib, lib.cublasdxSetOperatorInt64s(_LL(h), op, count, _ints(*values)), f"set {spec}")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.lib.cublasdxDestroyDescriptor(_LL(self.handle))
+
+    def ints(self, trait: int) -> tuple[int, int, int]:
+        out = (_LL * 3)()
+        status = self.lib.cublasdxGetTraitInt64s(_LL(self.handle), trait, ctypes.c_size_t(3), out)
+        _check(self.lib, status, f"query {self.spec}")
+        return tuple(int(v) for v in out)  # type: ignore[return-value]
+
+    def text(self, trait: int) -> str:
+        size = ctypes.c_size_t()
+        _check(self.lib, self.lib.cublasdxGetTraitStrSize(_LL(self.handle), trait, ctypes.byref(size)), "query a name")
+        out = ctypes.create_string_buffer(size.value)
+        _check(self.lib, self.lib.cublasdxGetTraitStr(_LL(self.handle), trait, size, out), "query a name")
+        return out.value.decode()
+
+    def ltoir(self) -> bytes:
+        lib, code = self.lib, _LL()
+        _check(lib, lib.commondxCreateCode(ctypes.byref(code)), "create a code object")
+        try:
+            sm = _ints(_sm(self.spec.arch))
+            _check(lib, lib.commondxSetCodeOptionInt64s(code, _TARGET_SM, ctypes.c_size_t(1), sm), "set the arch")
+            _check(lib, lib.commondxSetCodeOptionStr(code, _EXTRA_NVRTC_ARGS, b"-gen-opt-lto"), "set NVRTC options")
+            _check(lib, lib.cublasdxFinalizeCode(code, _LL(self.handle)), f"generate {self.spec}")
+            size = ctypes.c_size_t()
+            _check(lib, lib.commondxGetCodeLTOIRSize(code, ctypes.byref(size)), "size the LTO-IR")
+            out = ctypes.create_string_buffer(size.value)
+            _check(lib, lib.commondxGetCodeLTOIR(code, size, out), "copy the LTO-IR")
+            return out.raw
+        finally:
+            lib.commondxDestroyCode(code)
+
+
+def _generate(spec: GemmSpec) -> tuple[GemmTraits, bytes]:
+    with _lock, _Descriptor(spec) as d:
+        traits = GemmTraits(d.ints(_LEADING_DIMENSION), d.ints(_ALIGNMENT), d.text(_SYMBOL_NAME))
+        return traits, d.ltoir()
+
+
+@functools.lru_cache(maxsize=64)
+def gemm(spec: GemmSpec) -> tuple[GemmTraits, bytes]:
+    """The traits and LTO-IR of `spec`, from the disk cache or generated (seconds: NVRTC compiles
+    cuBLASDx) and cached."""
+    cache = DiskCache()
+    key = make_key("gemm", vars(spec), version())
+    found = cache.get("gemm", key)
+    if found is None:
+        found = _generate(spec)
+        cache.put("gemm", key, found)
+    return found
