@@ -79,17 +79,20 @@ def speedup_cell(baseline: dict, coop: dict) -> str:
     return f"**{baseline['ms'] / coop['ms']:.2f}x**"
 
 
-def render(device: str, results: dict[str, Any], figures: Path | None = None) -> str:
+def render(
+    device: str, results: dict[str, Any], figures: Path | None = None, provenance: list[str] | None = None
+) -> str:
     """The markdown of docs/benchmarks.md: the header, then every section that was run (results keyed by
     `Section.key`; absent or None: not run), in the page's order (`sections.DOCUMENT_ORDER`). With `figures` (a
-    folder beside the page), each section's chart is drawn there as `<section>.png` and shown under its heading."""
+    folder beside the page), each section's chart is drawn there as `<section>.png` and shown under its heading.
+    `provenance`: lines saying which command measured which sections, when the page merges several."""
     from benchmarks.charts import draw_charts
     from benchmarks.sections import DOCUMENT_ORDER, by_name
 
     run = [by_name(name) for name in DOCUMENT_ORDER if results.get(by_name(name).key) is not None]
     charts = {s.name: s.chart(results[s.key]) for s in run if s.chart is not None} if figures is not None else {}
     drawn = draw_charts({name: chart for name, chart in charts.items() if chart is not None}, figures) if charts else {}
-    lines = header_lines(device)
+    lines = header_lines(device) + ([""] + provenance + [""] if provenance else [])
     for section in run:
         text = section.lines(results[section.key])
         if section.name in drawn:

@@ -88,6 +88,11 @@ def _parse_args() -> argparse.Namespace:
         help="results saved by earlier --save runs on the same device, rendered together with this run's "
         "(one document from a run split over several commands)",
     )
+    parser.add_argument(
+        "--render-only",
+        action="store_true",
+        help="measure nothing: render the --merge files alone (later files win a section measured twice); no GPU",
+    )
     parser.add_argument("--list", action="store_true", help="list the sections and what each needs, and exit")
     parser.add_argument(
         "--baseline-tree",
@@ -123,6 +128,14 @@ def _list_sections() -> str:
         lines.append(f"{section.name:12} results '{section.key}'; needs {needs}")
     lines += ["", *(f"{need}: {what}" for need, what in NEEDS.items())]
     return "\n".join(lines)
+
+
+def _saved_on(path: str) -> str:
+    """When a saved results file was written (its modification time, UTC)."""
+    import datetime
+
+    stamp = datetime.datetime.fromtimestamp(Path(path).stat().st_mtime, datetime.timezone.utc)
+    return stamp.strftime("%Y-%m-%d %H:%M UTC")
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -222,22 +235,31 @@ def main() -> None:
     if args.baseline_tree:
         _baseline_comparison(args)
         return
-    import cupy as cp
+    if args.render_only:
+        device, results = _load(args.merge[0])["device"], {}
+    else:
+        import cupy as cp
 
-    props = cp.cuda.runtime.getDeviceProperties(0)
-    device = props["name"].decode()
-    arch = f"sm_{props['major']}{props['minor']}"
-    results = measure(args.only or NAMES, [24] if args.quick else [26, 28], arch)
+        props = cp.cuda.runtime.getDeviceProperties(0)
+        device = props["name"].decode()
+        arch = f"sm_{props['major']}{props['minor']}"
+        results = measure(args.only or NAMES, [24] if args.quick else [26, 28], arch)
     if args.save:
         Path(args.save).write_bytes(pickle.dumps({"device": device, "results": results}))
+    provenance = (
+        [f"This page merges {len(args.merge) + (not args.render_only)} commands on this device:"] if args.merge else []
+    )
+    if args.merge and not args.render_only:
+        provenance.append(f"- this command: {', '.join(results)}")
     for path in args.merge:
         saved = pickle.loads(Path(path).read_bytes())
+        provenance.append(f"- {Path(path).name} (saved {_saved_on(path)}): {', '.join(saved['results'])}")
         if saved["device"] != device:
             raise SystemExit(f"{path} was measured on {saved['device']}, not {device}: ratios come from one device")
-        results = {**saved["results"], **results}
+        results = {**saved["results"], **results} if not args.render_only else {**results, **saved["results"]}
     out = args.out or (None if args.only else str(ROOT / "docs" / "benchmarks.md"))
     # the figures beside the page: docs/benchmarks.md -> docs/benchmarks/<section>.png
-    text = report.render(device, results, Path(out).with_suffix("") if out else None)
+    text = report.render(device, results, Path(out).with_suffix("") if out else None, provenance)
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(text)
