@@ -1,6 +1,10 @@
 """`coop_tiles.examples.moe_align_block_size` (issue 22) against a sequential implementation of vLLM's outputs: in
 the interpreter, compiled to sm_90 cubins, and on a GPU (marked)."""
 
+import importlib
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 from carve_checker import check as check_carve
@@ -9,26 +13,12 @@ from carve_checker import format_report
 from coop_tiles.examples import moe_align_block_size
 from coop_tiles.examples.moe import CHUNK, count_routes, place_routes
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tutorials"))
+#: the sequential reference of vLLM's outputs is tutorial 15's, the one the tutorial checks itself against
+sequential = importlib.import_module("15_moe_routing").sequential
+
 #: (tokens, top-k, experts, block size, id dtype): fewer routes than experts, several programs, int64 ids
 SHAPES = [(3, 2, 8, 4, np.int32), (300, 8, 64, 16, np.int64), (700, 8, 256, 64, np.int32), (5, 4, 64, 32, np.int32)]
-
-
-def sequential(topk_ids, block_size, num_experts):
-    """vLLM's semantics, one expert at a time: routes in order, each group padded with the sentinel `numel`."""
-    flat = topk_ids.reshape(-1)
-    numel = flat.size
-    length = numel * block_size if numel < num_experts else numel + num_experts * (block_size - 1)
-    sorted_ids = np.full(length, numel, np.int32)
-    expert_ids = np.full(-(-length // block_size), -1, np.int32)
-    at = 0
-    for e in range(num_experts):
-        routes = np.flatnonzero(flat == e)
-        if routes.size:
-            sorted_ids[at : at + routes.size] = routes
-            blocks = -(-routes.size // block_size)
-            expert_ids[at // block_size : at // block_size + blocks] = e
-            at += blocks * block_size
-    return sorted_ids, expert_ids, np.array([at], np.int32)
 
 
 def routes(tokens, topk, experts, dtype, seed=0):
