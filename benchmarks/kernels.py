@@ -40,13 +40,13 @@ def tutorial(name: str) -> ModuleType:
     return importlib.import_module(name)
 
 
-_PINNED: dict[tuple[Any, int], Any] = {}
+_PINNED: dict[tuple[Any, int, int | None], Any] = {}
 
 
-def with_threads(kernel: Any, threads: int | None) -> Any:
-    """`kernel`, or one copy of it per thread count with the count pinned (so each compiles once)."""
+def with_threads(kernel: Any, threads: int | None, registers: int | None = None) -> Any:
+    """`kernel`, or one copy of it per thread count (and register cap) with them pinned (so each compiles once)."""
     if threads is None:
         return kernel
-    if (kernel, threads) not in _PINNED:
-        _PINNED[kernel, threads] = ct.jit(kernel.fn, block_threads=threads)
-    return _PINNED[kernel, threads]
+    if (kernel, threads, registers) not in _PINNED:
+        _PINNED[kernel, threads, registers] = ct.jit(kernel.fn, block_threads=threads, max_registers=registers)
+    return _PINNED[kernel, threads, registers]

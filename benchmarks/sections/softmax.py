@@ -27,6 +27,7 @@ SOFTMAX_DTYPES = ("float32", "bfloat16")
 SOFTMAX_KERNELS = ("softmax", "layer_norm")
 SOFTMAX_THREADS = (None, 128, 256, 512, 1024)  # threads per block tried for coop_tiles (None: the runtime's choice)
 SOFTMAX_MAX_ITEMS = 64  # ... keeping at most this many items per thread
+SOFTMAX_CAPPED = ((512, 64),)  # and (threads, register cap) pairs: two blocks of 512 threads per SM
 TRITON_WARPS = (4, 8, 16)  # Triton's num_warps tried (the tutorials' heuristics pick one of them)
 EPS = 1e-5
 #: float32 reference, largest difference at most atol + rtol * |reference| element-wise (torch.allclose)
@@ -38,8 +39,15 @@ SOFTMAX_TOLERANCE = {
 }
 
 
-def _threads_name(threads: int | None) -> str:
-    return "auto threads" if threads is None else f"{threads} threads"
+def _threads_name(config: int | tuple[int, int] | None) -> str:
+    if isinstance(config, tuple):
+        return f"{config[0]} threads × {config[1]} registers"
+    return "auto threads" if config is None else f"{config} threads"
+
+
+def _pinned(kernel: Any, config: int | tuple[int, int] | None) -> Any:
+    """The kernel with a config of SOFTMAX_THREADS or SOFTMAX_CAPPED pinned."""
+    return with_threads(kernel, *config) if isinstance(config, tuple) else with_threads(kernel, config)
 
 
 def _warps_name(warps: int) -> str:
@@ -84,7 +92,7 @@ def _softmax_row(kernel: str, cols: int, dtype: str) -> dict:
     y = torch.empty_like(x)
     copy_ms = cuda_time_ms(lambda: y.copy_(x))
     rtol, atol = SOFTMAX_TOLERANCE[kernel, dtype]
-    threads = [n for n in SOFTMAX_THREADS if n is None or cols <= SOFTMAX_MAX_ITEMS * n]
+    threads = [n for n in SOFTMAX_THREADS if n is None or cols <= SOFTMAX_MAX_ITEMS * n] + list(SOFTMAX_CAPPED)
 
     def close(out: Any, expected: Any) -> bool:
         return bool(torch.allclose(out.float(), expected, rtol=rtol, atol=atol))
@@ -92,7 +100,7 @@ def _softmax_row(kernel: str, cols: int, dtype: str) -> dict:
     if kernel == "softmax":
         expected = torch.softmax(x.float(), dim=1)
         ours = {
-            "coop": lambda n: lambda: with_threads(ops.softmax_fwd, n)[rows](x, y, cols, BLOCK=cols),
+            "coop": lambda n: lambda: _pinned(ops.softmax_fwd, n)[rows](x, y, cols, BLOCK=cols),
             "triton": lambda w: triton_softmax(x, y, warps=w),
         }
 
@@ -114,7 +122,7 @@ def _softmax_row(kernel: str, cols: int, dtype: str) -> dict:
         expected_rstd = torch.rsqrt(xf.var(dim=1, unbiased=False) + EPS)
         ours = {
             "coop": lambda n: (
-                lambda: with_threads(ops.layer_norm_fwd, n)[rows](x, y, w, b, mean, rstd, cols, EPS, BLOCK=cols)
+                lambda: _pinned(ops.layer_norm_fwd, n)[rows](x, y, w, b, mean, rstd, cols, EPS, BLOCK=cols)
             ),
             "triton": lambda warps: triton_layer_norm(x, y, w, b, mean, rstd, EPS, warps=warps),
         }
@@ -147,7 +155,7 @@ def _torch_result(launch: Callable[[], Any], check: Callable[[Any], bool]) -> di
 
 
 def softmax_lines(rows: list[dict]) -> list[str]:
-    threads = ", ".join(_threads_name(n) for n in SOFTMAX_THREADS)
+    threads = ", ".join(_threads_name(n) for n in (*SOFTMAX_THREADS, *SOFTMAX_CAPPED))
     tols = "; ".join(f"{k} {d}: rtol {r:g}, atol {a:g}" for (k, d), (r, a) in SOFTMAX_TOLERANCE.items())
     lines = [
         "",
