@@ -27,8 +27,9 @@ class Section:
 
     `run(sizes, arch)` measures (sizes: the run's log2 element counts; arch: the device's `sm_XY`) and returns the
     results that `lines(results)` renders and `--save` keeps under `key`. A `guarded` section records a failure as a
-    row of its table (its run goes on); the others stop the run. `chart(results)`, where a section has one, is the
-    figure drawn above its table (benchmarks/charts.py)."""
+    row of its table (its run goes on); the others stop the run. `chart(results)` is the figure drawn above its table:
+    every section with numbers has one, declared in a few lines with `benchmarks.charts.declare` (its module docstring
+    shows how)."""
 
     name: str
     key: str

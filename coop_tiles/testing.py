@@ -380,8 +380,8 @@ def draw_lines(
         ax.plot(xs, list(values), linestyle="--", color="#555555", label=name)
     ax.set_xscale("log" if x_log and xs == list(x) else "linear")
     ax.set_yscale("log" if y_log else "linear")
-    if not y_log:
-        ax.set_ylim(bottom=0)
+    if not y_log:  # from zero, with room above the highest point
+        ax.set_ylim(0, ax.get_ylim()[1] * 1.08)
     if xs != list(x):  # categories (after the scale, which resets the ticks)
         ax.set_xticks(xs, [_cell(v) for v in x])
     ax.set_xlabel(xlabel)

@@ -356,15 +356,20 @@ def test_render_every_section():
     assert "| Mamba-1 | (64, 5120, 16) | bfloat16 | failed: NotImplementedError: not available | — | 0.175 |" in text
 
 
-def test_render_draws_a_figure_per_charted_section_and_embeds_it(tmp_path):
+def test_render_draws_a_figure_for_every_section_and_embeds_it(tmp_path):
     pytest.importorskip("matplotlib")
+    from PIL import Image
+
     results = fake_results()
     text = report.render("Test GPU", results, tmp_path / "benchmarks")
-    charted = [s.name for s in SECTIONS if s.chart is not None]
-    assert {"bandwidth", "half", "linrec"} <= set(charted)
-    for name in charted:
-        assert (tmp_path / "benchmarks" / f"{name}.png").read_bytes()[:4] == b"\x89PNG"
-        assert f"![{name}](benchmarks/{name}.png)" in text
+    for section in SECTIONS:
+        assert section.chart is not None, f"section {section.name} has no chart (benchmarks/charts.py: declare)"
+        chart = section.chart(results[section.key])
+        assert chart is not None and chart.x and chart.series, section.name
+        assert any(v == v for values in chart.series.values() for v in values), section.name  # something drawn
+        with Image.open(tmp_path / "benchmarks" / f"{section.name}.png") as png:
+            assert png.format == "PNG" and png.size[0] > 400 and png.size[1] > 300
+        assert f"![{section.name}](benchmarks/{section.name}.png)" in text
     lines = text.splitlines()
     heading = next(i for i, line in enumerate(lines) if line.startswith("## Load → inclusive scan"))
     assert lines[heading + 2] == "![bandwidth](benchmarks/bandwidth.png)"  # under its heading, above the table
@@ -373,6 +378,37 @@ def test_render_draws_a_figure_per_charted_section_and_embeds_it(tmp_path):
     assert chart.x == ["2^26", "2^28", "2^30"] and list(chart.dashed) == ["copy"]
     coop = chart.series["coop_tiles"]
     assert coop[0] == pytest.approx(12 * (1 << 26) / 0.28 / 1e6) and coop[1] != coop[1] and coop[2] != coop[2]
+
+
+def test_declared_chart_gaps_and_failures(tmp_path):
+    """`charts.declare`: a failed row or implementation is a gap (NaN); results with nothing to draw, or not shaped
+    as `rows` expects (a section that failed before measuring), have no chart."""
+    pytest.importorskip("matplotlib")
+    from benchmarks.charts import declare, rate, share
+
+    chart = declare(
+        "t",
+        {"ours": rate("coop", "bytes"), "theirs": share("base")},
+        x=lambda r: f"{r['case']} {r['dtype']}",
+        dashed={"limit": lambda r: r.get("limit")},
+        rows=lambda results: results["rows"],
+    )
+    rows = [
+        {"case": "a", "dtype": "f32", "bytes": 4e6, "limit_ms": 1.0, "coop": {"ms": 2.0}, "base": {"error": "X"}},
+        {"case": "b", "dtype": "f32", "error": "MemoryError"},
+        {"case": "c", "dtype": "f32", "bytes": 8e6, "limit_ms": 1.0, "coop": {"ms": 4.0}, "base": {"ms": 4.0}},
+    ]
+    drawn = chart({"rows": rows})
+    assert drawn.x == ["a f32", "b f32", "c f32"] and drawn.plot == "bars"  # the failed row: an empty group
+    ours, theirs = drawn.series["ours"], drawn.series["theirs"]
+    assert ours[0] == ours[2] == 2.0 and theirs[2] == 0.25 and ours[1] != ours[1] and theirs[0] != theirs[0]  # NaN
+    assert drawn.dashed == {}  # a limit with no value anywhere is left out
+    drawn.draw(tmp_path / "t.png")
+    assert (tmp_path / "t.png").read_bytes()[:4] == b"\x89PNG"
+    assert chart({"rows": [{"error": "ImportError: x"}]}) is None
+    assert chart([{"error": "ImportError: x"}]) is None  # a guarded section's failure, not shaped as `rows` expects
+    with pytest.raises(ValueError, match="plot must be"):
+        declare("t", {}, plot="pie")
 
 
 def test_render_without_matplotlib_writes_the_tables_only(tmp_path, monkeypatch, capsys):

@@ -20,6 +20,35 @@ def test_tutorial_runs(path, capsys):
     runpy.run_path(str(path), run_name="__main__")
     out = capsys.readouterr().out
     assert "matches" in out or (path.stem == "06_autotune" and "every config compiles" in out)
+    if "report_speed(speed)" in path.read_text():  # a perf_report sweep: only on a GPU, else one line
+        from _runner import ON_GPU
+
+        assert ON_GPU or out.count("performance report skipped: no GPU") == 1
+
+
+SPEED_TUTORIALS = ("02_cumsum", "05_histogram", "07_sort", "08_mamba_selective_scan", "09_softmax_layernorm",
+                   "10_mamba_decode")  # fmt: skip
+
+
+@pytest.mark.parametrize("stem", SPEED_TUTORIALS)
+def test_speed_tutorials_declare_a_perf_report(stem):
+    """Each sweep names one line per provider, and its plot after the tutorial."""
+    import coop_tiles as ct
+
+    speed = _tutorial(stem)["speed"]
+    assert isinstance(speed, ct.testing.Mark)
+    for b in speed.benchmarks:
+        assert len(b.line_vals) == len(b.line_names) >= 2 and b.plot_name.startswith(stem[:3]) and b.ylabel
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("stem", SPEED_TUTORIALS)
+def test_speed_tutorials_sweep_on_gpu(stem, tmp_path):
+    """On a GPU: every point of every sweep is a positive rate, and the table is written."""
+    speed = _tutorial(stem)["speed"]
+    for table in speed.run(save_path=tmp_path):
+        assert all(v > 0 for _, values in table.rows for v, _, _ in values), table
+        assert (tmp_path / f"{table.benchmark.plot_name}.csv").exists()
 
 
 def test_tutorial_kernels_compile_without_gpu():

@@ -21,7 +21,7 @@ Whole array, the way it was done before: three small programs, the classic reduc
 """
 
 import numpy as np
-from _runner import kernel, to_device, to_host, where
+from _runner import kernel, report_speed, to_device, to_host, where
 
 import coop_tiles as ct
 from coop_tiles import tile
@@ -122,5 +122,32 @@ def main() -> None:
     print(f"whole-array linear recurrence of {m} float32 pairs ran {where()}: matches the sequential recurrence")
 
 
+# ----- how fast: GB/s (bytes read and written) against the array's length, as Triton's tutorials plot it -----------
+@ct.testing.perf_report(
+    ct.testing.Benchmark(
+        x_names=["n"],
+        x_vals=[2**k for k in range(16, 29, 2)],
+        line_arg="provider",
+        line_vals=["chained", "cupy", "copy"],
+        line_names=["chained_cumsum", "cupy.cumsum", "copy (the limit)"],
+        plot_name="02_cumsum",
+        xlabel="int32 elements",
+        ylabel="GB/s",
+        x_log=True,
+    )
+)
+def speed(n: int, provider: str) -> float:
+    import cupy as cp
+
+    x, y = cp.ones(n, cp.int32), cp.empty(n, cp.int32)
+    run = {
+        "chained": lambda: chained_cumsum[ct.cdiv(n, 4096)](x, y, n, TILE=4096),
+        "cupy": lambda: cp.cumsum(x, out=y),
+        "copy": lambda: cp.copyto(y, x),
+    }[provider]
+    return 2 * x.nbytes / ct.testing.do_bench(run) / 1e6
+
+
 if __name__ == "__main__":
     main()
+    report_speed(speed)

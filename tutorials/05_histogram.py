@@ -25,7 +25,7 @@ Both are checked against `numpy.bincount` of the in-range values.
 import time
 
 import numpy as np
-from _runner import ON_GPU, kernel, to_device, to_host, where
+from _runner import ON_GPU, kernel, report_speed, to_device, to_host, where
 
 import coop_tiles as ct
 from coop_tiles import tile
@@ -91,5 +91,34 @@ def main() -> None:
     )
 
 
+# ----- how fast: GB/s read against the array's length, 256 bins of uint8 ---------------------------------------------
+@ct.testing.perf_report(
+    ct.testing.Benchmark(
+        x_names=["n"],
+        x_vals=[2**k for k in range(18, 31, 2)],
+        line_arg="provider",
+        line_vals=["coop_tiles", "cupy"],
+        line_names=["histogram (tile program)", "cupy.bincount"],
+        plot_name="05_histogram",
+        xlabel="uint8 elements",
+        ylabel="GB/s",
+        x_log=True,
+    )
+)
+def speed(n: int, provider: str) -> float:
+    import cupy as cp
+
+    x, counts = cp.random.randint(0, 256, n, dtype=cp.uint8), cp.zeros(256, cp.int32)
+    if provider == "cupy":
+        ms = ct.testing.do_bench(lambda: cp.bincount(x, minlength=256))
+    else:  # counts accumulates: zeroed before each call, outside the time
+        grid = programs()
+        ms = ct.testing.do_bench(
+            lambda: histogram[grid](x, counts, n, BINS=256, CHUNK=8192), setup=lambda: counts.fill(0)
+        )
+    return x.nbytes / ms / 1e6
+
+
 if __name__ == "__main__":
     main()
+    report_speed(speed)

@@ -19,7 +19,7 @@ sorts one segment of the array:
 """
 
 import numpy as np
-from _runner import ON_GPU, kernel, to_device, to_host, where
+from _runner import ON_GPU, kernel, report_speed, to_device, to_host, where
 
 import coop_tiles as ct
 from coop_tiles import tile
@@ -102,5 +102,33 @@ def main() -> None:
     print(f"merge sort of {m} (key, tag) pairs by |key|, then tag descending, ran {where()}: matches Python's sorted")
 
 
+# ----- how fast: sorted keys (with their index) per second against the segment's length, 2^24 int32 keys ------------
+@ct.testing.perf_report(
+    ct.testing.Benchmark(
+        x_names=["tile_size"],
+        x_vals=[256, 512, 1024, 2048, 4096],
+        line_arg="provider",
+        line_vals=["coop_tiles", "cupy"],
+        line_names=["segment_argsort", "cupy.argsort + take_along_axis"],
+        plot_name="07_sort",
+        xlabel="segment length",
+        ylabel="G keys/s",
+        x_log=True,
+    )
+)
+def speed(tile_size: int, provider: str) -> float:
+    import cupy as cp
+
+    n = 1 << 24
+    keys = cp.random.randint(-(1 << 20), 1 << 20, n, dtype=cp.int32)
+    out, index, segments = cp.empty_like(keys), cp.empty(n, cp.int32), keys.reshape(-1, tile_size)
+    run = {
+        "coop_tiles": lambda: segment_argsort[n // tile_size](keys, out, index, n, TILE=tile_size, DESCENDING=False),
+        "cupy": lambda: cp.take_along_axis(segments, cp.argsort(segments, axis=1), axis=1),
+    }[provider]
+    return n / ct.testing.do_bench(run) / 1e6
+
+
 if __name__ == "__main__":
     main()
+    report_speed(speed)

@@ -47,8 +47,9 @@ Mamba's 128, which measured faster on an H100 (`launch_choice`): 80 (6 blocks pe
 import time
 
 import numpy as np
-from _runner import ON_GPU, to_device, to_host, where
+from _runner import ON_GPU, report_speed, to_device, to_host, where
 
+import coop_tiles as ct
 from coop_tiles.examples import selective_scan_fwd, selective_scan_reference
 
 
@@ -80,22 +81,40 @@ def main() -> None:
         assert np.abs(to_host(got) - expected).max() <= 2e-3 + 6e-4 * np.abs(expected).max()
     print(f"selective scan of ({batch}, {dim}, {L}) x {dstate} states ran {where()}: matches the float64 reference")
 
-    if ON_GPU:
-        import cupy as cp
-
-        start, stop = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        for _ in range(10):
-            selective_scan_fwd(**args, delta_softplus=True)
-        stop.record()
-        stop.synchronize()
-        ms = cp.cuda.get_elapsed_time(start, stop) / 10
-        print(f"{ms:.3f} ms per forward, {batch * dim * L * dstate / ms / 1e6:.0f} G element-states/s")
-    else:
+    if not ON_GPU:
         t0 = time.perf_counter()
         selective_scan_fwd(**args, delta_softplus=True)
         print(f"(the interpreter took {time.perf_counter() - t0:.2f} s)")
 
 
+# ----- how fast: GB/s of the bytes a forward must move, against the sequence length (batch 4, 1536 channels) ---------
+@ct.testing.perf_report(
+    ct.testing.Benchmark(
+        x_names=["L"],
+        x_vals=[2**k for k in range(8, 14)],
+        line_arg="provider",
+        line_vals=["coop_tiles", "copy"],
+        line_names=["selective_scan_fwd", "copy of those bytes (the limit)"],
+        plot_name="08_mamba_selective_scan",
+        xlabel="sequence length L",
+        ylabel="GB/s",
+        x_log=True,
+    )
+)
+def speed(L: int, provider: str) -> float:
+    import cupy as cp
+
+    batch, dim, dstate = 4, 1536, 16
+    args = {name: cp.asarray(a) for name, a in inputs(batch, dim, L, dstate, np.random.default_rng(0)).items()}
+    moved = 4 * args["u"].nbytes + 2 * args["B"].nbytes  # u, delta, z read, out written; B and C read
+    src, dst = cp.empty(moved // 8, cp.float32), cp.empty(moved // 8, cp.float32)
+    run = {
+        "coop_tiles": lambda: selective_scan_fwd(**args, delta_softplus=True),
+        "copy": lambda: cp.copyto(dst, src),  # reads and writes moved / 2 bytes each
+    }[provider]
+    return moved / ct.testing.do_bench(run) / 1e6
+
+
 if __name__ == "__main__":
     main()
+    report_speed(speed)

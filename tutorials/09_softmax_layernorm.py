@@ -38,7 +38,7 @@ softmax holds `(BLOCK_M, BLOCK_N)` tiles there) is the natural next step; see th
 """
 
 import numpy as np
-from _runner import ON_GPU, kernel, to_device, to_host, where
+from _runner import ON_GPU, kernel, report_speed, to_device, to_host, where
 
 import coop_tiles as ct
 from coop_tiles import tile
@@ -234,5 +234,40 @@ def main() -> None:
         against_torch(rows, cols, block, rows_per_program)
 
 
+# ----- how fast: GB/s (rows read and written) against the row's length, 4096 float32 rows, as Triton's tutorials -----
+@ct.testing.perf_report(
+    [
+        ct.testing.Benchmark(
+            x_names=["cols"],
+            x_vals=[2**k for k in range(8, 15)],
+            line_arg="provider",
+            line_vals=["coop_tiles", "torch"],
+            line_names=[f"{op}_fwd (tile program)", "PyTorch"],
+            plot_name=f"09_{op}",
+            xlabel="columns (4096 float32 rows)",
+            ylabel="GB/s",
+            x_log=True,
+            args={"op": op},
+        )
+        for op in ("softmax", "layer_norm")
+    ]
+)
+def speed(cols: int, provider: str, op: str) -> float:
+    import torch
+
+    rows = 4096
+    x, y = torch.randn(rows, cols, device="cuda"), torch.empty(rows, cols, device="cuda")
+    w, b = torch.ones(cols, device="cuda"), torch.zeros(cols, device="cuda")
+    mean, rstd = torch.empty(rows, device="cuda"), torch.empty(rows, device="cuda")
+    run = {
+        ("softmax", "coop_tiles"): lambda: softmax_fwd[rows](x, y, cols, BLOCK=cols),
+        ("softmax", "torch"): lambda: torch.softmax(x, dim=1),
+        ("layer_norm", "coop_tiles"): lambda: layer_norm_fwd[rows](x, y, w, b, mean, rstd, cols, 1e-5, BLOCK=cols),
+        ("layer_norm", "torch"): lambda: torch.nn.functional.layer_norm(x, (cols,), w, b, 1e-5),
+    }[op, provider]
+    return 2 * 4 * rows * cols / ct.testing.do_bench(run) / 1e6
+
+
 if __name__ == "__main__":
     main()
+    report_speed(speed)

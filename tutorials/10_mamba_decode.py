@@ -39,7 +39,7 @@ device copy needs to move the same bytes.
 """
 
 import numpy as np
-from _runner import ON_GPU, kernel, to_device, to_host, where
+from _runner import ON_GPU, kernel, report_speed, to_device, to_host, where
 
 import coop_tiles as ct
 from coop_tiles import tile
@@ -120,21 +120,38 @@ def main() -> None:
     print(f"decode step of a {shape} state ran {where()}: decode_step matches Mamba's "
           "equations, and so does selective_state_update")  # fmt: skip
 
-    if ON_GPU:
-        import cupy as cp
 
-        moved = 2 * host["state"].nbytes  # the state read and written; the rest is a few vectors
-        copy_src = cp.empty(host["state"].size, np.float32)
-        copy_dst = cp.empty_like(copy_src)
-        copy_ms = ct.testing.do_bench(lambda: cp.copyto(copy_dst, copy_src))
-        for name, fn in (
-            ("decode_step", lambda: kernel(decode_step)[grid](*args.values(), out, BLOCK_D=block_d, DSTATE=dstate)),
-            ("selective_state_update", lambda: selective_state_update(**given, dt_bias=args["dt_bias"],
-                                                                      dt_softplus=True)),
-        ):  # fmt: skip
-            ms = ct.testing.do_bench(fn)
-            print(f"{name}: {ms:.3f} ms per step, {moved / ms / 1e6:.0f} GB/s, {copy_ms / ms:.0%} of a copy's rate")
+# ----- how fast: GB/s of the state read and written (the rest is a few vectors) against the batch, Mamba-2's heads --
+@ct.testing.perf_report(
+    ct.testing.Benchmark(
+        x_names=["batch"],
+        x_vals=[2**k for k in range(0, 9)],
+        line_arg="provider",
+        line_vals=["decode_step", "selective_state_update", "copy"],
+        line_names=["decode_step", "selective_state_update (the drop-in)", "copy of the state (the limit)"],
+        plot_name="10_mamba_decode",
+        xlabel="batch (80 heads of 64 x 128 float32 states)",
+        ylabel="GB/s",
+        x_log=True,
+    )
+)
+def speed(batch: int, provider: str) -> float:
+    import cupy as cp
+
+    nheads, headdim, dstate, block_d = 80, 64, 128, 16
+    args = {
+        name: cp.asarray(a) for name, a in inputs(batch, nheads, headdim, dstate, 1, np.random.default_rng(0)).items()
+    }
+    out, copy = cp.empty_like(args["x"]), cp.empty_like(args["state"])
+    grid = (ct.cdiv(headdim, block_d), batch, nheads)
+    run = {
+        "decode_step": lambda: decode_step[grid](*args.values(), out, BLOCK_D=block_d, DSTATE=dstate),
+        "selective_state_update": lambda: selective_state_update(**args, dt_softplus=True),
+        "copy": lambda: cp.copyto(copy, args["state"]),
+    }[provider]
+    return 2 * args["state"].nbytes / ct.testing.do_bench(run) / 1e6
 
 
 if __name__ == "__main__":
     main()
+    report_speed(speed)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 import coop_tiles as ct
+
+#: where `report_speed` writes each tutorial's plot and table (git-ignored)
+PLOTS = Path(__file__).parent / "plots"
 
 
 def _cupy_sees_a_gpu() -> bool:
@@ -39,3 +44,12 @@ def kernel(k: ct.JITFunction) -> ct.JITFunction:
 
 def where() -> str:
     return "on the GPU" if ON_GPU else "in the NumPy interpreter (no GPU, or no CuPy, found)"
+
+
+def report_speed(bench) -> None:
+    """Run a tutorial's `ct.testing.perf_report` sweep on the GPU, printing its table and writing its plot (and CSV)
+    into tutorials/plots/; without a GPU, one line says it was skipped (the interpreter has no speed to report)."""
+    if not ON_GPU:
+        print("performance report skipped: no GPU")
+        return
+    bench.run(print_data=True, save_path=PLOTS)

@@ -1,7 +1,8 @@
 """The registry of benchmark sections: one module per section, each declaring its `SECTION` (benchmarks/section.py).
 
-To add a section: write `sections/<name>.py` with its measurements, its markdown and `SECTION = Section("<name>", ...)`,
-then add its name to `NAMES` (where it runs) and to `DOCUMENT_ORDER` (where docs/benchmarks.md shows it)."""
+To add a section: write `sections/<name>.py` with its measurements, its markdown and `SECTION = Section("<name>", ...,
+chart=charts.declare(...))` (its figure: benchmarks/charts.py), then add its name to `NAMES` (where it runs) and to
+`DOCUMENT_ORDER` (where docs/benchmarks.md shows it)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 import coop_tiles as ct
-from benchmarks.charts import Chart, by_size
+from benchmarks.charts import declare
 from benchmarks.kernels import TILE, tile_cumsum, tile_sum
 from benchmarks.section import Section
 from benchmarks.timing import cuda_time_ms
@@ -75,16 +75,18 @@ def run(sizes: list[int], arch: str) -> list[dict]:
     return bandwidth_rows(sizes)
 
 
-def bandwidth_chart(rows: list[dict]) -> Chart:
-    return by_size(
-        rows,
+SECTION = Section(
+    "bandwidth",
+    key="bandwidth",
+    needs=("cupy",),
+    run=run,
+    lines=bandwidth_lines,
+    guarded=False,
+    chart=declare(
         "load → scan → store and load → tile.sum",
         {"scan": lambda r: r["scan_gbs"], "sum": lambda r: r["sum_gbs"]},
-        {"copy": lambda r: r["copy_gbs"]},
+        dashed={"copy": lambda r: r["copy_gbs"]},
+        plot="lines",
         group="dtype",
-    )
-
-
-SECTION = Section(
-    "bandwidth", key="bandwidth", needs=("cupy",), run=run, lines=bandwidth_lines, guarded=False, chart=bandwidth_chart
+    ),
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 import coop_tiles as ct
+from benchmarks.charts import declare
 from benchmarks.kernels import TILE, tile_cumsum, tile_sum
 from benchmarks.section import Section
 from benchmarks.timing import cuda_time_ms
@@ -79,4 +80,25 @@ def run(sizes: list[int], arch: str) -> list[dict]:
     return [row for log2n in sizes for row in block_size_rows(log2n)]
 
 
-SECTION = Section("blocks", key="blocks", needs=("cupy",), run=run, lines=blocks_lines, guarded=False)
+def _speed(row: dict, ms: float) -> float:
+    """The best fixed choice's time over `ms`: 1 is as fast as the best."""
+    return min(row["fixed"].values()) / ms
+
+
+SECTION = Section(
+    "blocks",
+    key="blocks",
+    needs=("cupy",),
+    run=run,
+    lines=blocks_lines,
+    guarded=False,
+    chart=declare(
+        "block size: the runtime's choice against fixed ones",
+        {
+            "runtime's choice": lambda r: _speed(r, r["auto_ms"]),
+            **{f"{b} threads": lambda r, b=b: _speed(r, r["fixed"][b]) for b in FIXED_BLOCKS},
+        },
+        x=lambda r: f"{r['kernel']} {r['n']} {r['dtype']}",
+        ylabel="best fixed time / time",
+    ),
+)

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 import coop_tiles as ct
+from benchmarks.charts import declare, rate
 from benchmarks.cub import cub_call, cub_library
 from benchmarks.device import fill_nan, free_device_memory, stream_handle
 from benchmarks.kernels import tile_cumsum, tile_sum, tutorial, with_threads
@@ -243,7 +244,7 @@ def chained_lines(results: dict | list) -> list[str]:
         if "error" in r:
             lines.append(failed_row(r, ("n", "dtype"), 12))
             continue
-        nbytes = 8 * r["elements"]
+        nbytes = _bytes(r)
         chained, cub, torch_, three = r["chained"], r["cub"], r["torch"], r["three"]
         rate = "—" if "error" in chained else f"**{r['copy_ms'] / chained['ms']:.1%}**"
         lines.append(
@@ -319,4 +320,31 @@ def run(sizes: list[int], arch: str) -> dict:
     return chained_results(sizes, arch)
 
 
-SECTION = Section("chained", key="chained", needs=("cupy", "cub", "torch"), run=run, lines=chained_lines, guarded=True)
+def _bytes(row: dict) -> int:
+    """Read and written, 4-byte elements."""
+    return 8 * row["elements"]
+
+
+SECTION = Section(
+    "chained",
+    key="chained",
+    needs=("cupy", "cub", "torch"),
+    run=run,
+    lines=chained_lines,
+    guarded=True,
+    chart=declare(
+        "whole-array scans in one pass",
+        {
+            name: rate(key, _bytes)
+            for name, key in (
+                ("chained", "chained"),
+                ("CUB", "cub"),
+                ("torch.cumsum", "torch"),
+                ("three kernels", "three"),
+            )
+        },
+        x=lambda r: f"{r['n']} {r['dtype']}",
+        dashed={"copy": lambda r: _bytes(r) / r["copy_ms"] / 1e6},
+        rows=lambda results: results["scans"],
+    ),
+)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import coop_tiles as ct
+from benchmarks.charts import declare, rate
 from benchmarks.device import free_device_memory
 from benchmarks.report import config_times_cell, correct_cell, failed_row, gbs_cell, ms_cell, speedup_cell, table_row
 from benchmarks.section import Section
@@ -154,7 +155,7 @@ def gather_lines(rows: list[dict]) -> list[str]:
             table_row(
                 r["case"],
                 r["n"],
-                gbs_cell(8 * r["elements"], r["copy_ms"]),
+                gbs_cell(_bytes(r), r["copy_ms"]),
                 ms_cell(coop, lambda t: f"TILE {t}"),
                 ms_cell(first, str),
                 ms_cell(second, str),
@@ -174,4 +175,27 @@ def run(sizes: list[int], arch: str) -> list[dict]:
     return gather_rows(sizes)
 
 
-SECTION = Section("gather", key="gather", needs=("torch",), run=run, lines=gather_lines, guarded=True)
+def _bytes(row: dict) -> int:
+    """The in-order bytes: 4-byte indices in, 4-byte values out."""
+    return 8 * row["elements"]
+
+
+SECTION = Section(
+    "gather",
+    key="gather",
+    needs=("torch",),
+    run=run,
+    lines=gather_lines,
+    guarded=True,
+    chart=declare(
+        "gathers and scatters, float32",
+        {
+            "coop_tiles": rate("coop", _bytes),
+            "PyTorch (int64 index)": rate("torch", _bytes),
+            "PyTorch (int32 index)": rate("torch2", _bytes),
+        },
+        x=lambda r: f"{r['case']} {r['n']}",
+        dashed={"copy of the in-order bytes": lambda r: _bytes(r) / r["copy_ms"] / 1e6},
+        ylabel="GB/s (in-order bytes)",
+    ),
+)

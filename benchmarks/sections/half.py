@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 import coop_tiles as ct
-from benchmarks.charts import Chart, by_size, gbs
+from benchmarks.charts import declare, gbs
 from benchmarks.device import fill_nan, free_device_memory, to_host_f32
 from benchmarks.kernels import CHECK_TILES, TILE, tile_cumsum, tile_sum
 from benchmarks.report import correct_cell, failed_row, gbs_cell, table_row
@@ -117,19 +117,18 @@ def run(sizes: list[int], arch: str) -> list[dict]:
     return half_rows(sizes)
 
 
-def half_chart(rows: list[dict]) -> Chart:
-    return by_size(
-        rows,
-        "16-bit floats: scan and tile.sum",
-        {
-            "scan": lambda r: gbs(6 * r["elements"], r["scan"]),
-            "sum": lambda r: gbs(2 * r["elements"], r["sum"]),
-        },
-        {"copy": lambda r: r["copy_gbs"]},
-        group="dtype",
-    )
-
-
 SECTION = Section(
-    "half", key="half", needs=("cupy", "torch"), run=run, lines=half_lines, guarded=True, chart=half_chart
+    "half",
+    key="half",
+    needs=("cupy", "torch"),
+    run=run,
+    lines=half_lines,
+    guarded=True,
+    chart=declare(
+        "16-bit floats: scan and tile.sum",
+        {"scan": lambda r: gbs(6 * r["elements"], r["scan"]), "sum": lambda r: gbs(2 * r["elements"], r["sum"])},
+        dashed={"copy": lambda r: r["copy_gbs"]},
+        plot="lines",
+        group="dtype",
+    ),
 )

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 import coop_tiles as ct
+from benchmarks.charts import declare, rate
 from benchmarks.cub import cub_call, cub_library
 from benchmarks.device import free_device_memory, sm_count, stream_handle, to_host
 from benchmarks.report import config_times_cell, correct_cell, failed_row, gbs_cell, rate_cell, speedup_cell, table_row
@@ -200,7 +201,7 @@ def histogram_lines(rows: list[dict]) -> list[str]:
             lines.append(failed_row(r, ("case", "n"), 12))
             continue
         coop, cub, triton, torch_ = r["coop"], r["cub"], r["triton"], r["torch"]
-        nbytes = r["elements"] * (1 if r["case"].startswith("uint8") else 4)
+        nbytes = _bytes(r)
         rate = "—" if "error" in coop else f"**{r['read_ms'] / coop['ms']:.1%}**"
         verdict = " / ".join(correct_cell(x) for x in (coop, cub, triton, torch_))
         lines.append(
@@ -234,6 +235,25 @@ def run(sizes: list[int], arch: str) -> list[dict]:
     return histogram_rows(sizes, arch)
 
 
+def _bytes(row: dict) -> int:
+    """The bytes read."""
+    return row["elements"] * (1 if row["case"].startswith("uint8") else 4)
+
+
 SECTION = Section(
-    "histogram", key="histogram", needs=("cupy", "cub", "triton", "torch"), run=run, lines=histogram_lines, guarded=True
+    "histogram",
+    key="histogram",
+    needs=("cupy", "cub", "triton", "torch"),
+    run=run,
+    lines=histogram_lines,
+    guarded=True,
+    chart=declare(
+        "histograms",
+        {
+            name: rate(key, _bytes)
+            for name, key in (("coop_tiles", "coop"), ("CUB", "cub"), ("Triton", "triton"), ("torch.bincount", "torch"))
+        },
+        x=lambda r: f"{r['case']}, {r['n']}",
+        dashed={"read limit": lambda r: _bytes(r) / r["read_ms"] / 1e6},
+    ),
 )

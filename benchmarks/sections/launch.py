@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks.charts import declare
 from benchmarks.section import Section
 from benchmarks.timing import host_overheads_us
 
@@ -110,4 +111,25 @@ def run(sizes: list[int], arch: str) -> list[dict]:
     return launch_rows()
 
 
-SECTION = Section("launch", key="launches", needs=("cupy", "numba"), run=run, lines=launch_lines, guarded=False)
+SECTION = Section(
+    "launch",
+    key="launches",
+    needs=("cupy", "numba"),
+    run=run,
+    lines=launch_lines,
+    guarded=False,
+    chart=declare(
+        "host overhead per launch",
+        {
+            "coop_tiles": lambda r: r["coop_us"],
+            "CuPy RawKernel": lambda r: r["cupy_us"],
+            "Numba": lambda r: r["numba_us"],
+        },
+        x="arrays",
+        dashed={"bare cuLaunchKernel": lambda r: r["driver_us"]},
+        plot="lines",
+        xlabel="array arguments",
+        ylabel="µs per launch (lower is better)",
+        y_log=True,
+    ),
+)

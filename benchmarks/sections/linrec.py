@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 import coop_tiles as ct
-from benchmarks.charts import Chart, by_size, gbs
+from benchmarks.charts import declare, rate
 from benchmarks.device import fill_nan, free_device_memory, to_host_f32
 from benchmarks.kernels import CHECK_TILES, tutorial
 from benchmarks.report import config_times_cell, correct_cell, failed_row, gbs_cell, table_row
@@ -158,18 +158,6 @@ def run(sizes: list[int], arch: str) -> list[dict]:
     return linrec_rows(sizes)
 
 
-def linrec_chart(rows: list[dict]) -> Chart:
-    return by_size(
-        rows,
-        "linear recurrence (float32)",
-        {
-            "coop_tiles": lambda r: gbs(12 * r["elements"], r["coop"]),
-            "Triton": lambda r: gbs(12 * r["elements"], r["triton"]),
-        },
-        {"copy": lambda r: r["copy_gbs"]},
-    )
-
-
 SECTION = Section(
     "linrec",
     key="linrec",
@@ -177,5 +165,13 @@ SECTION = Section(
     run=run,
     lines=linrec_lines,
     guarded=True,
-    chart=linrec_chart,
+    chart=declare(
+        "linear recurrence (float32)",
+        {
+            "coop_tiles": rate("coop", lambda r: 12 * r["elements"]),
+            "Triton": rate("triton", lambda r: 12 * r["elements"]),
+        },
+        dashed={"copy": lambda r: r["copy_gbs"]},
+        plot="lines",
+    ),
 )

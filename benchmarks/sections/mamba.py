@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.charts import declare, share
 from benchmarks.device import fill_nan, free_device_memory, torch_copy_rate_gbs
 from benchmarks.report import correct_cell, failed_row, ms_cell, speedup_cell, table_row
 from benchmarks.section import Section
@@ -215,5 +216,25 @@ def run(sizes: list[int], arch: str) -> list[dict]:
 
 
 SECTION = Section(
-    "mamba", key="mamba", needs=("cupy", "torch", "triton", "mamba"), run=run, lines=mamba_lines, guarded=True
+    "mamba",
+    key="mamba",
+    needs=("cupy", "torch", "triton", "mamba"),
+    run=run,
+    lines=mamba_lines,
+    guarded=True,
+    chart=declare(
+        "Mamba's selective scan forward",
+        {
+            name: share(key)
+            for name, key in (
+                ("coop_tiles", "coop"),
+                ("Mamba CUDA", "mamba"),
+                ("Triton", "triton"),
+                ("PyTorch reference", "torch"),
+            )
+        },
+        x=lambda r: f"{r['shape']} {r['dtype']}",
+        dashed={"memory limit": lambda r: 1.0},
+        ylabel="memory-traffic limit / time",
+    ),
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import coop_tiles as ct
+from benchmarks.charts import declare, rate
 from benchmarks.device import fill_nan
 from benchmarks.report import config_times_cell, correct_cell, failed_row, table_row
 from benchmarks.section import Section
@@ -104,4 +105,21 @@ def run(sizes: list[int], arch: str) -> list[dict]:
     return rows2d_rows()
 
 
-SECTION = Section("rows2d", key="rows2d", needs=("torch",), run=run, lines=rows2d_lines, guarded=True)
+def _bytes(row: dict) -> int:
+    """float32 read and written."""
+    return 8 * row["shape"][0] * row["shape"][1]
+
+
+SECTION = Section(
+    "rows2d",
+    key="rows2d",
+    needs=("torch",),
+    run=run,
+    lines=rows2d_lines,
+    guarded=True,
+    chart=declare(
+        "row-wise cumsum, float32 (4096, 8192)",
+        {"coop_tiles": rate("coop", _bytes), "torch.cumsum": lambda r: _bytes(r) / r["torch_ms"] / 1e6},
+        x="input",
+    ),
+)

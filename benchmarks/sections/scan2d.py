@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 import coop_tiles as ct
+from benchmarks.charts import declare, rate
 from benchmarks.device import fill_nan, free_device_memory
 from benchmarks.kernels import tutorial, with_threads
 from benchmarks.report import (
@@ -239,7 +240,7 @@ def scan2d_lines(results: dict | list) -> list[str]:
         if "error" in r:
             lines.append(failed_row(r, ("shape", "case"), 11))
             continue
-        nbytes = 8 * r["elements"]
+        nbytes = _bytes(r)
         coop = r["coop"]
         share = "—" if "error" in coop else f"**{r['copy_ms'] / coop['ms']:.1%}**"
         fwd = forward.get(r["shape"], {}).get("coop", {"error": "not measured"})
@@ -314,4 +315,23 @@ def run(sizes: list[int], arch: str) -> dict:
     return scan2d_results(sizes)
 
 
-SECTION = Section("scan2d", key="scan2d", needs=("torch", "triton"), run=run, lines=scan2d_lines, guarded=True)
+def _bytes(row: dict) -> int:
+    """float32 read and written."""
+    return 8 * row["elements"]
+
+
+SECTION = Section(
+    "scan2d",
+    key="scan2d",
+    needs=("torch", "triton"),
+    run=run,
+    lines=scan2d_lines,
+    guarded=True,
+    chart=declare(
+        "scans along axis 1, float32",
+        {"coop_tiles": rate("coop", _bytes), "Triton": rate("triton", _bytes), "PyTorch": rate("torch", _bytes)},
+        x=lambda r: f"{r['shape']} {r['case']}",
+        dashed={"copy": lambda r: _bytes(r) / r["copy_ms"] / 1e6},
+        rows=lambda results: results["rows"],
+    ),
+)

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 import coop_tiles as ct
+from benchmarks.charts import declare, rate
 from benchmarks.cub import cub_call, cub_library
 from benchmarks.device import free_device_memory, stream_handle, to_host
 from benchmarks.report import correct_cell, failed_row, ms_cell, speedup_cell, table_row
@@ -263,5 +264,25 @@ def run(sizes: list[int], arch: str) -> list[dict]:
 
 
 SECTION = Section(
-    "segsort", key="segsort", needs=("cupy", "cub", "torch", "triton"), run=run, lines=segsort_lines, guarded=True
+    "segsort",
+    key="segsort",
+    needs=("cupy", "cub", "torch", "triton"),
+    run=run,
+    lines=segsort_lines,
+    guarded=True,
+    chart=declare(
+        f"segmented sort, segments of {SEGMENT} int32 keys, 2^{SEGSORT_LOG2N} keys",
+        {
+            name: rate(key, lambda r: 1 << SEGSORT_LOG2N)
+            for name, key in (
+                ("coop_tiles", "coop"),
+                ("CUB kernel", "cub"),
+                ("torch.sort", "torch"),
+                ("torch.sort stable", "torch_stable"),
+                ("Triton", "triton"),
+            )
+        },
+        x="sort",
+        ylabel="G keys/s",
+    ),
 )

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import coop_tiles as ct
+from benchmarks.charts import declare, rate
 from benchmarks.cub import cub_call, cub_library
 from benchmarks.device import free_device_memory, stream_handle
 from benchmarks.kernels import with_threads
@@ -209,9 +210,9 @@ def select_lines(rows: list[dict]) -> list[str]:
         if "error" in r:
             lines.append(failed_row(r, ("dtype", "n"), 18))
             continue
-        n, k = r["elements"], r["selected"]
+        n = r["elements"]
         copy_gbs = 2 * n * 4 / r["copy_ms"] / 1e6
-        if_bytes, flagged_bytes = n * 4 + k * 4, n * 5 + k * 4
+        if_bytes, flagged_bytes = _if_bytes(r), _flagged_bytes(r)
         names = ("coop_if", "coop_flagged", "coop_nonzero", "cub_if", "cub_flagged", "masked_select", "nonzero")
         results = [r[name] for name in names]
         lines.append(
@@ -259,4 +260,32 @@ def run(sizes: list[int], arch: str) -> list[dict]:
     return select_rows(sizes, arch)
 
 
-SECTION = Section("select", key="select", needs=("cupy", "cub", "torch"), run=run, lines=select_lines, guarded=True)
+def _if_bytes(row: dict) -> int:
+    """x read, the selected elements written."""
+    return 4 * row["elements"] + 4 * row["selected"]
+
+
+def _flagged_bytes(row: dict) -> int:
+    """x and the flags read, the selected elements written."""
+    return 5 * row["elements"] + 4 * row["selected"]
+
+
+SECTION = Section(
+    "select",
+    key="select",
+    needs=("cupy", "cub", "torch"),
+    run=run,
+    lines=select_lines,
+    guarded=True,
+    chart=declare(
+        "whole-array compaction, 2^28 elements",
+        {
+            "coop If": rate("coop_if", _if_bytes),
+            "CUB If": rate("cub_if", _if_bytes),
+            "coop Flagged": rate("coop_flagged", _flagged_bytes),
+            "CUB Flagged": rate("cub_flagged", _flagged_bytes),
+        },
+        x=lambda r: f"{r['dtype']} {r['fraction']:.0%} selected",
+        dashed={"copy": lambda r: 8 * r["elements"] / r["copy_ms"] / 1e6},
+    ),
+)

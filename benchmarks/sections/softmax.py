@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks.charts import declare, rate
 from benchmarks.device import fill_nan, free_device_memory
 from benchmarks.kernels import tutorial, with_threads
 from benchmarks.report import (
@@ -219,4 +220,17 @@ def run(sizes: list[int], arch: str) -> list[dict]:
     return softmax_rows()
 
 
-SECTION = Section("softmax", key="softmax", needs=("torch", "triton"), run=run, lines=softmax_lines, guarded=True)
+SECTION = Section(
+    "softmax",
+    key="softmax",
+    needs=("torch", "triton"),
+    run=run,
+    lines=softmax_lines,
+    guarded=True,
+    chart=declare(
+        "row softmax and layer norm, forward",
+        {"coop_tiles": rate("coop", "bytes"), "Triton": rate("triton", "bytes"), "PyTorch": rate("torch", "bytes")},
+        x=lambda r: f"{r['kernel']} {r['shape']} {r['dtype']}",
+        dashed={"copy": lambda r: r["copy_bytes"] / r["copy_ms"] / 1e6},
+    ),
+)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks.charts import declare, share
 from benchmarks.device import free_device_memory, torch_copy_rate_gbs
 from benchmarks.report import correct_cell, failed_row, ms_cell, speedup_cell, table_row
 from benchmarks.section import Section
@@ -244,4 +245,11 @@ SECTION = Section(
     run=run,
     lines=state_update_lines,
     guarded=True,
+    chart=declare(
+        "Mamba's decode step",
+        {"coop_tiles": share("coop"), "Mamba Triton": share("mamba")},
+        x=lambda r: f"{r['case']} {r['dtype']}",
+        dashed={"memory limit": lambda r: 1.0},
+        ylabel="memory-traffic limit / time",
+    ),
 )
