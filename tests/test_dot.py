@@ -61,7 +61,7 @@ def test_compiles_to_cubin_with_the_gemm_in_the_plan():
     k = ct.jit(matmul).compile(x, y, z, out, M=16, N=24, K=40, TRANS=False, arch="sm_90")
     assert len(k.cubin) > 0
     plan = str(k.plan)
-    assert "dot 16x24x40 bf16*bf16->f32, a row, b row, c row" in plan and "cuBLASDx" in plan
+    assert "dot 16x24x40 bf16*bf16->f32, a row, b col, c row" in plan and "cuBLASDx" in plan
     assert "cublasdx_execute_" in k.shim_source
 
 
