@@ -36,7 +36,7 @@ from coop_tiles import tile
 CONFIGS = [
     ct.Config(block_threads=256, BM=128, BN=128, BK=32),
     ct.Config(block_threads=256, BM=128, BN=128, BK=64),
-    ct.Config(block_threads=256, BM=128, BN=256, BK=32),
+    ct.Config(block_threads=128, BM=64, BN=64, BK=64),  # (32 items per thread: the accumulator in registers)
     ct.Config(block_threads=128, BM=64, BN=128, BK=64),
 ]
 GROUP_M = 8
