@@ -38,6 +38,7 @@ EXPECTED = (
     "softmax",
     "state_update",
     "select",
+    "matmul",
     "scan2d",
 )
 
@@ -291,7 +292,20 @@ def fake_results(scale: float = 1.0) -> dict:
         },
         {"n": "2^28", "elements": 1 << 28, "dtype": "int32", "fraction": 0.05, "error": "MemoryError: out of memory"},
     ]
+    matmul = [
+        {
+            "shape": (4096, 4096, 4096),
+            "dtype": "bfloat16",
+            "tf32": False,
+            "peak": 989.0,
+            "coop": {**_tune(0.2 * s, (128, 128, 32, 256)), "skipped": {(128, 256, 32, 256): "LaunchError: x"}},
+            "torch": _tune(0.16 * s, "torch.mm(out_dtype=float32)"),
+            "triton": {"error": "ImportError: no triton"},
+        },
+        {"shape": (8192, 8192, 1024), "dtype": "float32", "tf32": True, "peak": None, "error": "RuntimeError: z"},
+    ]
     return {
+        "matmul": matmul,
         "select": select,
         "softmax": softmax,
         "scan2d": scan2d,
@@ -354,6 +368,11 @@ def test_render_every_section():
     assert "| (4096, 256) | reverse | 1398 | failed: TileTypeError" in text
     assert "| 2^28 | 3068 | 2983 (TILE 8192) | **97.2%** | 2902 (TILE 8192 × 512 threads) | **94.6%** | 1.028 |" in text
     assert "| Mamba-1 | (64, 5120, 16) | bfloat16 | failed: NotImplementedError: not available | — | 0.175 |" in text
+    # issue 21's matmul: TFLOP/s, the share of the peak, the ratio to cuBLAS, a failed row
+    row = "| (4096, 4096, 4096) | bfloat16 | 989 | 687, 69% of peak (128x128x32, 256 threads) | 859, 87% of peak"
+    assert row in text and "| **0.80x** | failed: ImportError: no triton | — | yes / yes / — |" in text
+    assert "| (8192, 8192, 1024) | float32 (tf32) | failed: RuntimeError: z |" in text
+    assert "skipped 128x256x32, 256 threads (LaunchError: x)" in text
 
 
 def test_render_draws_a_figure_for_every_section_and_embeds_it(tmp_path):

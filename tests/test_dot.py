@@ -61,7 +61,7 @@ def test_compiles_to_cubin_with_the_gemm_in_the_plan():
     k = ct.jit(matmul).compile(x, y, z, out, M=16, N=24, K=40, TRANS=False, arch="sm_90")
     assert len(k.cubin) > 0
     plan = str(k.plan)
-    assert "dot 16x24x40 bf16*bf16->f32, a row, b row, c row" in plan and "cuBLASDx" in plan
+    assert "dot 16x24x40 bf16*bf16->f32, a row, b col, c row" in plan and "cuBLASDx" in plan
     assert "cublasdx_execute_" in k.shim_source
 
 
@@ -76,3 +76,30 @@ def test_gpu_matches_numpy(dt, rows, M, N, K, trans):
     ct.jit(matmul)[ct.cdiv(rows, M)](*args, M=M, N=N, K=K, TRANS=trans)
     tol = {np.dtype(np.float64): 1e-12, np.dtype(np.float32): 1e-4}.get(np.dtype(dt), 2e-3)
     np.testing.assert_allclose(cp.asnumpy(args[3]), reference(x, y, z, trans), rtol=tol, atol=tol * K)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    ("dt", "tf32"), [(ct.bfloat16, False), (np.float16, False), (np.float32, False), (np.float32, True)]
+)
+def test_gpu_tutorial_matmul_ragged(dt, tf32):
+    """Tutorial 12's K-looped program at one of its benchmark block shapes, M, N, K not multiples of it, against
+    float64 NumPy (tf32 rounds each operand to 11 significant bits)."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    import cupy as cp
+
+    sys.path.insert(0, str(Path(__file__).parent.parent / "tutorials"))
+    t = importlib.import_module("12_matmul")
+    m, n, k = 300, 270, 200
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((m, k)).astype(dt), rng.standard_normal((k, n)).astype(dt)
+    c = cp.zeros((m, n), np.float32)
+    blocks = {"BM": 128, "BN": 128, "BK": 32}
+    ct.jit(t.matmul.kernel.fn, block_threads=256)[t.grid(m, n)(blocks)](
+        cp.asarray(a), cp.asarray(b), c, m, n, k, TF32=tf32, **blocks
+    )
+    expected = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(cp.asnumpy(c), expected, rtol=0, atol=0.3 if tf32 else 1e-2)

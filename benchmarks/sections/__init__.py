@@ -30,6 +30,7 @@ NAMES = (
     "softmax",
     "state_update",
     "select",
+    "matmul",
     "scan2d",
 )
 #: the order of the sections in docs/benchmarks.md
@@ -46,6 +47,7 @@ DOCUMENT_ORDER = (
     "chained",
     "mamba",
     "softmax",
+    "matmul",
     "scan2d",
     "gather",
     "select",

@@ -30,8 +30,10 @@ _PRECISIONS = {
     float32: ("f32", "f32", float32),
     np.dtype(np.float64): ("f64", "f64", np.dtype(np.float64)),
 }
-#: how the shim keeps each operand: row-major, its leading dimension the library's
-ARRANGEMENT = ("row", "row", "row")
+#: how the shim keeps each operand in shared memory, its leading dimension the library's: a (M, K) and c (M, N)
+#: row-major, b (K, N) column-major, so that both operands of each MMA are contiguous along K (mma.sync's fragments
+#: load as pairs; a row-major b is read one 16-bit element at a time)
+ARRANGEMENT = ("row", "col", "row")
 
 
 @dataclass
@@ -110,9 +112,10 @@ class Dot(TileOp):
         operands = (s.a, s.b, s.out)
         shapes = [v.type.shape for v in operands]
         types = [cxx_name(v.type.dtype) for v in operands]
+        # a row-major (r, c) operand takes r leading dimensions, a column-major one c
         fields = "".join(
-            f" alignas({al}) {t} {name}[{shape[0] * ld}];"
-            for name, t, shape, ld, al in zip("abc", types, shapes, traits.lds, traits.alignments)
+            f" alignas({al}) {t} {name}[{shape[how == 'col'] * ld}];"
+            for name, t, shape, ld, al, how in zip("abc", types, shapes, traits.lds, traits.alignments, ARRANGEMENT)
         )
         prelude = f"struct coop_gemm_{s.cid} {{ struct TempStorage {{{fields} }}; }};\n"
         w.helper(f'extern "C" __device__ void {traits.symbol}(void*, void*, void*, void*, void*);\n')
@@ -120,26 +123,28 @@ class Dot(TileOp):
         args += [TileArg(s.acc, "acc_items")] if s.acc is not None else []
         call = ShimCall(f"coop_dot_{s.cid}", (*args, TileArg(s.out, "out_items")))
 
-        def put(var: ir.Var, items: str, field: str, ld: int) -> str:
+        def put(var: ir.Var, items: str, field: str, ld: int, arrangement: str) -> str:
             rows, cols = var.type.shape
             n = w.layout(var).items_per_thread
+            at = f"(e / {cols}) * {ld} + e % {cols}" if arrangement == "row" else f"(e % {cols}) * {ld} + e / {cols}"
             return (
                 f"  for (int i = 0; i < {n}; ++i) {{\n"
                 f"    const int e = {w.element_index(var)};\n"
-                f"    if (e < {rows * cols}) s.temp.{field}[(e / {cols}) * {ld} + e % {cols}] = {items}[i];\n  }}\n"
+                f"    if (e < {rows * cols}) s.temp.{field}[{at}] = {items}[i];\n  }}\n"
             )
 
         lda, ldb, ldc = traits.lds
+        how_a, how_b, how_c = ARRANGEMENT
         zero = (
             f"  for (int j = threadIdx.x; j < {shapes[2][0] * ldc}; j += {w.threads}) s.temp.c[j] = 0;\n"
             if s.acc is None
-            else put(s.acc, "acc_items", "c", ldc)
+            else put(s.acc, "acc_items", "c", ldc, how_c)
         )
         rows, cols = shapes[2]
         body = (
             w.storage_ref(s.cid)
-            + put(s.a, "a_items", "a", lda)
-            + put(s.b, "b_items", "b", ldb)
+            + put(s.a, "a_items", "a", lda, how_a)
+            + put(s.b, "b_items", "b", ldb, how_b)
             + zero
             + "  __syncthreads();\n"
             + f"  {types[2]} alpha = 1, beta = 1;\n"
