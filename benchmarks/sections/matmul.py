@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from benchmarks.charts import declare
 from benchmarks.device import fill_nan, free_device_memory
 from benchmarks.kernels import tutorial, with_threads
 from benchmarks.report import correct_cell, failed_row, table_row
@@ -213,4 +214,23 @@ def run(sizes: list[int], arch: str) -> list[dict]:
     return matmul_rows()
 
 
-SECTION = Section("matmul", key="matmul", needs=("torch", "triton"), run=run, lines=matmul_lines, guarded=True)
+def _tflops_of(key: str) -> Any:
+    """TFLOP/s of the row's result under `key` (None where it failed)."""
+    return lambda r: None if "error" in r[key] else tflops(r["shape"], r[key]["ms"])
+
+
+SECTION = Section(
+    "matmul",
+    key="matmul",
+    needs=("torch", "triton"),
+    run=run,
+    lines=matmul_lines,
+    guarded=True,
+    chart=declare(
+        "matrix products",
+        {"coop_tiles": _tflops_of("coop"), "cuBLAS": _tflops_of("torch"), "Triton": _tflops_of("triton")},
+        x=lambda r: f"{'x'.join(map(str, r['shape']))} {_case(r)}",
+        dashed={"peak": lambda r: r["peak"]},
+        ylabel="TFLOP/s",
+    ),
+)
