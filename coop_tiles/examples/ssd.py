@@ -180,8 +180,6 @@ def mamba_chunk_scan_combined(
     dt_out = empty_like(x, (batch, nheads, nchunks, chunk_size), f32)
     dA_cumsum = empty_like(x, (batch, nheads, nchunks, chunk_size), f32)
     states = empty_like(x, (batch, nchunks, nheads, headdim, dstate), f32)
-    passed = empty_like(x, (batch, nchunks, nheads, headdim, dstate), C.dtype)
-    final = empty_like(x, (batch, nheads, headdim, dstate), f32)
     out = empty_like(x, (batch, seqlen, nheads, headdim), x.dtype)
     xh, Bg, Cg, outh = (_permute(a, (0, 2, 1, 3)) for a in (x, B, C, out))
     zh = xh if z is None else _permute(z, (0, 2, 1, 3))
@@ -191,14 +189,7 @@ def mamba_chunk_scan_combined(
         xh, _permute(dt, (0, 2, 1)), A, Bg, A if dt_bias is None else dt_bias, dt_out, dA_cumsum, states, seqlen,
         HAS_DT_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus), **sizes,
     )  # fmt: skip
-    flat = headdim * dstate
-    initial = final if initial_states is None else _reshape(initial_states, (batch, nheads, flat))
-    _program(state_passing, interpret)[-(-flat // BLOCK_E), batch, nheads](
-        _permute(_reshape(states, (batch, nchunks, nheads, flat)), (0, 2, 1, 3)), dA_cumsum[:, :, :, chunk_size - 1],
-        initial, _permute(_reshape(passed, (batch, nchunks, nheads, flat)), (0, 2, 1, 3)),
-        _reshape(final, (batch, nheads, flat)),
-        HAS_INITIAL=initial_states is not None, CHUNKS=min(BLOCK_CHUNKS, _pow2(nchunks)), E=BLOCK_E,
-    )  # fmt: skip
+    passed, final = pass_states(states, dA_cumsum[:, :, :, chunk_size - 1], initial_states, C.dtype, interpret)
     block_m = min(BLOCK_M, chunk_size)
     _program(chunk_scan, interpret)[-(-chunk_size // block_m), nchunks, batch * nheads](
         xh, zh, x if D is None else D, Bg, Cg, dt_out, dA_cumsum, passed, outh, seqlen,
@@ -206,6 +197,25 @@ def mamba_chunk_scan_combined(
         M=block_m, K=min(BLOCK_K, chunk_size), **sizes,
     )  # fmt: skip
     return (out, final) if return_final_states else out
+
+
+def pass_states(states: Any, ends: Any, initial_states: Any, dtype: Any, interpret: bool = False) -> tuple[Any, Any]:
+    """(the state entering each chunk, in `dtype`; the final state, float32) from each chunk's own state `states`
+    ((batch, nchunks, nheads, headdim, dstate), float32) and its total log-decay `ends` ((batch, nheads, nchunks)),
+    seeded with `initial_states` ((batch, nheads, headdim, dstate), or None for zeros): Mamba's
+    `_state_passing_fwd` as one `state_passing` launch."""
+    batch, nchunks, nheads, headdim, dstate = states.shape
+    flat = headdim * dstate
+    passed = empty_like(states, (batch, nchunks, nheads, headdim, dstate), dtype)
+    final = empty_like(states, (batch, nheads, headdim, dstate), "float32")
+    by_chunk = (batch, nchunks, nheads, flat)
+    initial = final if initial_states is None else _reshape(initial_states, (batch, nheads, flat))
+    _program(state_passing, interpret)[-(-flat // BLOCK_E), batch, nheads](
+        _permute(_reshape(states, by_chunk), (0, 2, 1, 3)), ends, initial,
+        _permute(_reshape(passed, by_chunk), (0, 2, 1, 3)), _reshape(final, (batch, nheads, flat)),
+        HAS_INITIAL=initial_states is not None, CHUNKS=min(BLOCK_CHUNKS, _pow2(nchunks)), E=BLOCK_E,
+    )  # fmt: skip
+    return passed, final
 
 
 _interpreting: dict[Any, ct.JITFunction] = {}
