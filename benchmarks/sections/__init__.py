@@ -28,6 +28,7 @@ NAMES = (
     "gather",
     "softmax",
     "state_update",
+    "ssd",
     "select",
     "scan2d",
 )
@@ -49,6 +50,7 @@ DOCUMENT_ORDER = (
     "gather",
     "select",
     "state_update",
+    "ssd",
 )
 
 SECTIONS: tuple[Section, ...] = tuple(importlib.import_module(f"{__name__}.{name}").SECTION for name in NAMES)
