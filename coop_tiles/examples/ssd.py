@@ -14,9 +14,9 @@ The sequence is cut into chunks of L steps; with cs_t the cumsum of A * dt' insi
    `H_c = exp(cs_last of c-1) * H_{c-1} + S_{c-1}`, as one exclusive scan along the chunks of a 2-D tile
    (chunks, E) with a `@ct.combine` of (decay, state) pairs, seeded with the initial state; its total is the
    final state. No program walks the chunks one after another (Mamba's `_state_passing_fwd` does).
-3. `chunk_scan`, one program per (block of M rows of a chunk, chunk, batch * head): the output rows, the sum
-   over each block k of earlier-or-equal rows of `((C_m @ B_k.T) * exp(cs_m[:, None] - cs_k[None, :]) * dt'_k,
-   causal) @ x_k`, plus `(C_m @ H_c.T) * exp(cs_m)[:, None]`, then D and the z gate.
+3. `chunk_scan`, one program per (block of M rows of a chunk, chunk, batch * head): the output rows,
+   `(C_m @ H_c.T) * exp(cs_m)[:, None]` plus, for each block k of earlier-or-equal rows,
+   `((C_m @ B_k.T) * exp(cs_m[:, None] - cs_k[None, :]) * dt'_k, causal) @ x_k`, then D and the z gate.
 
 As in Mamba, the states between chunks are kept in C's dtype and the final states in float32; the products run
 in x's dtype with float32 accumulation.
@@ -112,7 +112,8 @@ def chunk_scan(
     rows = steps - m
     cs_m = tile.load(dA_cumsum[b, h, c], m, M, valid=L - m, other=0)
     cm = tile.load(C[b, g], (t0 + m, 0), (M, N), valid=(rows, None), other=0)
-    acc = tile.zeros((M, P), np.float32)
+    entering = tile.load(passed[b, c, h], (0, 0), (P, N)).astype(cm.dtype)
+    acc = tile.dot(cm, entering.T) * ct.exp(cs_m)[:, None]
     for k in range(0, min(m + M, steps), K):
         bk = tile.load(B[b, g], (t0 + k, 0), (K, N), valid=(steps - k, None), other=0)
         xk = tile.load(x[b, h], (t0 + k, 0), (K, P), valid=(steps - k, None), other=0)
@@ -122,8 +123,6 @@ def chunk_scan(
         decay = ct.exp(ct.minimum(cs_m[:, None] - cs_k[None, :], 0.0)) * dt_k[None, :]
         cb = ct.where(causal, tile.dot(cm, bk.T) * decay, 0.0)
         acc = tile.dot(cb.astype(xk.dtype), xk, acc)
-    entering = tile.load(passed[b, c, h], (0, 0), (P, N)).astype(cm.dtype)  # after the loop: fewer live registers
-    acc = acc + tile.dot(cm, entering.T) * ct.exp(cs_m)[:, None]
     xm = tile.load(x[b, h], (t0 + m, 0), (M, P), valid=(rows, None), other=0).astype(np.float32)
     if HAS_D:
         if D_PER_ROW:
