@@ -7,6 +7,10 @@ derived by hand and checked against finite differences (tests/test_ssm_reference
 `selective_state_update` mirrors `mamba_ssm.ops.triton.selective_state_update.selective_state_update`
 (state-spaces/mamba, `mamba_ssm/ops/triton/selective_state_update.py`: its Triton kernel
 `_selective_scan_update_kernel` and its PyTorch `selective_state_update_ref`), Mamba's decode step.
+
+`ssd_combined` is the forward of Mamba-2's `mamba_chunk_scan_combined` (`mamba_ssm/ops/triton/ssd_combined.py`),
+step by step: the recurrence that `ssd_minimal_discrete` (`mamba_ssm/modules/ssd_minimal.py`) and the chunked
+kernels compute by blocks.
 """
 
 from __future__ import annotations
@@ -184,3 +188,32 @@ def selective_scan_backward(
     if delta_bias is not None:
         grads["delta_bias"] = grads["delta"].sum(axis=(0, 2))
     return grads
+
+
+def ssd_combined(x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False, initial_states=None):
+    """(out, final_states) in float64 of Mamba-2's SSD forward, one time step after another: with
+    dt' = max(softplus(dt + dt_bias), 0) and head h reading group h // (nheads // ngroups) of B and C,
+    state = exp(A[h] dt') state + dt' x B^T, out = (state C + D x) * silu(z). Shapes as Mamba's
+    `mamba_chunk_scan_combined`: x, z (batch, seqlen, nheads, headdim), dt (batch, seqlen, nheads), A and
+    dt_bias (nheads,), B and C (batch, seqlen, ngroups, dstate), D (nheads, headdim) or (nheads,)."""
+    f = lambda a: None if a is None else np.asarray(a, np.float64)  # noqa: E731
+    x, dt, A, B, C, D, z, dt_bias = map(f, (x, dt, A, B, C, D, z, dt_bias))
+    batch, seqlen, nheads, headdim = x.shape
+    heads_per_group = nheads // B.shape[2]
+    B, C = (np.repeat(a, heads_per_group, axis=2) for a in (B, C))  # (batch, seqlen, nheads, dstate)
+    if dt_bias is not None:
+        dt = dt + dt_bias
+    if dt_softplus:
+        dt = _softplus(dt)
+    dt = np.maximum(dt, 0.0)
+    state = np.zeros((batch, nheads, headdim, B.shape[3])) if initial_states is None else f(initial_states).copy()
+    out = np.empty_like(x)
+    for t in range(seqlen):
+        decay = np.exp(A * dt[:, t])[:, :, None, None]
+        state = decay * state + (dt[:, t, :, None] * x[:, t])[..., None] * B[:, t, :, None, :]
+        out[:, t] = np.einsum("bhpn,bhn->bhp", state, C[:, t])
+    if D is not None:
+        out += x * (D if D.ndim == 2 else D[:, None])
+    if z is not None:
+        out *= z / (1.0 + np.exp(-z))
+    return out, state

@@ -37,6 +37,7 @@ EXPECTED = (
     "gather",
     "softmax",
     "state_update",
+    "ssd",
     "select",
     "matmul",
     "scan2d",
@@ -262,6 +263,16 @@ def fake_results(scale: float = 1.0) -> dict:
         },
         {"case": "Mamba-2", "shape": (64, 80, 64, 128), "dtype": "float32", "error": "RuntimeError: z"},
     ]
+    ssd = [
+        {
+            "shape": (8, 4096, 80, 64, 128, 1, 256),
+            "coop": _tune(1.5 * s, None),
+            "mamba": _tune(1.62 * s, None),
+            "passing_coop": {**_tune(0.1 * s, None), "correct": None},
+            "passing_mamba": _tune(0.3 * s, None),
+        },
+        {"shape": (2, 16384, 32, 64, 128, 1, 256), "error": "RuntimeError: x"},
+    ]
     gather = [
         {
             "case": "gather",
@@ -310,6 +321,7 @@ def fake_results(scale: float = 1.0) -> dict:
         "softmax": softmax,
         "scan2d": scan2d,
         "state_update": state_update,
+        "ssd": ssd,
         "bandwidth": bandwidth,
         "launches": launches,
         "blocks": blocks,

@@ -29,6 +29,7 @@ NAMES = (
     "gather",
     "softmax",
     "state_update",
+    "ssd",
     "select",
     "matmul",
     "scan2d",
@@ -52,6 +53,7 @@ DOCUMENT_ORDER = (
     "gather",
     "select",
     "state_update",
+    "ssd",
 )
 
 SECTIONS: tuple[Section, ...] = tuple(importlib.import_module(f"{__name__}.{name}").SECTION for name in NAMES)

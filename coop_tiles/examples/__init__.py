@@ -1,7 +1,8 @@
 """Real kernels written as tile programs, with host entry points: `selective_scan_fwd` and
 `selective_state_update` (Mamba's selective scan forward and its decode step), `selective_scan_bwd` (its backward),
 for PyTorch `selective_scan_fn` (differentiable: imports torch when asked for), `compact` and `nonzero`
-(whole-array stream compaction in one launch), `moe_align_block_size` (mixture-of-experts routing)."""
+(whole-array stream compaction in one launch), `moe_align_block_size` (mixture-of-experts routing),
+`mamba_chunk_scan_combined` (Mamba-2's SSD chunked scan forward)."""
 
 from typing import Any
 
@@ -9,10 +10,12 @@ from .compaction import compact, nonzero
 from .moe import moe_align_block_size
 from .selective_scan import selective_scan_fwd, selective_scan_reference
 from .selective_scan_backward import selective_scan_bwd
+from .ssd import mamba_chunk_scan_combined
 from .state_update import selective_state_update
 
 __all__ = [
     "compact",
+    "mamba_chunk_scan_combined",
     "moe_align_block_size",
     "nonzero",
     "selective_scan_bwd",

@@ -1,0 +1,208 @@
+"""Mamba-2's SSD chunked scan forward, `mamba_chunk_scan_combined`: `coop_tiles.examples.mamba_chunk_scan_combined`
+against Mamba's own Triton function (benchmarks/_mamba_triton.py), and the state passing between chunks alone
+against Mamba's `_state_passing_fwd` (issue 21)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from benchmarks.device import free_device_memory
+from benchmarks.report import correct_cell, failed_row, ms_cell, speedup_cell, table_row
+from benchmarks.section import Section
+from benchmarks.timing import cuda_time_ms, guarded
+
+#: (batch, seqlen, nheads, headdim, dstate, ngroups, chunk_size), bfloat16
+SSD_SHAPES = ((8, 4096, 80, 64, 128, 1, 256), (2, 16384, 32, 64, 128, 1, 256))
+#: (rtol, atol) of bfloat16 outputs against the float32 reference, and of the passed states (bfloat16)
+SSD_TOLERANCE = (2e-2, 5e-2)
+
+
+def ssd_rows() -> list[dict]:
+    """Every shape: the whole forward and the state passing alone, coop_tiles and Mamba's Triton."""
+    mamba = guarded(_mamba_module)
+    rows = []
+    for shape in SSD_SHAPES:
+        rows.append({"shape": shape, **guarded(_ssd_row, shape, mamba)})
+        free_device_memory()
+    return rows
+
+
+def _mamba_module() -> dict:
+    from benchmarks import _mamba_triton
+
+    return {"module": _mamba_triton.load(_mamba_triton.SSD_MODULE)}
+
+
+def ssd_inputs(shape: tuple) -> dict:
+    """The arguments as `mamba2.Mamba2` passes them (its default RMSNorm gate: no z; D per head, dt_bias, softplus
+    on), bfloat16 activations and float32 parameters, drawn as Mamba's tests draw them."""
+    import torch
+
+    batch, seqlen, nheads, headdim, dstate, ngroups, _ = shape
+    g = torch.Generator(device="cuda").manual_seed(21)
+    bf = torch.bfloat16
+
+    def randn(*s: int) -> Any:
+        return torch.randn(*s, device="cuda", generator=g)
+
+    return {
+        "x": randn(batch, seqlen, nheads, headdim).to(bf),
+        "dt": randn(batch, seqlen, nheads).to(bf),
+        "A": -torch.exp(torch.rand(nheads, device="cuda", generator=g) * 2.7),
+        "B": randn(batch, seqlen, ngroups, dstate).to(bf),
+        "C": randn(batch, seqlen, ngroups, dstate).to(bf),
+        "D": randn(nheads),
+        "dt_bias": torch.rand(nheads, device="cuda", generator=g) - 4.0,
+    }
+
+
+def ssd_reference(args: dict, chunk_size: int) -> Any:
+    """out in float32 by Mamba's chunked equations (`ssd_minimal_discrete`, its state passing a product of decays
+    over whole chunks), for a seqlen that is a multiple of chunk_size, with D and dt_bias, softplus on."""
+    import torch
+
+    x, B, C = (args[k].float() for k in ("x", "B", "C"))
+    dt = torch.nn.functional.softplus(args["dt"].float() + args["dt_bias"])
+    batch, seqlen, nheads, headdim = x.shape
+    reps = nheads // B.shape[2]
+    B, C = B.repeat_interleave(reps, dim=2), C.repeat_interleave(reps, dim=2)
+    n, L = seqlen // chunk_size, chunk_size
+    xs, Bs, Cs = (t.reshape(batch, n, L, nheads, -1) for t in (x, B, C))
+    a = (dt * args["A"]).reshape(batch, n, L, nheads).permute(0, 3, 1, 2)  # (b, h, c, l)
+    cs = torch.cumsum(a, dim=-1)
+    dts = dt.reshape(batch, n, L, nheads)
+    seg = cs[..., :, None] - cs[..., None, :]  # (b, h, c, l, s)
+    causal = torch.ones(L, L, device=x.device, dtype=torch.bool).tril()
+    decay = torch.exp(seg.masked_fill(~causal, float("-inf")))
+    y = torch.einsum("bclhn,bcshn,bhcls,bcsh,bcshp->bclhp", Cs, Bs, decay, dts, xs)
+    own = torch.einsum("bclhn,bhcl,bclh,bclhp->bchpn", Bs, torch.exp(cs[..., -1:] - cs), dts, xs)
+    state = torch.zeros_like(own[:, 0])
+    entering = []
+    for c in range(n):  # the states entering each chunk
+        entering.append(state)
+        state = torch.exp(cs[:, :, c, -1])[..., None, None] * state + own[:, c]
+    y = y + torch.einsum("bclhn,bchpn,bhcl->bclhp", Cs, torch.stack(entering, 1), torch.exp(cs))
+    return y.reshape(batch, seqlen, nheads, headdim) + x * args["D"][:, None]
+
+
+def _ssd_row(shape: tuple, mamba: dict) -> dict:
+    """One shape: each implementation's forward checked against the float32 reference, then timed; the state
+    passing alone on the same per-chunk states (random), both checked against each other."""
+    import torch
+
+    args = ssd_inputs(shape)
+    chunk = shape[-1]
+    expected = ssd_reference(args, chunk)
+    rtol, atol = SSD_TOLERANCE
+
+    def measure(forward: Callable[..., Any]) -> dict:
+        run = lambda: forward(**args, chunk_size=chunk, dt_softplus=True)  # noqa: E731
+        ok = bool(torch.allclose(run().float(), expected, rtol=rtol, atol=atol))
+        ms = cuda_time_ms(run)
+        return {"best": None, "ms": ms, "times": {None: ms}, "correct": ok}
+
+    row = {"mamba": guarded(_mamba_forward, mamba, measure), "coop": guarded(_coop_forward, measure)}
+    row.update(_passing_rows(shape, mamba))
+    return row
+
+
+def _mamba_forward(mamba: dict, measure: Callable) -> dict:
+    if "error" in mamba:
+        raise RuntimeError(mamba["error"])
+    return measure(mamba["module"].mamba_chunk_scan_combined)
+
+
+def _coop_forward(measure: Callable) -> dict:
+    from coop_tiles.examples import mamba_chunk_scan_combined
+
+    return measure(mamba_chunk_scan_combined)
+
+
+def _passing_rows(shape: tuple, mamba: dict) -> dict:
+    """The state passing alone: coop_tiles' `pass_states` and Mamba's `_state_passing_fwd` on per-chunk float32
+    states of the shape's (batch, nchunks, nheads, headdim, dstate), the passed states in bfloat16."""
+    import torch
+
+    from coop_tiles.examples.ssd import pass_states
+
+    batch, seqlen, nheads, headdim, dstate, _, chunk = shape
+    nchunks = seqlen // chunk
+    g = torch.Generator(device="cuda").manual_seed(22)
+    states = torch.randn(batch, nchunks, nheads, headdim, dstate, device="cuda", generator=g)
+    ends = -torch.rand(batch, nheads, nchunks, device="cuda", generator=g)
+    ours = pass_states(states, ends, None, torch.bfloat16)
+    rtol, atol = SSD_TOLERANCE
+
+    def coop() -> dict:
+        ms = cuda_time_ms(lambda: pass_states(states, ends, None, torch.bfloat16))
+        return {"best": None, "ms": ms, "times": {None: ms}, "correct": None}
+
+    def theirs() -> dict:
+        if "error" in mamba:
+            raise RuntimeError(mamba["error"])
+        fwd = mamba["module"]._state_passing_fwd
+        flat = states.reshape(batch, nchunks, nheads, headdim * dstate)
+        run = lambda: fwd(flat, ends, out_dtype=torch.bfloat16)  # noqa: E731
+        passed, final = run()
+        ok = torch.allclose(passed.float(), ours[0].reshape(passed.shape).float(), rtol=rtol, atol=atol)
+        ok = ok and torch.allclose(final.float(), ours[1].reshape(final.shape), rtol=rtol, atol=atol)
+        ms = cuda_time_ms(run)
+        return {"best": None, "ms": ms, "times": {None: ms}, "correct": bool(ok)}
+
+    return {"passing_coop": guarded(coop), "passing_mamba": guarded(theirs)}
+
+
+def ssd_lines(rows: list[dict]) -> list[str]:
+    rtol, atol = SSD_TOLERANCE
+    lines = [
+        "",
+        "## Mamba-2's chunked scan: `mamba_chunk_scan_combined` against Mamba's Triton (issue 21)",
+        "",
+        "The forward with the arguments `mamba2.Mamba2` passes (bfloat16 x, dt, B, C; float32 A, D per head, "
+        "dt_bias; softplus on; no z, no initial states). Mamba's is its own `mamba_ssm/ops/triton/ssd_combined.py` "
+        "(five Triton kernels: chunk cumsum, chunk state, state passing, C·B^T, chunk scan), run from a git-ignored "
+        "copy (benchmarks/_mamba_triton.py); coop_tiles': `coop_tiles.examples.mamba_chunk_scan_combined`, three "
+        "tile programs (chunk cumsum and state with `tile.dot`; the state passing as one scan of (decay, state) "
+        "pairs along the chunks; the chunk scan). *Mamba / coop* above 1: coop_tiles faster.",
+        f"Correct: out against a float32 PyTorch reference of Mamba's chunked equations (rtol {rtol:g}, atol "
+        f"{atol:g}). The state passing alone: `pass_states` against `_state_passing_fwd` on the same random "
+        "per-chunk states (float32 in, bfloat16 passed states, float32 final states), checked against each other.",
+        "",
+        "| batch, seqlen, nheads, headdim, dstate, ngroups, chunk | coop_tiles ms | Mamba Triton ms | Mamba / coop "
+        "| state passing coop ms | Mamba `_state_passing_fwd` ms | Mamba / coop | correct (coop / Mamba / passing) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if "error" in r:
+            lines.append(failed_row(r, ("shape",), 8))
+            continue
+        coop, mamba, pc, pm = r["coop"], r["mamba"], r["passing_coop"], r["passing_mamba"]
+        lines.append(
+            table_row(
+                ", ".join(map(str, r["shape"])),
+                ms_cell(coop),
+                ms_cell(mamba),
+                speedup_cell(mamba, coop),
+                ms_cell(pc),
+                ms_cell(pm),
+                speedup_cell(pm, pc),
+                f"{correct_cell(coop)} / {correct_cell(mamba)} / {correct_cell(pm)}",
+            )
+        )
+    bar = "Bar (issue 21): at least 1.0x Mamba's Triton forward on both shapes; the state passing at least 2x."
+    return lines + ["", bar, ""]
+
+
+def run(sizes: list[int], arch: str) -> list[dict]:
+    return ssd_rows()
+
+
+SECTION = Section(
+    "ssd",
+    key="ssd",
+    needs=("torch", "triton", "mamba_triton"),
+    run=run,
+    lines=ssd_lines,
+    guarded=True,
+)

@@ -1,0 +1,269 @@
+"""Mamba-2's SSD chunked scan forward (`mamba_chunk_scan_combined`) as three tile programs, and its host entry point.
+
+For batch b, head h (reading group g = h // (nheads // ngroups) of B and C), time t, row p of the head and state
+n, with dt' = max(softplus(dt + dt_bias), 0) (bias and softplus optional) and a_t = exp(A[h] * dt'_t):
+
+    state_t[p, n] = a_t * state_{t-1}[p, n] + dt'_t * x_t[p] * B_t[n]          (state_{-1}: initial_states, or 0)
+    out_t[p]      = (sum_n C_t[n] * state_t[p, n] + D[h, p] * x_t[p]) * silu(z_t[p])
+
+The sequence is cut into chunks of L steps; with cs_t the cumsum of A * dt' inside a chunk (`dA_cumsum`):
+
+1. `chunk_state`, one program per (chunk, batch, head): dt' and its scaled cumsum (`tile.scan`), and the state
+   the chunk alone leaves, `S_c = (x * (exp(cs_last - cs) * dt')[:, None]).T @ B` (`tile.dot`, (P, L) @ (L, N)).
+2. `state_passing`, one program per (block of E state elements, batch, head): the states entering each chunk,
+   `H_c = exp(cs_last of c-1) * H_{c-1} + S_{c-1}`, as one exclusive scan along the chunks of a 2-D tile
+   (chunks, E) with a `@ct.combine` of (decay, state) pairs, seeded with the initial state; its total is the
+   final state. No program walks the chunks one after another (Mamba's `_state_passing_fwd` does).
+3. `chunk_scan`, one program per (block of M rows of a chunk, chunk, batch * head): the output rows,
+   `(C_m @ H_c.T) * exp(cs_m)[:, None]` plus, for each block k of earlier-or-equal rows,
+   `((C_m @ B_k.T) * exp(cs_m[:, None] - cs_k[None, :]) * dt'_k, causal) @ x_k`, then D and the z gate.
+
+As in Mamba, the states between chunks are kept in C's dtype and the final states in float32; the products run
+in x's dtype with float32 accumulation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import coop_tiles as ct
+from coop_tiles import tile
+
+from ._arrays import empty_like
+
+
+@ct.combine
+def decay_then_add(a_l, s_l, a_r, s_r):
+    """(decay, state) pairs: the later pair's decay applied to the earlier state, then its state added."""
+    return a_r * a_l, a_r * s_l + s_r
+
+
+@ct.jit
+def chunk_state(
+    x, dt, A, B, dt_bias, dt_out, dA_cumsum, states, seqlen,
+    HAS_DT_BIAS: ct.constexpr, SOFTPLUS: ct.constexpr, L: ct.constexpr, P: ct.constexpr, N: ct.constexpr,
+):  # fmt: skip
+    """Chunk c of (b, h): dt' and cs into dt_out[b, h, c] and dA_cumsum[b, h, c] ((batch, nheads, nchunks, L)),
+    the chunk's own state into states[b, c, h] ((batch, nchunks, nheads, P, N), float32). x: (batch, nheads,
+    seqlen, P), dt: (batch, nheads, seqlen), B: (batch, ngroups, seqlen, N) views."""
+    c, b, h = ct.program_id(0), ct.program_id(1), ct.program_id(2)
+    g = h // (x.shape[1] // B.shape[1])
+    t0 = c * L
+    steps = min(L, seqlen - t0)
+    d = tile.load(dt[b, h], t0, L, valid=steps, other=0).astype(np.float32)
+    if HAS_DT_BIAS:
+        d = d + dt_bias[h]
+    if SOFTPLUS:
+        d = ct.softplus(d)
+    d = ct.where(tile.arange(L) < steps, ct.maximum(d, 0.0), 0.0)
+    cs, last = tile.scan(d * A[h], return_total=True)
+    tile.store(dt_out[b, h, c], 0, d)
+    tile.store(dA_cumsum[b, h, c], 0, cs)
+    xs = tile.load(x[b, h], (t0, 0), (L, P), valid=(steps, None), other=0)
+    bs = tile.load(B[b, g], (t0, 0), (L, N), valid=(steps, None), other=0)
+    scaled = (xs.astype(np.float32) * (ct.exp(last - cs) * d)[:, None]).astype(xs.dtype)
+    tile.store(states[b, c, h], (0, 0), tile.dot(scaled.T, bs))
+
+
+@ct.jit
+def state_passing(
+    states, ends, initial, passed, final,
+    HAS_INITIAL: ct.constexpr, CHUNKS: ct.constexpr, E: ct.constexpr,
+):  # fmt: skip
+    """Elements e..e+E of the states entering each chunk of (b, h) into passed[b, h] (exclusive: chunk 0 gets
+    the initial state), and the final state into final[b, h]. states and passed: (batch, nheads, nchunks, P * N)
+    views; initial and final: (batch, nheads, P * N); ends: (batch, nheads, nchunks), each chunk's total
+    log-decay. CHUNKS chunks a step, the carry between steps one (decay, state) per element."""
+    e, b, h = ct.program_id(0) * E, ct.program_id(1), ct.program_id(2)
+    size = final.shape[2] - e
+    if HAS_INITIAL:
+        start = tile.load(initial[b, h], e, E, valid=size, other=0).astype(np.float32)
+    else:
+        start = tile.zeros(E, np.float32)
+    carry = (tile.full(E, 1.0, np.float32), start)
+    nchunks = ends.shape[2]
+    for c0 in range(0, nchunks, CHUNKS):
+        left = nchunks - c0
+        s = tile.load(states[b, h], (c0, e), (CHUNKS, E), valid=(left, size), other=0)
+        decay = ct.exp(tile.load(ends[b, h], c0, CHUNKS, valid=left, other=0))
+        a = tile.broadcast_to(decay[:, None], (CHUNKS, E))
+        (_, entering), carry = tile.scan(
+            (a, s), decay_then_add, axis=0, exclusive=True, initial=carry, return_total=True
+        )
+        tile.store(passed[b, h], (c0, e), entering, valid=(left, size))
+    tile.store(final[b, h], e, carry[1], valid=size)
+
+
+@ct.jit
+def chunk_scan(
+    x, z, D, B, C, dt_out, dA_cumsum, passed, out, seqlen,
+    HAS_D: ct.constexpr, D_PER_ROW: ct.constexpr, HAS_Z: ct.constexpr,
+    L: ct.constexpr, P: ct.constexpr, N: ct.constexpr, M: ct.constexpr, K: ct.constexpr,
+):  # fmt: skip
+    """Rows m..m+M of chunk c of (b, h) into out[b, h] (a (batch, nheads, seqlen, P) view like x and z). B, C:
+    (batch, ngroups, seqlen, N) views; passed: (batch, nchunks, nheads, P, N), the state entering each chunk."""
+    m, c, bh = ct.program_id(0) * M, ct.program_id(1), ct.program_id(2)
+    b, h = bh // x.shape[1], bh % x.shape[1]
+    g = h // (x.shape[1] // B.shape[1])
+    t0 = c * L
+    steps = min(L, seqlen - t0)
+    rows = steps - m
+    cs_m = tile.load(dA_cumsum[b, h, c], m, M, valid=L - m, other=0)
+    cm = tile.load(C[b, g], (t0 + m, 0), (M, N), valid=(rows, None), other=0)
+    entering = tile.load(passed[b, c, h], (0, 0), (P, N)).astype(cm.dtype)
+    acc = tile.dot(cm, entering.T) * ct.exp(cs_m)[:, None]
+    for k in range(0, min(m + M, steps), K):
+        bk = tile.load(B[b, g], (t0 + k, 0), (K, N), valid=(steps - k, None), other=0)
+        xk = tile.load(x[b, h], (t0 + k, 0), (K, P), valid=(steps - k, None), other=0)
+        cs_k = tile.load(dA_cumsum[b, h, c], k, K, valid=L - k, other=0)
+        dt_k = tile.load(dt_out[b, h, c], k, K, valid=L - k, other=0)
+        causal = (tile.arange(M) + m)[:, None] >= (tile.arange(K) + k)[None, :]
+        decay = ct.exp(ct.minimum(cs_m[:, None] - cs_k[None, :], 0.0)) * dt_k[None, :]
+        cb = ct.where(causal, tile.dot(cm, bk.T) * decay, 0.0)
+        acc = tile.dot(cb.astype(xk.dtype), xk, acc)
+    xm = tile.load(x[b, h], (t0 + m, 0), (M, P), valid=(rows, None), other=0).astype(np.float32)
+    if HAS_D:
+        if D_PER_ROW:
+            acc = acc + xm * tile.load(D[h], 0, P).astype(np.float32)[None, :]
+        else:
+            acc = acc + xm * D[h]
+    if HAS_Z:
+        zm = tile.load(z[b, h], (t0 + m, 0), (M, P), valid=(rows, None), other=0).astype(np.float32)
+        acc = acc * zm * ct.sigmoid(zm)
+    tile.store(out[b, h], (t0 + m, 0), acc, valid=(rows, None))
+
+
+#: rows of a chunk per `chunk_scan` program, and rows of B and x per step of its loop
+BLOCK_M = 64
+BLOCK_K = 64
+#: state elements per `state_passing` program, and chunks per step of its scan
+BLOCK_E = 256
+BLOCK_CHUNKS = 16
+
+
+def mamba_chunk_scan_combined(
+    x: Any,
+    dt: Any,
+    A: Any,
+    B: Any,
+    C: Any,
+    chunk_size: int,
+    D: Any = None,
+    z: Any = None,
+    dt_bias: Any = None,
+    dt_softplus: bool = False,
+    initial_states: Any = None,
+    seq_idx: Any = None,
+    return_final_states: bool = False,
+) -> Any:
+    """The forward of Mamba's `mamba_chunk_scan_combined` (mamba_ssm.ops.triton.ssd_combined): `out`, or
+    `(out, final_states)` with return_final_states.
+
+        x, z: (batch, seqlen, nheads, headdim)     dt: (batch, seqlen, nheads)     A, dt_bias: (nheads,)
+        B, C: (batch, seqlen, ngroups, dstate)      D: (nheads, headdim) or (nheads,)
+        initial_states, final_states: (batch, nheads, headdim, dstate)
+        out: (batch, seqlen, nheads, headdim), x's dtype; final_states float32
+
+    headdim, dstate and chunk_size are tile sizes (each program specialises on them). PyTorch tensors or CuPy
+    arrays run on their GPU; NumPy arrays in the interpreter. `seq_idx` (several sequences packed in one row) is
+    not implemented."""
+    if seq_idx is not None:
+        raise NotImplementedError("mamba_chunk_scan_combined: seq_idx (packed sequences) is not implemented")
+    batch, seqlen, nheads, headdim = x.shape
+    dstate = B.shape[3]
+    _check(x, dt, A, B, C, D, z, dt_bias, initial_states)
+    interpret = isinstance(x, np.ndarray)
+    nchunks = -(-seqlen // chunk_size)
+    f32 = "float32"
+    dt_out = empty_like(x, (batch, nheads, nchunks, chunk_size), f32)
+    dA_cumsum = empty_like(x, (batch, nheads, nchunks, chunk_size), f32)
+    states = empty_like(x, (batch, nchunks, nheads, headdim, dstate), f32)
+    out = empty_like(x, (batch, seqlen, nheads, headdim), x.dtype)
+    xh, Bg, Cg, outh = (_permute(a, (0, 2, 1, 3)) for a in (x, B, C, out))
+    zh = xh if z is None else _permute(z, (0, 2, 1, 3))
+    sizes = dict(L=chunk_size, P=headdim, N=dstate)
+
+    _program(chunk_state, interpret)[nchunks, batch, nheads](
+        xh, _permute(dt, (0, 2, 1)), A, Bg, A if dt_bias is None else dt_bias, dt_out, dA_cumsum, states, seqlen,
+        HAS_DT_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus), **sizes,
+    )  # fmt: skip
+    passed, final = pass_states(states, dA_cumsum[:, :, :, chunk_size - 1], initial_states, C.dtype, interpret)
+    block_m = min(BLOCK_M, chunk_size)
+    _program(chunk_scan, interpret)[-(-chunk_size // block_m), nchunks, batch * nheads](
+        xh, zh, x if D is None else D, Bg, Cg, dt_out, dA_cumsum, passed, outh, seqlen,
+        HAS_D=D is not None, D_PER_ROW=D is not None and D.ndim == 2, HAS_Z=z is not None,
+        M=block_m, K=min(BLOCK_K, chunk_size), **sizes,
+    )  # fmt: skip
+    return (out, final) if return_final_states else out
+
+
+def pass_states(states: Any, ends: Any, initial_states: Any, dtype: Any, interpret: bool = False) -> tuple[Any, Any]:
+    """(the state entering each chunk, in `dtype`; the final state, float32) from each chunk's own state `states`
+    ((batch, nchunks, nheads, headdim, dstate), float32) and its total log-decay `ends` ((batch, nheads, nchunks)),
+    seeded with `initial_states` ((batch, nheads, headdim, dstate), or None for zeros): Mamba's
+    `_state_passing_fwd` as one `state_passing` launch."""
+    batch, nchunks, nheads, headdim, dstate = states.shape
+    flat = headdim * dstate
+    passed = empty_like(states, (batch, nchunks, nheads, headdim, dstate), dtype)
+    final = empty_like(states, (batch, nheads, headdim, dstate), "float32")
+    by_chunk = (batch, nchunks, nheads, flat)
+    initial = final if initial_states is None else _reshape(initial_states, (batch, nheads, flat))
+    _program(state_passing, interpret)[-(-flat // BLOCK_E), batch, nheads](
+        _permute(_reshape(states, by_chunk), (0, 2, 1, 3)), ends, initial,
+        _permute(_reshape(passed, by_chunk), (0, 2, 1, 3)), _reshape(final, (batch, nheads, flat)),
+        HAS_INITIAL=initial_states is not None, CHUNKS=min(BLOCK_CHUNKS, _pow2(nchunks)), E=BLOCK_E,
+    )  # fmt: skip
+    return passed, final
+
+
+_interpreting: dict[Any, ct.JITFunction] = {}
+
+
+def _program(kernel: ct.JITFunction, interpret: bool) -> ct.JITFunction:
+    """`kernel`, or its interpreting copy for NumPy arrays."""
+    if not interpret:
+        return kernel
+    if kernel not in _interpreting:
+        _interpreting[kernel] = ct.jit(kernel.fn, interpret=True)
+    return _interpreting[kernel]
+
+
+def _check(x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, dt_bias: Any, initial_states: Any) -> None:
+    """Raise a ValueError naming the first argument whose shape does not fit x's and B's (Mamba's asserts)."""
+    batch, seqlen, nheads, headdim = _shape(x)
+    ngroups, dstate = _shape(B)[2:]
+    expected = {
+        "dt": [(batch, seqlen, nheads)], "A": [(nheads,)], "B": [(batch, seqlen, ngroups, dstate)],
+        "C": [(batch, seqlen, ngroups, dstate)], "D": [(nheads, headdim), (nheads,)], "z": [_shape(x)],
+        "dt_bias": [(nheads,)], "initial_states": [(batch, nheads, headdim, dstate)],
+    }  # fmt: skip
+    given = {"dt": dt, "A": A, "B": B, "C": C, "D": D, "z": z, "dt_bias": dt_bias, "initial_states": initial_states}
+    for name, a in given.items():
+        if a is not None and _shape(a) not in expected[name]:
+            shapes = " or ".join(map(str, expected[name]))
+            raise ValueError(
+                f"{name} must be {shapes} for x of shape {_shape(x)} and B of {_shape(B)}, not {_shape(a)}"
+            )
+    if nheads % ngroups:
+        raise ValueError(f"nheads ({nheads}) must be a multiple of ngroups ({ngroups}, B.shape[2])")
+
+
+def _shape(a: Any) -> tuple[int, ...]:
+    return tuple(int(n) for n in a.shape)
+
+
+def _permute(a: Any, axes: tuple[int, ...]) -> Any:
+    """A view of `a` with its axes in the order `axes` (NumPy, CuPy or PyTorch)."""
+    return a.permute(*axes) if callable(getattr(a, "permute", None)) else a.transpose(axes)
+
+
+def _reshape(a: Any, shape: tuple[int, ...]) -> Any:
+    """`a` (contiguous: a view) in `shape`; an initial state of other strides is copied."""
+    return a.reshape(shape)
+
+
+def _pow2(n: int) -> int:
+    """The power of two at or above n."""
+    return 1 << max(0, n - 1).bit_length()

@@ -1,0 +1,168 @@
+"""Mamba-2's chunked scan forward (coop_tiles.examples.mamba_chunk_scan_combined): the interpreter against the
+float64 step-by-step recurrence (tests/ssm_references.py) with every option, its argument checks, the three
+programs compiled to sm_90 cubins, and on the GPU against the same reference (and Mamba's own Triton function when
+benchmarks/.mamba/triton holds it) at Mamba's tolerances."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from ssm_references import ssd_combined as reference
+
+import coop_tiles as ct
+from coop_tiles.examples import mamba_chunk_scan_combined, ssd
+from coop_tiles.runtime import mathdx
+
+BF16 = np.dtype(ct.bfloat16)
+
+
+def make_inputs(batch, seqlen, nheads, headdim, dstate, ngroups, dtype=np.float32, seed=0) -> dict:
+    """Arguments drawn as Mamba's SSD tests draw them (A = -0.1 * uniform, dt = softplus(normal - 4), B / 5), with
+    every option: D per row, z, dt_bias, initial_states."""
+    rng = np.random.default_rng(seed)
+    f32 = np.float32
+    return dict(
+        x=rng.standard_normal((batch, seqlen, nheads, headdim)).astype(dtype),
+        dt=(rng.standard_normal((batch, seqlen, nheads)) - 4).astype(f32),
+        A=(-0.1 * rng.random(nheads) - 0.05).astype(f32),
+        B=(rng.standard_normal((batch, seqlen, ngroups, dstate)) / 5).astype(dtype),
+        C=rng.standard_normal((batch, seqlen, ngroups, dstate)).astype(dtype),
+        D=rng.standard_normal((nheads, headdim)).astype(f32),
+        z=rng.standard_normal((batch, seqlen, nheads, headdim)).astype(dtype),
+        dt_bias=(rng.random(nheads) - 0.5).astype(f32),
+        initial_states=rng.standard_normal((batch, nheads, headdim, dstate)).astype(f32),
+    )
+
+
+OPTIONS = {
+    "all": dict(dt_softplus=True),
+    "plain": dict(D=None, z=None, dt_bias=None, initial_states=None),
+    "D-per-head": dict(z=None, dt_softplus=True),
+    "no-softplus": dict(initial_states=None),
+}
+
+
+@pytest.mark.parametrize("options", OPTIONS, ids=str)
+@pytest.mark.parametrize(
+    ("batch", "seqlen", "nheads", "headdim", "dstate", "ngroups", "chunk"),
+    [(2, 40, 4, 8, 16, 2, 16), (1, 70, 2, 4, 8, 1, 4), (1, 24, 2, 6, 5, 2, 24)],
+    ids=["ragged-groups", "many-chunks", "one-chunk-odd-sizes"],
+)
+def test_interpreter_matches_reference(options, batch, seqlen, nheads, headdim, dstate, ngroups, chunk):
+    args = make_inputs(batch, seqlen, nheads, headdim, dstate, ngroups) | OPTIONS[options]
+    if options == "D-per-head":
+        args["D"] = args["D"][:, 0].copy()
+    if options == "no-softplus":
+        args["dt"] = np.abs(args["dt"]) * 0.05 - 0.01  # some negative: clamped to 0 as Mamba's dt_limit does
+    out, final = mamba_chunk_scan_combined(**args, chunk_size=chunk, return_final_states=True)
+    ref_out, ref_final = reference(**args)
+    assert out.shape == ref_out.shape and out.dtype == np.float32 and final.dtype == np.float32
+    np.testing.assert_allclose(out, ref_out, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(final, ref_final, rtol=1e-4, atol=1e-4)
+    assert isinstance(mamba_chunk_scan_combined(**args, chunk_size=chunk), np.ndarray)
+
+
+def test_interpreter_bfloat16():
+    """bfloat16 inputs: products in bfloat16 with float32 accumulation, the states between chunks in bfloat16."""
+    args = make_inputs(1, 48, 2, 8, 16, 1, dtype=BF16) | dict(dt_softplus=True)
+    out = mamba_chunk_scan_combined(**args, chunk_size=16)
+    assert out.dtype == BF16
+    ref_out, _ = reference(**args)
+    np.testing.assert_allclose(out.astype(np.float32), ref_out, rtol=2e-2, atol=3e-2)
+
+
+def test_argument_checks():
+    args = make_inputs(1, 8, 4, 4, 8, 2)
+    with pytest.raises(ValueError, match=r"D must be \(4, 4\) or \(4,\) for x of shape"):
+        mamba_chunk_scan_combined(**args | dict(D=np.zeros(3, np.float32)), chunk_size=4)
+    with pytest.raises(ValueError, match=r"nheads \(4\) must be a multiple of ngroups \(3"):
+        mamba_chunk_scan_combined(**args | dict(B=np.zeros((1, 8, 3, 8)), C=np.zeros((1, 8, 3, 8))), chunk_size=4)
+    with pytest.raises(NotImplementedError, match="seq_idx"):
+        mamba_chunk_scan_combined(**args, chunk_size=4, seq_idx=np.zeros((1, 8), np.int32))
+
+
+needs_mathdx = pytest.mark.skipif(not mathdx.available(), reason="libmathdx (nvidia-libmathdx-cu13) not installed")
+
+
+def compiled_programs(batch=1, seqlen=512, nheads=2, P=64, N=128, L=256) -> dict:
+    """The three programs compiled to sm_90 for bfloat16 at the benchmark's headdim, dstate and chunk."""
+    f32, bf = np.float32, BF16
+    nch = -(-seqlen // L)
+    x, B = np.zeros((batch, nheads, seqlen, P), bf), np.zeros((batch, 1, seqlen, N), bf)
+    dt, A = np.zeros((batch, nheads, seqlen), f32), np.zeros(nheads, f32)
+    cs, flat = np.zeros((batch, nheads, nch, L), f32), np.zeros((batch, nheads, P * N), f32)
+    by_chunk = np.zeros((batch, nheads, nch, P * N), f32)
+    sizes = dict(L=L, P=P, N=N, arch="sm_90")
+    return {
+        "chunk_state": ssd.chunk_state.compile(
+            x, dt, A, B, A, cs, cs, np.zeros((batch, nch, nheads, P, N), f32), seqlen,
+            HAS_DT_BIAS=True, SOFTPLUS=True, **sizes,
+        ),
+        "state_passing": ssd.state_passing.compile(
+            by_chunk, cs[..., 0], flat, by_chunk.astype(bf), flat,
+            HAS_INITIAL=True, CHUNKS=ssd.BLOCK_CHUNKS, E=ssd.BLOCK_E, arch="sm_90",
+        ),
+        "chunk_scan": ssd.chunk_scan.compile(
+            x, x, np.zeros((nheads, P), f32), B, B, cs, cs, np.zeros((batch, nch, nheads, P, N), bf), x, seqlen,
+            HAS_D=True, D_PER_ROW=True, HAS_Z=True, M=ssd.BLOCK_M, K=ssd.BLOCK_K, **sizes,
+        ),
+    }  # fmt: skip
+
+
+@needs_mathdx
+def test_programs_compile_to_cubins():
+    programs = compiled_programs()
+    for name, k in programs.items():
+        assert len(k.cubin) > 0, name
+    assert programs["chunk_state"].local_memory_bytes() == 0 and programs["state_passing"].local_memory_bytes() == 0
+    assert "dot 64x128x256 bf16*bf16->f32" in str(programs["chunk_state"].plan)
+    assert "decay_then_add] axis=1: thread-sequential" in str(programs["state_passing"].plan)  # each thread a column
+    assert "dot 64x64x64 bf16*bf16->f32" in str(programs["chunk_scan"].plan)
+
+
+# ----- GPU ---------------------------------------------------------------------------------------------------
+def _torch(args: dict, torch) -> dict:
+    """The arguments as CUDA tensors of the same dtypes."""
+    out = {}
+    for k, v in args.items():
+        if isinstance(v, np.ndarray):
+            t = torch.from_numpy(v.view(np.int16)).view(torch.bfloat16) if v.dtype == BF16 else torch.from_numpy(v)
+            v = t.cuda()
+        out[k] = v
+    return out
+
+
+def _mamba():
+    """Mamba's own Triton `mamba_chunk_scan_combined`, or None when benchmarks/.mamba/triton does not hold it."""
+    try:
+        from benchmarks import _mamba_triton
+
+        return _mamba_triton.load(_mamba_triton.SSD_MODULE).mamba_chunk_scan_combined
+    except Exception:
+        return None
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize(
+    ("batch", "seqlen", "nheads", "headdim", "dstate", "ngroups", "chunk"),
+    [(2, 1000, 8, 64, 128, 2, 256), (1, 2048, 4, 64, 64, 1, 128), (2, 300, 4, 32, 16, 4, 64)],
+    ids=["ragged-groups", "chunk128", "small"],
+)
+def test_gpu_matches_reference(dtype, batch, seqlen, nheads, headdim, dstate, ngroups, chunk):
+    torch = pytest.importorskip("torch")
+    args = make_inputs(batch, seqlen, nheads, headdim, dstate, ngroups, dtype=dtype) | dict(dt_softplus=True)
+    ref_out, ref_final = reference(**args)
+    device = _torch(args, torch)
+    out, final = mamba_chunk_scan_combined(**device, chunk_size=chunk, return_final_states=True)
+    torch.cuda.synchronize()
+    rtol, atol = (1e-2, 3e-3) if dtype == np.float32 else (2e-2, 5e-2)  # Mamba's; bfloat16 outputs round once more
+    got = out.float().cpu().numpy()
+    np.testing.assert_allclose(got, ref_out, rtol=rtol, atol=atol)
+    np.testing.assert_allclose(final.cpu().numpy(), ref_final, rtol=rtol, atol=atol)
+    mamba = _mamba()
+    if mamba is not None:  # no further from the float64 reference than Mamba's own kernels
+        theirs, their_final = mamba(**device, chunk_size=chunk, return_final_states=True)
+        ours_err = np.abs(got - ref_out).max()
+        assert ours_err <= 2 * np.abs(theirs.float().cpu().numpy() - ref_out).max() + 1e-3
+        np.testing.assert_allclose(final.cpu().numpy(), their_final.float().cpu().numpy(), rtol=rtol, atol=atol)
