@@ -1,7 +1,8 @@
 """Real kernels written as tile programs, with host entry points: `selective_scan_fwd` and
 `selective_state_update` (Mamba's selective scan forward and its decode step), `selective_scan_bwd` (its backward),
 for PyTorch `selective_scan_fn` (differentiable: imports torch when asked for), `compact` and `nonzero`
-(whole-array stream compaction in one launch), `moe_align_block_size` (mixture-of-experts routing)."""
+(whole-array stream compaction in one launch), `moe_align_block_size` (mixture-of-experts routing),
+`topk` and `top_p_sample` (top-k over rows longer than a tile, and a nucleus sampler on it)."""
 
 from typing import Any
 
@@ -10,6 +11,7 @@ from .moe import moe_align_block_size
 from .selective_scan import selective_scan_fwd, selective_scan_reference
 from .selective_scan_backward import selective_scan_bwd
 from .state_update import selective_state_update
+from .sampling import top_p_sample, topk
 
 __all__ = [
     "compact",
@@ -20,6 +22,8 @@ __all__ = [
     "selective_scan_fwd",
     "selective_scan_reference",
     "selective_state_update",
+    "top_p_sample",
+    "topk",
 ]
 
 
