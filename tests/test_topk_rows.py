@@ -13,8 +13,8 @@ from carve_checker import format_report
 
 import coop_tiles as ct
 from coop_tiles import tile
-from coop_tiles.examples import top_p_sample, topk
 from coop_tiles.examples import sampling as module
+from coop_tiles.examples import top_p_sample, topk
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tutorials"))
 #: the references are tutorial 14's, the ones it checks itself against

@@ -8,10 +8,10 @@ from typing import Any
 
 from .compaction import compact, nonzero
 from .moe import moe_align_block_size
+from .sampling import top_p_sample, topk
 from .selective_scan import selective_scan_fwd, selective_scan_reference
 from .selective_scan_backward import selective_scan_bwd
 from .state_update import selective_state_update
-from .sampling import top_p_sample, topk
 
 __all__ = [
     "compact",
