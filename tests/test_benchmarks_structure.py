@@ -38,6 +38,7 @@ EXPECTED = (
     "softmax",
     "state_update",
     "select",
+    "topk",
     "scan2d",
 )
 
@@ -291,7 +292,21 @@ def fake_results(scale: float = 1.0) -> dict:
         },
         {"n": "2^28", "elements": 1 << 28, "dtype": "int32", "fraction": 0.05, "error": "MemoryError: out of memory"},
     ]
+    topk = [
+        {
+            "dtype": "float32",
+            "k": 50,
+            "coop": _tune(0.05 * s, 4096),
+            "triton": _tune(0.3 * s, 8192),
+            "torch": _tune(0.19 * s, "torch.topk"),
+            "coop_sampler": _tune(0.06 * s, 4096),
+            "torch_sampler": {"error": "RuntimeError: x"},
+        },
+        {"dtype": "bfloat16", "k": 1, "coop": _tune(0.03 * s), "triton": {"error": "x"}, "torch": _tune(0.12 * s)},
+        {"dtype": "bfloat16", "k": 1024, "error": "MemoryError: out of memory"},
+    ]
     return {
+        "topk": topk,
         "select": select,
         "softmax": softmax,
         "scan2d": scan2d,

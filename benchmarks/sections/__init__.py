@@ -29,6 +29,7 @@ NAMES = (
     "softmax",
     "state_update",
     "select",
+    "topk",
     "scan2d",
 )
 #: the order of the sections in docs/benchmarks.md
@@ -48,6 +49,7 @@ DOCUMENT_ORDER = (
     "scan2d",
     "gather",
     "select",
+    "topk",
     "state_update",
 )
 
