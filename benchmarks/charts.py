@@ -115,6 +115,11 @@ def share(key: str, limit: str = "limit_ms") -> Value:
     return lambda r: None if "error" in r[key] else r[limit] / r[key]["ms"]
 
 
+def ms(key: str) -> Value:
+    """The time (ms) of the row's result under `key`, for sections without a byte count (lower is faster)."""
+    return lambda r: None if "error" in r[key] else r[key]["ms"]
+
+
 def gbs(nbytes: float, result: dict) -> float | None:
     """GB/s of a timed result (None if it failed)."""
     return None if "error" in result else nbytes / result["ms"] / 1e6

@@ -32,6 +32,7 @@ __all__ = [
     "histogram",
     "sort",
     "topk",
+    "sort_key",
     "flag_heads",
     "adjacent_difference",
     "run_length_decode",
@@ -265,6 +266,16 @@ def topk(t: Any, k: int, values: Any = None, *, largest: bool = True, axis: int 
     scalar, or one count per row) are never selected before a valid one. Built on ``tile.sort``.
 
     Example: ``vals, idx = tile.topk(logits, 50, tile.arange(VOCAB))``
+    """
+
+
+@stub
+def sort_key(t: Any) -> Any:
+    """The order-preserving unsigned form of each element (``uint8`` .. ``uint64``, the width of ``t``'s dtype):
+    the bits ``tile.sort`` and ``tile.topk`` compare, a larger key being a larger element (NaNs above ``+inf``,
+    as ``tile.topk`` counts them). For a radix select over rows longer than a tile: histogram its digits.
+
+    Example: ``digit = (tile.sort_key(logits) >> 24).astype(np.int32)``
     """
 
 

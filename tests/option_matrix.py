@@ -690,6 +690,16 @@ def _topk(s: Source, c: Combination, i: int) -> None:
         s.line(f"tile.store({s.output(c, f'yv{i}', np.zeros_like(values), values)}, pid * {K}, tv{i})")
 
 
+@harness(tile.sort_key)
+def _sort_key(s: Source, c: Combination, i: int) -> None:
+    T = c.size
+    x = rng_for(c).integers(-50, 50, GRID * T).astype(np.int32)
+    expected = (x.astype(np.int64) + 2**31).astype(np.uint32)  # (int32's order as unsigned)
+    s.line(f"base{i} = pid * {T}")
+    s.call(c, f"t{i} = tile.sort_key(tile.load({s.param(f'x{i}', x)}, base{i}, {T}))")
+    s.line(f"tile.store({s.output(c, f'y{i}', np.zeros_like(expected), expected)}, base{i}, t{i})")
+
+
 # ----- neighbours, run-length decoding -----------------------------------------------------------
 @harness(tile.flag_heads, tile.adjacent_difference)
 def _neighbors(s: Source, c: Combination, i: int) -> None:

@@ -40,6 +40,7 @@ EXPECTED = (
     "ssd",
     "select",
     "matmul",
+    "topk",
     "scan2d",
 )
 
@@ -315,8 +316,22 @@ def fake_results(scale: float = 1.0) -> dict:
         },
         {"shape": (8192, 8192, 1024), "dtype": "float32", "tf32": True, "peak": None, "error": "RuntimeError: z"},
     ]
+    topk = [
+        {
+            "dtype": "float32",
+            "k": 50,
+            "coop": _tune(0.05 * s, 4096),
+            "triton": _tune(0.3 * s, 8192),
+            "torch": _tune(0.19 * s, "torch.topk"),
+            "coop_sampler": _tune(0.06 * s, 4096),
+            "torch_sampler": {"error": "RuntimeError: x"},
+        },
+        {"dtype": "bfloat16", "k": 1, "coop": _tune(0.03 * s), "triton": {"error": "x"}, "torch": _tune(0.12 * s)},
+        {"dtype": "bfloat16", "k": 1024, "error": "MemoryError: out of memory"},
+    ]
     return {
         "matmul": matmul,
+        "topk": topk,
         "select": select,
         "softmax": softmax,
         "scan2d": scan2d,

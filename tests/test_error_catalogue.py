@@ -953,6 +953,11 @@ def sort_compare_and_descending(x, n, T: ct.constexpr):
     tile.store(x, 0, s)
 
 
+def sort_key_of_bools(x, n, T: ct.constexpr):
+    k = tile.sort_key(tile.load(x, 0, T))  # HERE
+    tile.store(x, 0, k)
+
+
 def adjacent_difference_of_bools(x, n, T: ct.constexpr):
     d = tile.adjacent_difference(tile.load(x, 0, T))  # HERE
     tile.store(x, 0, d)
@@ -1974,6 +1979,13 @@ CATALOGUE: list[Mistake] = [
         "the run lengths must be an integer tile, got tile<float32, 8>",
     ),
     Mistake("run_lengths_size_mismatch", run_lengths_size_mismatch, TYPE, "8 run values but 16 run lengths"),
+    Mistake(
+        "sort_key_of_bools",
+        sort_key_of_bools,
+        TYPE,
+        "tile.sort_key of a bool tile is not supported; convert it with t.astype(np.uint8)",
+        args=(B, 16),
+    ),
     Mistake(
         "adjacent_difference_of_bools",
         adjacent_difference_of_bools,

@@ -32,6 +32,7 @@ NAMES = (
     "ssd",
     "select",
     "matmul",
+    "topk",
     "scan2d",
 )
 #: the order of the sections in docs/benchmarks.md
@@ -52,6 +53,7 @@ DOCUMENT_ORDER = (
     "scan2d",
     "gather",
     "select",
+    "topk",
     "state_update",
     "ssd",
 )

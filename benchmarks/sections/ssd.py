@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from benchmarks.charts import declare
+from benchmarks.charts import declare, ms
 from benchmarks.device import free_device_memory
 from benchmarks.report import correct_cell, failed_row, ms_cell, speedup_cell, table_row
 from benchmarks.section import Section
@@ -199,11 +199,6 @@ def run(sizes: list[int], arch: str) -> list[dict]:
     return ssd_rows()
 
 
-def _ms(key: str) -> Any:
-    """The time of the row's result under `key` (None where it failed)."""
-    return lambda r: None if "error" in r[key] else r[key]["ms"]
-
-
 SECTION = Section(
     "ssd",
     key="ssd",
@@ -214,10 +209,10 @@ SECTION = Section(
     chart=declare(
         "Mamba-2 chunked scan forward",
         {
-            "coop_tiles": _ms("coop"),
-            "Mamba Triton": _ms("mamba"),
-            "coop_tiles state passing": _ms("passing_coop"),
-            "Mamba _state_passing_fwd": _ms("passing_mamba"),
+            "coop_tiles": ms("coop"),
+            "Mamba Triton": ms("mamba"),
+            "coop_tiles state passing": ms("passing_coop"),
+            "Mamba _state_passing_fwd": ms("passing_mamba"),
         },
         x=lambda r: "x".join(map(str, r["shape"])),
         ylabel="ms (lower is faster)",

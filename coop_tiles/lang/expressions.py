@@ -194,12 +194,19 @@ def _expr_call(b: Builder, e: ast.Call) -> Any:
         return _cast_call(b, target, args, kwargs)
     if isinstance(target, CombineFunction):
         raise TileTypeError(f"@ct.combine function {target.__name__} is called by tile.scan/tile.reduce (op=...)")
-    if getattr(target, "__module__", "") and target.__module__.startswith(("numpy", "coop_tiles", "math")):
+    if _library_function(target):
         name = getattr(target, "__qualname__", target)
         raise TileSyntaxError(f"{name!r} can't be called in a tile program{instead_of(target)}")
     if inspect.isfunction(target):
         return b.inline(target, args, kwargs, e)
     raise TileSyntaxError(f"{getattr(target, '__qualname__', target)!r} can't be called in a tile program")
+
+
+def _library_function(target: Any) -> bool:
+    """Whether `target` is NumPy's, math's or coop_tiles' own (not a helper to inline; the examples' helpers are
+    user code)."""
+    module = getattr(target, "__module__", "") or ""
+    return module.startswith(("numpy", "coop_tiles", "math")) and not module.startswith("coop_tiles.examples.")
 
 
 def bind_call(fn: Callable, args: tuple, kwargs: dict) -> inspect.BoundArguments:

@@ -1,0 +1,202 @@
+"""Top-k over rows longer than a tile (a vocabulary), and a top-p sampler on it: `topk(x, k)` and
+`top_p_sample(x, k, top_p, uniform)` (tutorials/14_topk_sampling.py explains them).
+
+A radix select, as FlashInfer's and vLLM's samplers do it, with several programs per row (64 rows do not fill
+132 SMs): each row is cut into chunks of `tiles` tiles, one program per chunk, on a (chunks, rows) grid. The
+keys are `tile.sort_key`'s (unsigned, a larger key for a larger element, NaNs largest), read 8 bits at a time
+from the top, one launch per digit:
+
+- `digit_pass` (PASS j): every program first finds digit j-1 of the row's k-th largest key from the row's
+  merged histogram of pass j-1 (`resolve`), so it knows the key's top j digits, the *prefix*; then it counts
+  the keys of its chunk that start with that prefix by their digit j, and those above the prefix in one more
+  bin (`ABOVE`), with `tile.histogram`, and adds its counts into the row's histogram of pass j
+  (`tile.atomic_add`). The last pass also keeps each program's own counts.
+- `compact_pass`: with the last digit resolved, the prefix is the k-th largest key itself, the *threshold*;
+  the keys above it are all taken, and of those equal to it the first `k - above` in row order. Each program
+  sums the kept counts of the programs before it in its row (where its keys go), ranks its keys with one
+  carried `tile.scan` (the counts of both kinds packed in one int32), and scatters values and indices.
+- `sort_pass` (or `sample_pass`): one program per row sorts the k survivors (`tile.topk`: stable, so ties keep
+  row order); the sampler then takes a softmax, its `tile.scan` (the cumulative distribution), keeps the
+  smallest prefix of the sorted tokens whose mass reaches `top_p` and picks the token where the row's
+  `uniform` number falls in that prefix's renormalised distribution.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+import coop_tiles as ct
+from coop_tiles import tile
+
+from ._arrays import empty_like, zeros_like
+
+#: elements per tile (each program loads `tiles` of them) and the bits of a digit
+TILE = 4096
+DIGIT = 8
+BINS = 1 << DIGIT
+#: the histogram bin that counts the keys above the prefix
+ABOVE = BINS
+#: about how many programs the digit passes launch (a few per SM), however few the rows
+PROGRAMS = 1024
+#: the packed ranks of `compact_pass` count up to this many elements per program
+MAX_CHUNK = 1 << 16
+
+
+def resolve(hist, k):
+    """`(digit, above)` of the row's k-th largest key at one pass, from that pass's merged histogram: the largest
+    digit whose keys, with those above the prefix, number at least k; and how many keys are above that digit."""
+    h = tile.load(hist, 0, BINS)
+    before, total = tile.scan(h, exclusive=True, return_total=True)
+    at_least = hist[ABOVE] + total - before  # (keys >= prefix·d, for each digit d)
+    digit = tile.sum((at_least >= k).astype(np.int32)) - 1
+    bins = tile.arange(BINS, np.int32)
+    return digit, hist[ABOVE] + tile.sum(ct.where(bins > digit, h, 0))
+
+
+@ct.jit
+def digit_pass(x, hist, mine, prefix, n, k, tiles, PASS: ct.constexpr, BITS: ct.constexpr, TILE: ct.constexpr):
+    """Program (c, r): the histogram of chunk c of row r by digit PASS of the keys that start with the row's prefix
+    (and of those above it), added to the row's `hist[PASS]` (the last pass: also kept in `mine[r, c]`)."""
+    c, r = ct.program_id(0), ct.program_id(1)
+    top = 0
+    if PASS > 0:
+        digit, _ = resolve(hist[PASS - 1, r], k)
+        top = prefix[PASS - 1, r] * BINS + digit
+    if c == 0:
+        prefix[PASS, r] = top
+    row = x[r]
+    shift = BITS - DIGIT * (PASS + 1)
+    h = tile.zeros(BINS + 1, np.int32)
+    for t in range(c * tiles, (c + 1) * tiles):
+        base = t * TILE
+        key = tile.sort_key(tile.load(row, base, TILE, valid=n - base))
+        d = ((key >> shift) & (BINS - 1)).astype(np.int32)
+        if PASS > 0:
+            high = key >> (shift + DIGIT)
+            d = ct.where(high == top, d, ct.where(high > top, ABOVE, -1))
+        h = h + tile.histogram(d, BINS + 1, valid=n - base)
+    tile.atomic_add(hist[PASS, r], 0, h, mask=h > 0)
+    if PASS == BITS // DIGIT - 1:
+        tile.store(mine[r, c], 0, h)
+
+
+@ct.jit
+def compact_pass(x, hist, mine, prefix, vals, idx, n, k, tiles, BITS: ct.constexpr, TILE: ct.constexpr):
+    """Program (c, r): the keys of chunk c of row r above the threshold, and the first of those equal to it, to
+    their places in `vals[r]`, `idx[r]` (above first, each kind in row order)."""
+    c, r = ct.program_id(0), ct.program_id(1)
+    last = BITS // DIGIT - 1
+    digit, above = resolve(hist[last, r], k)
+    threshold = prefix[last, r] * BINS + digit
+    before = tile.zeros(BINS + 1, np.int32)
+    for q in range(c):
+        before = before + tile.load(mine[r, q], 0, BINS + 1)
+    bins = tile.arange(BINS + 1, np.int32)
+    above_before = tile.sum(ct.where(bins > digit, before, 0))  # (ABOVE included)
+    equal_before = tile.sum(ct.where(bins == digit, before, 0))
+    row = x[r]
+    ranks = 0
+    for t in range(c * tiles, (c + 1) * tiles):
+        base = t * TILE
+        v = tile.load(row, base, TILE, valid=n - base)
+        key = tile.sort_key(v)
+        inside = tile.arange(TILE, np.int32) < n - base
+        over = inside & (key > threshold)
+        equal = inside & (key == threshold)
+        packed = over.astype(np.int32) + equal.astype(np.int32) * MAX_CHUNK
+        rank, ranks = tile.scan(packed, exclusive=True, initial=ranks, return_total=True)
+        equal_rank = equal_before + rank // MAX_CHUNK
+        at = ct.where(over, above_before + rank % MAX_CHUNK, above + equal_rank)
+        keep = over | (equal & (equal_rank < k - above))
+        tile.scatter(vals[r], at, v, mask=keep)
+        tile.scatter(idx[r], at, tile.arange(TILE, np.int64) + base, mask=keep)
+
+
+def sorted_survivors(vals, idx, k, K: ct.constexpr):
+    """The row's k survivors, largest first, ties in row order (their order in `vals`), with their indices."""
+    return tile.topk(tile.load(vals, 0, K, valid=k), K, tile.load(idx, 0, K, valid=k), valid=k)
+
+
+@ct.jit
+def sort_pass(vals, idx, k, K: ct.constexpr):
+    """Program r: row r's survivors sorted in place, largest first."""
+    r = ct.program_id(0)
+    v, i = sorted_survivors(vals[r], idx[r], k, K)
+    tile.store(vals[r], 0, v, valid=k)
+    tile.store(idx[r], 0, i, valid=k)
+
+
+@ct.jit
+def sample_pass(vals, idx, uniform, tokens, k, top_p, K: ct.constexpr):
+    """Program r: a token of row r's nucleus (the fewest sorted survivors whose softmax mass reaches top_p), drawn
+    with `uniform[r]` from the nucleus' renormalised distribution."""
+    r = ct.program_id(0)
+    v, i = sorted_survivors(vals[r], idx[r], k, K)
+    inside = tile.arange(K, np.int32) < k
+    logits = v.astype(np.float32)
+    p = ct.where(inside, ct.exp(logits - tile.max(ct.where(inside, logits, -np.inf))), 0.0)
+    cdf, mass = tile.scan(p, return_total=True)
+    kept = ct.maximum(tile.sum(((cdf - p < top_p * mass) & inside).astype(np.int32)), 1)
+    nucleus = tile.sum(ct.where(tile.arange(K, np.int32) == kept - 1, cdf, 0.0))
+    chosen = ct.minimum(tile.sum(((cdf <= uniform[r] * nucleus) & inside).astype(np.int32)), kept - 1)
+    tokens[r] = tile.sum(ct.where(tile.arange(K, np.int32) == chosen, i, 0))
+
+
+_KERNELS = (digit_pass, compact_pass, sort_pass, sample_pass)
+_INTERPRETING = {kernel: ct.jit(kernel.fn, interpret=True) for kernel in _KERNELS}
+
+
+def _kernel(kernel: ct.JITFunction, x: Any) -> ct.JITFunction:
+    """`kernel`, or its interpreting copy for NumPy arrays."""
+    return _INTERPRETING[kernel] if isinstance(x, np.ndarray) else kernel
+
+
+def survivors_tile(k: int) -> int:
+    """The tile that holds a row's k survivors: the next power of two, at least a warp."""
+    return max(32, 1 << (k - 1).bit_length())
+
+
+def _select(x: Any, k: int, tile_size: int) -> tuple[Any, Any]:
+    """`(vals, idx)`: each row's k largest elements and their int64 indices, unsorted (the digit passes and the
+    compaction)."""
+    rows, n = x.shape
+    if not 1 <= k <= n:
+        raise ValueError(f"k must be between 1 and the row length {n}, got {k}")
+    bits = (x.element_size() if hasattr(x, "element_size") else x.dtype.itemsize) * 8
+    if bits > 32:
+        raise ValueError(f"keys of up to 32 bits are selected, got {x.dtype}")
+    passes = bits // DIGIT
+    n_tiles = ct.cdiv(n, tile_size)
+    tiles = ct.cdiv(n_tiles, min(n_tiles, max(1, ct.cdiv(PROGRAMS, rows))))
+    if tiles * tile_size > MAX_CHUNK:
+        raise ValueError(f"a program's chunk must be under {MAX_CHUNK} elements: use a smaller tile")
+    grid = (ct.cdiv(n_tiles, tiles), rows)
+    hist = zeros_like(x, (passes, rows, BINS + 1), "int32")
+    mine = empty_like(x, (rows, grid[0], BINS + 1), "int32")
+    prefix = empty_like(x, (passes, rows), "int64")
+    vals, idx = empty_like(x, (rows, k), x.dtype), empty_like(x, (rows, k), "int64")
+    for j in range(passes):
+        _kernel(digit_pass, x)[grid](x, hist, mine, prefix, n, k, tiles, PASS=j, BITS=bits, TILE=tile_size)
+    _kernel(compact_pass, x)[grid](x, hist, mine, prefix, vals, idx, n, k, tiles, BITS=bits, TILE=tile_size)
+    return vals, idx
+
+
+def topk(x: Any, k: int, *, tile_size: int = TILE) -> tuple[Any, Any]:
+    """`(values, indices)` of the k largest elements of each row of the 2-D array `x`, largest first (as
+    `torch.topk(x, k)`: NaNs largest, int64 indices; ties in row order), for rows of any length: CuPy or PyTorch
+    arrays on the GPU, NumPy arrays in the interpreter. `x` must be contiguous; 2 + bits/8 launches."""
+    vals, idx = _select(x, k, tile_size)
+    _kernel(sort_pass, x)[x.shape[0]](vals, idx, k, K=survivors_tile(k))
+    return vals, idx
+
+
+def top_p_sample(x: Any, k: int, top_p: float, uniform: Any, *, tile_size: int = TILE) -> Any:
+    """One token per row of the logits `x` (int64): among the row's k largest, the fewest whose softmax mass reaches
+    `top_p` (the nucleus), sampled from their renormalised softmax with the row's number in `uniform` (float32, in
+    [0, 1), one per row): the token whose cumulative probability first exceeds it."""
+    vals, idx = _select(x, k, tile_size)
+    tokens = empty_like(x, (x.shape[0],), "int64")
+    _kernel(sample_pass, x)[x.shape[0]](vals, idx, uniform, tokens, k, float(top_p), K=survivors_tile(k))
+    return tokens
