@@ -16,7 +16,7 @@ from benchmarks.sections.mamba import MAMBA_CHECK_DIMS, MAMBA_DTYPES, MAMBA_SHAP
 from benchmarks.timing import cuda_time_ms, guarded
 
 #: the backward's launches tried, (items per thread, register cap); the first is `selective_scan_backward.LAUNCH`
-BWD_LAUNCHES = ((8, 128), (8, None), (8, 96), (16, None))
+BWD_LAUNCHES = ((8, 128), (8, None), (8, 96), (16, 168), (16, None))  # (16, 168): Mamba's 3 blocks x 128
 #: the 2-layer model: (batch, L, d_model: d_inner = 2 d_model, as MAMBA_SHAPES[0]'s dim), vocabulary
 MODEL = (8, 2048, 768)
 VOCAB = 1024
