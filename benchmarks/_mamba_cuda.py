@@ -1,14 +1,18 @@
-"""Mamba's own CUDA kernel for the selective scan forward, as a baseline for benchmarks/run.py.
+"""Mamba's own CUDA kernels for the selective scan, forward and backward, as baselines for benchmarks/run.py.
 
 Mamba's sources (state-spaces/mamba, `csrc/selective_scan`) are third-party code and are never
-committed: `prepare` copies the forward kernel's headers from a Mamba checkout into the git-ignored
-`benchmarks/.mamba/`, beside two files written here (an instantiation per input dtype and a binding
-that exposes the forward only); `load` builds them with `torch.utils.cpp_extension` for sm_90, into
-`benchmarks/.build/` (ninja rebuilds nothing when the sources are unchanged).
+committed: `prepare` copies the kernels' headers from a Mamba checkout into the git-ignored
+`benchmarks/.mamba/`, beside files written here (instantiations per input dtype and a binding that
+exposes `fwd` and `bwd`, real weights only); `load` builds them with `torch.utils.cpp_extension` for
+sm_90, into `benchmarks/.build/` (ninja rebuilds nothing when the sources are unchanged).
 
-The instantiation is `selective_scan_fwd_launch<128, 16, input_t, float>`: the kernel Mamba's
-dispatcher (`selective_scan_fwd_cuda`) runs for sequences longer than 1024, with Mamba's nvcc flags
-(`--use_fast_math` included). Only those lengths are built, to keep the build short.
+The forward is `selective_scan_fwd_launch<128, 16, input_t, float>` (float32, bfloat16, float16): the
+kernel Mamba's dispatcher (`selective_scan_fwd_cuda`) runs for sequences longer than 1024. The
+backward is the kernel Mamba's `selective_scan_bwd_cuda` runs at those lengths (128 threads x 16
+items), for float32 and bfloat16 inputs and only the variant the benchmarks use (variable B and C,
+z, softplus; D and delta_bias are run-time pointers), with and without a length that is a multiple
+of the chunk. Everything with Mamba's nvcc flags (`--use_fast_math` included); only these are
+built, to keep the build short.
 
     python benchmarks/_mamba_cuda.py PATH    # PATH: a Mamba work tree, or its git directory
 
@@ -26,9 +30,18 @@ from typing import Any
 
 BENCH_DIR = Path(__file__).resolve().parent
 SOURCE_DIR = BENCH_DIR / ".mamba"  # git-ignored
-BUILD_DIR = BENCH_DIR / ".build" / "mamba_fwd"
-KERNEL_FILES = ("selective_scan_fwd_kernel.cuh", "selective_scan_common.h", "selective_scan.h", "static_switch.h")
-DTYPES = {"fp32": "float", "bf16": "at::BFloat16", "fp16": "at::Half"}
+BUILD_DIR = BENCH_DIR / ".build" / "mamba_selective_scan"
+KERNEL_FILES = (
+    "selective_scan_fwd_kernel.cuh",
+    "selective_scan_bwd_kernel.cuh",
+    "reverse_scan.cuh",
+    "uninitialized_copy.cuh",
+    "selective_scan_common.h",
+    "selective_scan.h",
+    "static_switch.h",
+)
+DTYPES = {"fp32": "float", "bf16": "at::BFloat16", "fp16": "at::Half"}  # the forward's
+BWD_DTYPES = ("fp32", "bf16")  # the backward's
 MIN_SEQLEN = 1025  # the lengths the built kernel serves (Mamba's dispatcher: 128 threads x 16 items)
 NVCC_FLAGS = [  # as Mamba's setup.py builds csrc/selective_scan
     "-O3",
@@ -52,9 +65,38 @@ INSTANCE = """\
 template void selective_scan_fwd_launch<128, 16, {input_t}, float>(SSMParamsBase &params, cudaStream_t stream);
 """
 
+BWD_INSTANCE = """\
+// Mamba's selective scan backward for {input_t} inputs, the one variant the benchmarks run: variable B and C,
+// softplus and z, 128 threads x 16 items (written by benchmarks/_mamba_cuda.py). The launch is the one
+// selective_scan_bwd_launch makes for these traits; only the length switch is kept.
+#include "selective_scan_bwd_kernel.cuh"
+
+template <bool kIsEvenLen>
+static void launch_bwd(SSMParamsBwd &params, cudaStream_t stream) {{
+  using Ktraits = Selective_Scan_bwd_kernel_traits<128, 16, kIsEvenLen, true, true, true, true, {input_t}, float>;
+  constexpr int kSmemSize = Ktraits::kSmemSize + MAX_DSTATE * sizeof(typename Ktraits::scan_t)
+                            + (Ktraits::kNThreads + 4 * MAX_DSTATE) * sizeof(typename Ktraits::weight_t);
+  auto kernel = &selective_scan_bwd_kernel<Ktraits>;
+  if (kSmemSize >= 48 * 1024) {{
+    C10_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemSize));
+  }}
+  kernel<<<dim3(params.batch, params.dim), Ktraits::kNThreads, kSmemSize, stream>>>(params);
+  C10_CUDA_KERNEL_LAUNCH_CHECK();
+}}
+
+void mamba_bwd_{tag}(SSMParamsBwd &params, cudaStream_t stream) {{
+  if (params.seqlen % 2048 == 0) {{
+    launch_bwd<true>(params, stream);
+  }} else {{
+    launch_bwd<false>(params, stream);
+  }}
+}}
+"""
+
 BINDING = """\
-// The forward of Mamba's selective scan, real weights only (written by benchmarks/_mamba_cuda.py): the
-// parameters as Mamba's own binding sets them, and its outputs (out, the chunk states x, and out_z with z).
+// Mamba's selective scan, forward and backward, real weights only (written by benchmarks/_mamba_cuda.py): the
+// parameters as Mamba's own binding sets them; `fwd` returns out, the chunk states x and, with z, out_z; `bwd`
+// returns du, ddelta, dA, dB, dC, dD, ddelta_bias and dz (dD, ddelta_bias: empty when D, delta_bias are None).
 #include <torch/extension.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -63,6 +105,8 @@ BINDING = """\
 
 template <int kNThreads, int kNItems, typename input_t, typename weight_t>
 void selective_scan_fwd_launch(SSMParamsBase &params, cudaStream_t stream);
+void mamba_bwd_fp32(SSMParamsBwd &params, cudaStream_t stream);
+void mamba_bwd_bf16(SSMParamsBwd &params, cudaStream_t stream);
 
 static void set_rows(const at::Tensor &t, SSMParamsBase::index_t &batch_stride, SSMParamsBase::index_t &d_stride) {
   TORCH_CHECK(t.is_cuda() && t.dim() == 3 && (t.stride(2) == 1 || t.size(2) == 1));
@@ -85,42 +129,34 @@ static void set_weights(const at::Tensor &X, bool variable, SSMParamsBase::index
   }
 }
 
-std::vector<at::Tensor> fwd(const at::Tensor &u, const at::Tensor &delta, const at::Tensor &A, const at::Tensor &B,
-                            const at::Tensor &C, const c10::optional<at::Tensor> &D,
-                            const c10::optional<at::Tensor> &z, const c10::optional<at::Tensor> &delta_bias,
-                            bool delta_softplus) {
-  const int batch = u.size(0), dim = u.size(1), seqlen = u.size(2), dstate = A.size(1);
+// What the forward and the backward share: sizes, inputs, and the chunk states x (batch, dim, chunks, 2 dstate).
+static void set_inputs(SSMParamsBase &p, const at::Tensor &u, const at::Tensor &delta, const at::Tensor &A,
+                       const at::Tensor &B, const at::Tensor &C, const c10::optional<at::Tensor> &D,
+                       const c10::optional<at::Tensor> &z, const c10::optional<at::Tensor> &delta_bias,
+                       const at::Tensor &x, bool delta_softplus) {
+  const int seqlen = u.size(2), dstate = A.size(1);
   TORCH_CHECK(seqlen >= MIN_SEQLEN, "built for sequences of at least MIN_SEQLEN");
   TORCH_CHECK(A.scalar_type() == at::kFloat && dstate <= 256 && delta.scalar_type() == u.scalar_type());
   const bool variable_B = B.dim() == 4, variable_C = C.dim() == 4;
-  const int n_groups = variable_B ? B.size(1) : 1;
-  const int n_chunks = (seqlen + 2047) / 2048;
-  at::Tensor out = torch::empty_like(delta);
-  at::Tensor x = torch::empty({batch, dim, n_chunks, dstate * 2}, u.options().dtype(at::kFloat));
-  at::Tensor out_z;
-
-  SSMParamsBase p;
   memset(&p, 0, sizeof(p));
-  p.batch = batch;
-  p.dim = dim;
+  p.batch = u.size(0);
+  p.dim = u.size(1);
   p.seqlen = seqlen;
   p.dstate = dstate;
-  p.n_groups = n_groups;
-  p.n_chunks = n_chunks;
-  p.dim_ngroups_ratio = dim / n_groups;
+  p.n_groups = variable_B ? B.size(1) : 1;
+  p.n_chunks = (seqlen + 2047) / 2048;
+  p.dim_ngroups_ratio = p.dim / p.n_groups;
   p.is_variable_B = variable_B;
   p.is_variable_C = variable_C;
   p.delta_softplus = delta_softplus;
   p.u_ptr = u.data_ptr();
   p.delta_ptr = delta.data_ptr();
   p.A_ptr = A.data_ptr();
-  p.out_ptr = out.data_ptr();
   p.x_ptr = x.data_ptr();
   p.A_d_stride = A.stride(0);
   p.A_dstate_stride = A.stride(1);
   set_rows(u, p.u_batch_stride, p.u_d_stride);
   set_rows(delta, p.delta_batch_stride, p.delta_d_stride);
-  set_rows(out, p.out_batch_stride, p.out_d_stride);
   p.B_ptr = B.data_ptr();
   p.C_ptr = C.data_ptr();
   set_weights(B, variable_B, p.B_batch_stride, p.B_group_stride, p.B_d_stride, p.B_dstate_stride);
@@ -128,10 +164,26 @@ std::vector<at::Tensor> fwd(const at::Tensor &u, const at::Tensor &delta, const 
   p.D_ptr = D.has_value() ? D.value().data_ptr() : nullptr;
   p.delta_bias_ptr = delta_bias.has_value() ? delta_bias.value().data_ptr() : nullptr;
   if (z.has_value()) {
-    out_z = torch::empty_like(z.value());
     p.z_ptr = z.value().data_ptr();
-    p.out_z_ptr = out_z.data_ptr();
     set_rows(z.value(), p.z_batch_stride, p.z_d_stride);
+  }
+}
+
+std::vector<at::Tensor> fwd(const at::Tensor &u, const at::Tensor &delta, const at::Tensor &A, const at::Tensor &B,
+                            const at::Tensor &C, const c10::optional<at::Tensor> &D,
+                            const c10::optional<at::Tensor> &z, const c10::optional<at::Tensor> &delta_bias,
+                            bool delta_softplus) {
+  const int n_chunks = (u.size(2) + 2047) / 2048;
+  at::Tensor out = torch::empty_like(delta);
+  at::Tensor x = torch::empty({u.size(0), u.size(1), n_chunks, A.size(1) * 2}, u.options().dtype(at::kFloat));
+  at::Tensor out_z;
+  SSMParamsBase p;
+  set_inputs(p, u, delta, A, B, C, D, z, delta_bias, x, delta_softplus);
+  p.out_ptr = out.data_ptr();
+  set_rows(out, p.out_batch_stride, p.out_d_stride);
+  if (z.has_value()) {
+    out_z = torch::empty_like(z.value());
+    p.out_z_ptr = out_z.data_ptr();
     set_rows(out_z, p.out_z_batch_stride, p.out_z_d_stride);
   }
 
@@ -148,12 +200,68 @@ std::vector<at::Tensor> fwd(const at::Tensor &u, const at::Tensor &delta, const 
   return result;
 }
 
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) { m.def("fwd", &fwd, "Mamba's selective scan forward"); }
+// The gradients, allocated as Mamba's binding allocates them (the sums zeroed; variable dB, dC in float32, then
+// converted to B's and C's dtype). `out` is the forward's output before the gate (its first result).
+std::vector<at::Tensor> bwd(const at::Tensor &u, const at::Tensor &delta, const at::Tensor &A, const at::Tensor &B,
+                            const at::Tensor &C, const c10::optional<at::Tensor> &D,
+                            const c10::optional<at::Tensor> &z, const c10::optional<at::Tensor> &delta_bias,
+                            const at::Tensor &dout, const at::Tensor &x, const at::Tensor &out,
+                            bool delta_softplus) {
+  TORCH_CHECK(B.dim() == 4 && C.dim() == 4 && z.has_value() && delta_softplus,
+              "built for variable B and C, z and softplus only");
+  TORCH_CHECK(x.is_contiguous() && x.size(2) == (u.size(2) + 2047) / 2048 && x.size(3) == 2 * A.size(1));
+  at::Tensor du = torch::empty_like(u), ddelta = torch::empty_like(delta), dz = torch::empty_like(z.value());
+  at::Tensor dA = torch::zeros_like(A);
+  at::Tensor dB = torch::zeros_like(B, B.options().dtype(at::kFloat));
+  at::Tensor dC = torch::zeros_like(C, C.options().dtype(at::kFloat));
+  at::Tensor dD = D.has_value() ? torch::zeros_like(D.value()) : at::Tensor();
+  at::Tensor ddelta_bias = delta_bias.has_value() ? torch::zeros_like(delta_bias.value()) : at::Tensor();
+  SSMParamsBwd p;
+  set_inputs(p, u, delta, A, B, C, D, z, delta_bias, x, delta_softplus);
+  p.out_ptr = out.data_ptr();
+  set_rows(out, p.out_batch_stride, p.out_d_stride);
+  p.out_z_ptr = nullptr;  // out_z is not recomputed
+  p.dout_ptr = dout.data_ptr();
+  set_rows(dout, p.dout_batch_stride, p.dout_d_stride);
+  p.du_ptr = du.data_ptr();
+  set_rows(du, p.du_batch_stride, p.du_d_stride);
+  p.ddelta_ptr = ddelta.data_ptr();
+  set_rows(ddelta, p.ddelta_batch_stride, p.ddelta_d_stride);
+  p.dz_ptr = dz.data_ptr();
+  set_rows(dz, p.dz_batch_stride, p.dz_d_stride);
+  p.dA_ptr = dA.data_ptr();
+  p.dA_d_stride = dA.stride(0);
+  p.dA_dstate_stride = dA.stride(1);
+  p.dB_ptr = dB.data_ptr();
+  p.dB_batch_stride = dB.stride(0);
+  p.dB_group_stride = dB.stride(1);
+  p.dB_dstate_stride = dB.stride(2);
+  p.dC_ptr = dC.data_ptr();
+  p.dC_batch_stride = dC.stride(0);
+  p.dC_group_stride = dC.stride(1);
+  p.dC_dstate_stride = dC.stride(2);
+  p.dD_ptr = D.has_value() ? dD.data_ptr() : nullptr;
+  p.ddelta_bias_ptr = delta_bias.has_value() ? ddelta_bias.data_ptr() : nullptr;
+
+  at::cuda::CUDAGuard guard{u.device()};
+  cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
+  switch (u.scalar_type()) {
+    case at::kFloat: mamba_bwd_fp32(p, stream); break;
+    case at::kBFloat16: mamba_bwd_bf16(p, stream); break;
+    default: TORCH_CHECK(false, "the backward is built for float32 and bfloat16 inputs");
+  }
+  return {du, ddelta, dA, dB.to(B.dtype()), dC.to(C.dtype()), dD, ddelta_bias, dz};
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("fwd", &fwd, "Mamba's selective scan forward");
+  m.def("bwd", &bwd, "Mamba's selective scan backward");
+}
 """
 
 
 def prepare(checkout: str | Path) -> Path:
-    """Copy the forward kernel's headers from a Mamba checkout (a work tree, or a git directory: its
+    """Copy the kernels' headers from a Mamba checkout (a work tree, or a git directory: its
     HEAD) into benchmarks/.mamba/, and write the instantiations and the binding there."""
     checkout = Path(checkout)
     SOURCE_DIR.mkdir(parents=True, exist_ok=True)
@@ -168,12 +276,14 @@ def prepare(checkout: str | Path) -> Path:
             (SOURCE_DIR / name).write_bytes(text)
     for tag, input_t in DTYPES.items():
         (SOURCE_DIR / f"instance_{tag}.cu").write_text(INSTANCE.format(input_t=input_t))
+    for tag in BWD_DTYPES:
+        (SOURCE_DIR / f"bwd_instance_{tag}.cu").write_text(BWD_INSTANCE.format(input_t=DTYPES[tag], tag=tag))
     (SOURCE_DIR / "binding.cpp").write_text(BINDING.replace("MIN_SEQLEN", str(MIN_SEQLEN)))
     return SOURCE_DIR
 
 
 def load(verbose: bool = False) -> Any:
-    """The built extension (its `fwd`), building it first when its sources changed."""
+    """The built extension (its `fwd` and `bwd`), building it first when its sources changed."""
     missing = [n for n in (*KERNEL_FILES, "binding.cpp") if not (SOURCE_DIR / n).is_file()]
     if missing:
         raise RuntimeError(
@@ -192,8 +302,9 @@ def load(verbose: bool = False) -> Any:
 
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
     sources = [SOURCE_DIR / "binding.cpp", *(SOURCE_DIR / f"instance_{tag}.cu" for tag in DTYPES)]
+    sources += [SOURCE_DIR / f"bwd_instance_{tag}.cu" for tag in BWD_DTYPES]
     return cpp_extension.load(
-        name="mamba_selective_scan_fwd",
+        name="mamba_selective_scan",
         sources=[str(s) for s in sources],
         extra_cflags=["-O3", "-std=c++17"],
         extra_cuda_cflags=NVCC_FLAGS,

@@ -13,14 +13,15 @@ built with nvcc at run time into the git-ignored benchmarks/.build/ and loaded w
     python benchmarks/run.py --baseline-tree .baseline --only bandwidth,half [--quick] [--out compare.md]
     python benchmarks/run.py --compare old.pkl new.pkl
 
-Sections: bandwidth, launch, compile, blocks (issues 2 and 3), linrec, half, rows2d (issue 7), histogram,
-segsort (issue 8), chained (issue 11), mamba (issue 9: against Mamba's own CUDA kernel, built by
-benchmarks/_mamba_cuda.py from a Mamba checkout), softmax, scan2d and state_update (issue 19: row softmax and
-layer norm against Triton's tutorial kernels in benchmarks/_baselines_rows.py and PyTorch; scans along axis 1 and
-the reverse chained scan; Mamba's decode step against its own Triton kernel, copied from a Mamba checkout by
-benchmarks/_mamba_triton.py). Each section from issue 7 on records its own failures as rows of the table rather
-than stopping the run. Each is a module of benchmarks/sections/ (`--list` shows what each needs);
-this file is the command line only.
+Sections: bandwidth, launch, compile, blocks (issues 2 and 3), linrec, half, rows2d (issue 7), histogram, segsort
+(issue 8), chained (issue 11), mamba (issue 9: against Mamba's own CUDA kernel, built by benchmarks/_mamba_cuda.py
+from a Mamba checkout), mamba_bwd (issue 20: the backward, forward + backward, peak memory and a training step
+against Mamba's CUDA backward, built by the same script), softmax, scan2d and state_update (issue 19: row softmax
+and layer norm against Triton's tutorial kernels in benchmarks/_baselines_rows.py and PyTorch; scans along axis 1
+and the reverse chained scan; Mamba's decode step against its own Triton kernel, copied from a Mamba checkout by
+benchmarks/_mamba_triton.py). Each section from issue 7 on records its own failures as rows of the table rather than
+stopping the run. Each is a module of benchmarks/sections/ (`--list` shows what each needs); this file is the
+command line only.
 
 `--baseline-tree DIR` compares with another checkout (scripts/bench-compare.sh prepares one in `.baseline/`): for
 each section, DIR's own benchmarks/run.py and then this tree's run in fresh processes, one after the other, and the

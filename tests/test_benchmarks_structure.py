@@ -34,6 +34,7 @@ EXPECTED = (
     "segsort",
     "chained",
     "mamba",
+    "mamba_bwd",
     "gather",
     "softmax",
     "state_update",
@@ -214,6 +215,36 @@ def fake_results(scale: float = 1.0) -> dict:
             "triton": _tune(2.0 * s, (128, 4)),
         },
     ]
+    mamba_bwd = [
+        {
+            "shape": (8, 1536, 2048, 16),
+            "dtype": "bfloat16",
+            "limit_ms": 0.6 * s,
+            "coop": {**_tune(1.0 * s, None), "correct": True},
+            "launches": {
+                (8, 128): _tune(1.0 * s, None),
+                (8, None): _tune(1.1 * s, None),
+                (16, None): {"error": "X: y"},
+            },
+            "coop_both": _tune(1.5 * s, None),
+            "coop_peak": {"bytes": 300 * 2**20},
+            "mamba": {**_tune(1.2 * s, None), "both_ms": 1.8 * s},
+            "mamba_peak": {"bytes": 400 * 2**20},
+        },
+        {"shape": (2, 2048, 8192, 16), "dtype": "float32", "error": "RuntimeError: out of memory"},
+        {
+            "shape": ("model", 8, 2048, 768),
+            "dtype": "float32",
+            "coop": _tune(20.0 * s, None),
+            "mamba": _tune(22.0 * s, None),
+        },
+        {
+            "shape": ("model", 8, 2048, 768),
+            "dtype": "bfloat16",
+            "coop": _tune(15.0 * s, None),
+            "mamba": {"error": "E: f"},
+        },
+    ]
     softmax = [
         {
             "kernel": kernel,
@@ -348,6 +379,7 @@ def fake_results(scale: float = 1.0) -> dict:
         "segsort": segsort,
         "chained": chained,
         "mamba": mamba,
+        "mamba_bwd": mamba_bwd,
         "gather": gather,
     }
 
@@ -400,6 +432,10 @@ def test_render_every_section():
     assert row in text and "| **0.80x** | failed: ImportError: no triton | — | yes / yes / — |" in text
     assert "| (8192, 8192, 1024) | float32 (tf32) | failed: RuntimeError: z |" in text
     assert "skipped 128x256x32, 256 threads (LaunchError: x)" in text
+    # issue 20's backward: both bars' ratios, the limit's share, peak memory, the training step
+    row = "| (8, 1536, 2048, 16) | bfloat16 | 1.000 | 1.000 (8 × 128) | 1.200 | **1.20x** | 1.500 | 1.800 | **1.20x** |"
+    assert row + " 0.600 | **60%** | 300 / 400 | yes / yes |" in text
+    assert "| float32 | 20.000 | 22.000 | **1.10x** |" in text and "| bfloat16 | 15.000 | failed: E: f | — |" in text
 
 
 def test_render_draws_a_figure_for_every_section_and_embeds_it(tmp_path):

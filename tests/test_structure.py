@@ -115,7 +115,10 @@ KNOWN_STATE = {
     ("coop_tiles.runtime.cache", "_totals"): "each cache directory's byte total, per process",
     ("coop_tiles.examples.selective_scan", "_by_threads"): "an example's kernels by block size",
     ("coop_tiles.examples.state_update", "_by_threads"): "an example's kernels by block size",
-    ("coop_tiles.examples.selective_scan_backward", "_by_threads"): "an example's kernels by block size",
+    (
+        "coop_tiles.examples.selective_scan_backward",
+        "_by_launch",
+    ): "an example's kernels by block size and register cap",
 }
 MUTATORS = {"append", "add", "update", "setdefault", "pop", "clear", "extend", "insert", "remove", "discard"}
 

@@ -25,6 +25,9 @@ csrc/selective_scan/selective_scan_bwd_kernel.cuh:
     dA, fixed dB/dC, dD, ddelta_bias: BlockReduce      a tile of slots: ct.where(slot == n, sums +
       per state, smem across chunks, atomicAdd            tile.sum(...), sums); one tile.atomic_add at the end
                                                           (or stores, summed by the host: deterministic=True)
+    128 threads x 16 items; u, delta, dout, du and      256 threads x 8 items (`LAUNCH`); x, dt, g silu(z),
+      ddelta kept across the state loop; out read         the dz factor, y and the sums over states of dh B and
+      for dz                                              dh A a h[l-1]: all in registers; y summed for dz
 
 The exclusive reverse scan is the trick that spares the shift: scanning the pairs (a[l], a[l] g[l] C[l]) from the
 end gives G[l+1] = a[l+1] dh[l+1] at every l, so dh[l] = g[l] C[l] + G[l+1] with no element borrowed from a

@@ -10,8 +10,8 @@ import importlib
 
 from benchmarks.section import Section
 
-#: the sections, as `--only` names them and in the order a run measures them. The guarded sections (issues 7, 8, 9, 11
-#: and 19) come last: each records its own failures, but a kernel that faults leaves the CUDA context unusable for
+#: the sections, as `--only` names them and in the order a run measures them. The guarded sections (issues 7, 8, 9, 11,
+#: 19 and 20) come last: each records its own failures, but a kernel that faults leaves the CUDA context unusable for
 #: whatever follows. Issue 19's scan2d, whose whole-grid reverse chained scan could hang or fault where a look-back
 #: goes wrong, runs last.
 NAMES = (
@@ -26,6 +26,7 @@ NAMES = (
     "segsort",
     "chained",
     "mamba",
+    "mamba_bwd",
     "gather",
     "softmax",
     "state_update",
@@ -48,6 +49,7 @@ DOCUMENT_ORDER = (
     "segsort",
     "chained",
     "mamba",
+    "mamba_bwd",
     "softmax",
     "matmul",
     "scan2d",

@@ -36,7 +36,7 @@ import coop_tiles as ct
 from coop_tiles import tile
 
 from ._arrays import cast, empty_like, zeros_like
-from .selective_scan import ITEMS_PER_THREAD, LOG2E, affine, as_groups, check_real, launch_choice
+from .selective_scan import LOG2E, affine, as_groups, check_real, launch_choice
 
 
 @ct.jit(fastmath=True)
@@ -61,35 +61,45 @@ def selective_scan_backward(
     for c in range(chunks - 1, -1, -1):
         base = c * CHUNK
         valid = L - base
+        # alive across the state loop: x, dt, gz, and the sums over states (dhB, dhAah, y); seven tiles with z
         x = tile.load(u[b, d], base, CHUNK, valid=valid, other=0).astype(np.float32)
-        raw = tile.load(delta[b, d], base, CHUNK, valid=valid, other=0).astype(np.float32)
+        dt = tile.load(delta[b, d], base, CHUNK, valid=valid, other=0).astype(np.float32)
         if HAS_DELTA_BIAS:
-            raw = raw + delta_bias[d]
-        dt = ct.softplus(raw) if SOFTPLUS else raw
+            dt = dt + delta_bias[d]
+        if SOFTPLUS:
+            dt = ct.softplus(dt)
         dt = ct.where(tile.arange(CHUNK) < valid, dt, 0.0)  # past the end: a = 1, and nothing flows back
-        dtx = dt * x
-        g = tile.load(dout[b, d], base, CHUNK, valid=valid, other=0).astype(np.float32)
-        if HAS_Z:
+        gz = tile.load(dout[b, d], base, CHUNK, valid=valid, other=0).astype(np.float32)
+        if HAS_Z:  # dz = dout * y * silu'(z), y the output before the gate: its factor now, y summed below
             zt = tile.load(z[b, d], base, CHUNK, valid=valid, other=0).astype(np.float32)
             sig = ct.sigmoid(zt)
-            y = x * D[d] if HAS_D else tile.zeros(CHUNK, np.float32)  # the output before the gate, for dz
-            gz = g * zt * sig
-        else:
-            gz = g
-        dx = gz * D[d] if HAS_D else tile.zeros(CHUNK, np.float32)
+            dz_factor = gz * sig * (1.0 + zt * (1.0 - sig))
+            gz = gz * zt * sig
+            y = x * D[d] if HAS_D else tile.zeros(CHUNK, np.float32)
         if HAS_D:
             sums = ct.where(slot == 3 * DSTATE, sums + tile.sum(gz * x), sums)
-        ddt = tile.zeros(CHUNK, np.float32)
+        dhB = tile.zeros(CHUNK, np.float32)  # sum over states of dh B: du = gz D + dt dhB, ddt = x dhB + dhAah
+        dhAah = tile.zeros(CHUNK, np.float32)  # sum over states of dh A exp(dt A) h[l-1]
         for n in range(N):
             An = A[d, n]
             a = ct.exp2(dt * (An * LOG2E))
             Bn = tile.load(B_rows[n], base, CHUNK, valid=valid, other=0).astype(np.float32) if B.ndim == 4 else B[d, n]
-            Cn = tile.load(C_rows[n], base, CHUNK, valid=valid, other=0).astype(np.float32) if C.ndim == 4 else C[d, n]
             h0 = 0.0
             if c > 0:
                 h0 = states[b, d, c - 1, n]
-            bx = dtx * Bn
+            bx = dt * x * Bn
             (_, h) = tile.scan((a, bx), op=affine, initial=(1.0, h0))
+            ah = h - bx  # exp(dt A) h[l-1]
+            Cn = tile.load(C_rows[n], base, CHUNK, valid=valid, other=0).astype(np.float32) if C.ndim == 4 else C[d, n]
+            if HAS_Z:
+                y = y + h * Cn
+            if C.ndim == 4:
+                if DETERMINISTIC:
+                    tile.store(dC_rows[n], base, gz * h, valid=valid)
+                else:
+                    tile.atomic_add(dC_rows[n], base, gz * h, valid=valid)
+            else:
+                sums = ct.where(slot == 2 * DSTATE + n, sums + tile.sum(gz * h), sums)
             gC = gz * Cn
             G0 = 0.0
             if c < chunks - 1:
@@ -99,34 +109,28 @@ def selective_scan_backward(
             )
             carries[b, d, n] = total[1]
             dh = gC + later
-            dhB = dh * Bn
-            ah = h - bx  # exp(dt A) h[l-1]
-            dx = dx + dhB * dt
-            ddt = ddt + dhB * x + dh * An * ah
-            sums = ct.where(slot == n, sums + tile.sum(dh * dt * ah), sums)
+            dhB = dhB + dh * Bn
+            dhah = dh * ah
+            dhAah = dhAah + dhah * An
+            sums = ct.where(slot == n, sums + tile.sum(dhah * dt), sums)
             if B.ndim == 4:
                 if DETERMINISTIC:
-                    tile.store(dB_rows[n], base, dh * dtx, valid=valid)
+                    tile.store(dB_rows[n], base, dh * dt * x, valid=valid)
                 else:
-                    tile.atomic_add(dB_rows[n], base, dh * dtx, valid=valid)
+                    tile.atomic_add(dB_rows[n], base, dh * dt * x, valid=valid)
             else:
-                sums = ct.where(slot == DSTATE + n, sums + tile.sum(dh * dtx), sums)
-            if C.ndim == 4:
-                if DETERMINISTIC:
-                    tile.store(dC_rows[n], base, gz * h, valid=valid)
-                else:
-                    tile.atomic_add(dC_rows[n], base, gz * h, valid=valid)
-            else:
-                sums = ct.where(slot == 2 * DSTATE + n, sums + tile.sum(gz * h), sums)
-            if HAS_Z:
-                y = y + h * Cn
+                sums = ct.where(slot == DSTATE + n, sums + tile.sum(dh * dt * x), sums)
         if HAS_Z:
-            tile.store(dz[b, d], base, g * y * sig * (1.0 + zt * (1.0 - sig)), valid=valid)
-        if SOFTPLUS:
+            tile.store(dz[b, d], base, dz_factor * y, valid=valid)
+        tile.store(du[b, d], base, gz * D[d] + dt * dhB if HAS_D else dt * dhB, valid=valid)
+        ddt = x * dhB + dhAah
+        if SOFTPLUS:  # delta read again (as Mamba's kernel does) rather than kept alive across the state loop
+            raw = tile.load(delta[b, d], base, CHUNK, valid=valid, other=0).astype(np.float32)
+            if HAS_DELTA_BIAS:
+                raw = raw + delta_bias[d]
             ddt = ddt * ct.where(raw <= 20.0, ct.sigmoid(raw), 1.0)
         if HAS_DELTA_BIAS:
             sums = ct.where(slot == 3 * DSTATE + 1, sums + tile.sum(ddt), sums)
-        tile.store(du[b, d], base, dx, valid=valid)
         tile.store(ddelta[b, d], base, ddt, valid=valid)
     if DETERMINISTIC:  # row b of a (batch, dim * 4 DSTATE) buffer, summed over the batch by the host
         tile.store(totals[b], d * 4 * DSTATE, sums)
@@ -134,18 +138,26 @@ def selective_scan_backward(
         tile.atomic_add(totals, d * 4 * DSTATE, sums)
 
 
+#: (items per thread, registers per thread) of the launch: 8 items (256 threads per chunk of 2048) keep every tile
+#: in registers (at 16 items, the forward's, the planner moves the tiles alive across the state loop to ~60 KB of
+#: shared memory); uncapped that takes 207 registers, one block per multiprocessor, so it is capped at 128 (two
+#: blocks, a few values spilled to L1-cached local memory, as under Mamba's own launch bounds)
+LAUNCH = (8, 128)
 _interpreting = ct.jit(selective_scan_backward.fn, interpret=True)
-_by_threads: dict[int, ct.JITFunction] = {}
+_by_launch: dict[tuple[int, int | None], ct.JITFunction] = {}
 
 
-def kernel_for(chunk: int, interpret: bool) -> ct.JITFunction:
-    """The program at ITEMS_PER_THREAD items per thread (at least a warp), or its interpreting copy."""
+def kernel_for(chunk: int, interpret: bool, launch: tuple[int, int | None] = LAUNCH) -> ct.JITFunction:
+    """The program at `launch` (items per thread, register cap or None; at least a warp), or its interpreting
+    copy."""
     if interpret:
         return _interpreting
-    threads = max(32, chunk // ITEMS_PER_THREAD)
-    if threads not in _by_threads:
-        _by_threads[threads] = ct.jit(selective_scan_backward.fn, block_threads=threads, fastmath=True)
-    return _by_threads[threads]
+    items, registers = launch
+    threads = max(32, chunk // items)
+    if (threads, registers) not in _by_launch:
+        options = dict(block_threads=threads, fastmath=True, max_registers=registers)
+        _by_launch[threads, registers] = ct.jit(selective_scan_backward.fn, **options)
+    return _by_launch[threads, registers]
 
 
 def selective_scan_bwd(
@@ -161,12 +173,14 @@ def selective_scan_bwd(
     delta_bias: Any = None,
     delta_softplus: bool = False,
     deterministic: bool = False,
+    launch: tuple[int, int | None] = LAUNCH,
 ) -> dict[str, Any]:
     """The gradients of Mamba's selective scan for `dout`, the gradient of its output: a dict with "u", "delta",
     "A", "B", "C" and, for those given, "D", "z", "delta_bias", each of its input's shape and dtype.
 
     Arguments as `selective_scan_fwd` takes them, with `states` the forward's (`selective_scan.forward`). Atomic
     reductions by default; `deterministic=True` sums per-program partials instead (see the module docstring).
+    `launch` (items per thread, register cap) is for tuning (`LAUNCH` says why the default).
     """
     check_real(A)
     batch, dim, seqlen = u.shape
@@ -190,7 +204,7 @@ def selective_scan_bwd(
     totals = (empty_like if deterministic else zeros_like)(u, (*lead, dim * 4 * slots), "float32")
     dB, dC = weight_grad(Bg), weight_grad(Cg)
     if batch * dim * seqlen:
-        kernel_for(chunk, isinstance(u, np.ndarray))[(dim, batch)](
+        kernel_for(chunk, isinstance(u, np.ndarray), launch)[(dim, batch)](
             u, delta, A, Bg, Cg,
             A if D is None else D, A if delta_bias is None else delta_bias, u if z is None else z,
             dout, states, carries, grads["u"], grads["delta"], grads.get("z", u), dB, dC, totals,
