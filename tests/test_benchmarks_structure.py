@@ -600,3 +600,36 @@ print("loaded", module.__file__)
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     assert f"loaded {tmp_path / 'copy'}" in done.stdout
+
+
+def test_softmax_section_launches_every_kind_of_config(monkeypatch):
+    """The softmax section's launches of tutorial 09's programs, one config of each kind (one row per program, a
+    block of rows, chunks), run in the interpreter on a small problem, against NumPy; its configs' names are unique."""
+    import numpy as np
+
+    from benchmarks.kernels import tutorial
+    from benchmarks.sections import softmax as section
+
+    monkeypatch.setenv("COOP_TILES_INTERPRET", "1")
+    ops = tutorial("09_softmax_layernorm")
+    rows, cols = 5, 40
+    rng = np.random.default_rng(9)
+    x, w, b = rng.standard_normal((rows, cols)), rng.standard_normal(cols), rng.standard_normal(cols)
+    x, w, b = x.astype(np.float32), w.astype(np.float32), b.astype(np.float32)
+    softmax = ops.softmax_reference(x)
+    norm, mu, rs = ops.layer_norm_reference(x, w, b, section.EPS)
+    for config in (None, (section.ROWS, 2, 64), (section.CHUNKS, 16, 32)):
+        chunked = config is not None and config[0] == section.CHUNKS  # (the layer norm only)
+        for kernel in ("layer_norm",) if chunked else ("softmax", "layer_norm"):
+            y, mean, rstd = np.zeros_like(x), np.zeros(rows, np.float32), np.zeros(rows, np.float32)
+            args = (x, y) if kernel == "softmax" else (x, y, w, b, mean, rstd)
+            section._coop_launch(ops, kernel, config, args, rows, cols)()
+            expected = softmax if kernel == "softmax" else norm
+            np.testing.assert_allclose(y, expected, rtol=1e-4, atol=1e-5, err_msg=f"{kernel} {config}")
+            if kernel == "layer_norm":
+                np.testing.assert_allclose(mean, mu, rtol=1e-4, atol=1e-6)
+                np.testing.assert_allclose(rstd, rs, rtol=1e-4)
+    for kernel in section.SOFTMAX_KERNELS:
+        for n in section.SOFTMAX_COLS:
+            names = [section._threads_name(c) for c in section.coop_configs(kernel, n)]
+            assert len(set(names)) == len(names)

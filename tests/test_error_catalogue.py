@@ -1819,7 +1819,7 @@ CATALOGUE: list[Mistake] = [
         "atomic_add_mask_size",
         atomic_add_mask_size,
         TYPE,
-        "the mask has 16 elements and the tile it selects 8",
+        "the mask of shape (16,) does not broadcast to the tile's shape (8,)",
     ),
     Mistake(
         "gather_float_index",
@@ -1860,10 +1860,15 @@ CATALOGUE: list[Mistake] = [
         "gather_int_mask",
         gather_int_mask,
         TYPE,
-        "mask must be a bool tile, got tile<int32, 8>; compare it (t > 0)",
+        "the mask must be a bool tile (a comparison), got tile<int32, 8>",
     ),
-    Mistake("gather_scalar_mask", gather_scalar_mask, TYPE, "mask must be a tile, got bool"),
-    Mistake("gather_mask_size", gather_mask_size, TYPE, "the mask has 16 elements and the tile it selects 8"),
+    Mistake("gather_scalar_mask", gather_scalar_mask, TYPE, "the mask must be a tile, got bool"),
+    Mistake(
+        "gather_mask_size",
+        gather_mask_size,
+        TYPE,
+        "the mask of shape (16,) does not broadcast to the tile's shape (8,)",
+    ),
     Mistake(
         "gather_outside",
         gather_outside,

@@ -330,10 +330,13 @@ def _run(name, reverse, shape, tmp_path, rng):
 NAMES = ["seeded_add", "exclusive_add", "exclusive_seeded", "running_max", "recurrence", "recurrence_unseeded"]
 
 
-#: every shape in reverse; the forward scan (run on the GPU by tests/test_gpu_2d.py) at three, to keep CI short
-RUNS = [(name, shape, True) for name in NAMES for shape in SHAPES] + [
-    (name, shape, False) for name in NAMES for shape in SHAPES[:3]
-]
+#: every shape in reverse; the forward scan (run on the GPU by tests/test_gpu_2d.py) at three, to keep CI short, and
+#: (one code for both directions) two of them at interleaved runs (several segments) and rows across warps
+RUNS = (
+    [(name, shape, True) for name in NAMES for shape in SHAPES]
+    + [(name, shape, False) for name in NAMES for shape in SHAPES[:3]]
+    + [(name, shape, False) for name in ("seeded_add", "exclusive_seeded") for shape in (SHAPES[6], SHAPES[9])]
+)
 
 
 @pytest.mark.parametrize(

@@ -95,6 +95,30 @@ def test_softmax_layernorm_kernels_compile_without_gpu():
         assert k.local_memory_bytes() == 0
 
 
+def test_softmax_layernorm_block_of_rows_and_chunked_plans():
+    """The block-of-rows programs at 1024 columns give each row a warp (32 * BM threads): axis reductions by warp
+    shuffles, no shared memory, no barrier; the chunked layer norm at 16384 bfloat16 columns in halves at 512 threads
+    fits two blocks per SM (at most 64 registers), nothing spilled."""
+    import ml_dtypes
+
+    import coop_tiles as ct
+
+    t = _tutorial("09_softmax_layernorm")
+    h, f, v = np.zeros((2, 2), ml_dtypes.bfloat16), np.zeros((2, 2), np.float32), np.zeros(2, np.float32)
+    rows = [
+        ct.jit(t["softmax_rows_fwd"].fn, block_threads=128).compile(h, h, 1, 1, BM=4, BLOCK=1024, arch="sm_90"),
+        ct.jit(t["layer_norm_rows_fwd"].fn, block_threads=128).compile(
+            f, f, v, v, v, v, 1, 1, 1e-5, BM=4, BLOCK=1024, arch="sm_90"
+        ),
+    ]
+    for k in rows:
+        assert k.shared_bytes == 0 and not k.plan.carve.barriers and k.local_memory_bytes() == 0
+        assert "warp shuffles over 32 lanes" in str(k.plan)
+    chunked = ct.jit(t["layer_norm_fwd_chunked"].fn, block_threads=512)
+    k = chunked.compile(h, h, h[0], h[0], v, v, 1, 1e-5, BLOCK=8192, arch="sm_90")
+    assert k.local_memory_bytes() == 0 and k.registers() <= 64
+
+
 def test_softmax_layernorm_bfloat16_in_interpreter():
     """The forward programs on bfloat16 rows (converted to float32 as they load, rounded back as they store), against
     float64 NumPy on the same bfloat16 inputs, within bfloat16's rounding."""
@@ -120,6 +144,13 @@ def test_softmax_layernorm_bfloat16_in_interpreter():
     np.testing.assert_allclose(ln.astype(np.float64), expected, rtol=8e-3, atol=8e-3)
     np.testing.assert_allclose(mean, mu, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(rstd, rs, rtol=1e-4)
+    # a block of 2 rows per program (the last block partial), and the layer norm in chunks of 64 columns
+    ct.jit(t["softmax_rows_fwd"].fn, interpret=True)[3](x, y, rows, cols, BM=2, BLOCK=256)
+    chunked = ct.jit(t["layer_norm_fwd_chunked"].fn, interpret=True)
+    chunked[rows](x, ln, w, b, mean, rstd, cols, 1e-5, BLOCK=64)
+    np.testing.assert_allclose(y.astype(np.float64), t["softmax_reference"](x), rtol=8e-3, atol=1e-6)
+    np.testing.assert_allclose(ln.astype(np.float64), expected, rtol=8e-3, atol=8e-3)
+    np.testing.assert_allclose(mean, mu, rtol=1e-4, atol=1e-6)
 
 
 def test_mamba_decode_kernel_compiles_without_gpu():

@@ -30,9 +30,22 @@ The backward passes are per row too:
   with one `tile.atomic_add` each at the end (Triton's tutorial adds its partials into a
   buffer of GROUP_SIZE_M rows under a spin lock and sums that in a second kernel).
 
-A block of rows per program (2-D tiles, for rows too short to fill a block: Triton's
-softmax holds `(BLOCK_M, BLOCK_N)` tiles there) is the natural next step; see the section
-"2-D variant" at the end of the programs.
+Which program for which row length (forward passes):
+
+- short rows (up to about 1024 float32 columns): a **block of rows** per program,
+  `softmax_rows_fwd` and `layer_norm_rows_fwd`. One row per program would be a tiny program
+  (4096 blocks of 1024 elements: per-block overhead dominates); a `(BM, BLOCK)` 2-D tile with
+  `axis=1` reductions gives each row a warp of its own when `32 * BM` threads run the block (the
+  planner's row arrangement: 32 lanes per row, 32 items per lane), so the reductions are warp
+  shuffles with no shared memory and no barrier. The per-row results (`keepdims=True`, shape
+  `(BM, 1)`) broadcast back over their rows, and `w[None, :]` over the rows of the block.
+- rows of a few thousand columns: **one row per program** (`softmax_fwd`, `layer_norm_fwd`):
+  the whole row is one tile that several warps share.
+- long rows whose tiles do not all fit in registers (16384 bfloat16 columns: the row, its
+  centred copy, `w` and `b` take 92 registers at 512 threads, one block per SM):
+  `layer_norm_fwd_chunked`, Triton's own form, three passes over the row in chunks of BLOCK
+  columns, reading the row again from global memory (the L2 cache) for each pass instead of
+  keeping it; half a row per chunk at 512 threads takes 60 registers (two blocks per SM).
 
     python tutorials/09_softmax_layernorm.py
 """
@@ -98,12 +111,52 @@ def layer_norm_bwd(x, dy, w, mean, rstd, dx, dw, db, n_rows, n_cols, ROWS: ct.co
     tile.atomic_add(db, 0, db_part, valid=n_cols)
 
 
-# ----- 2-D variant: a block of rows per program --------------------------------------------------
-# Reserved for when 2-D tiles land (issue 19): for short rows (N of a few hundred), one program per
-# row leaves most of a block idle; Triton's answer is a (BLOCK_M, BLOCK_N) tile and `axis=1`
-# reductions. Its tile program loads `tile.load(x, (r, 0), (BM, BN), valid=(M - r, N), other=-inf)`,
-# reduces with `tile.max(t, axis=1, keepdims=True)` / `tile.sum(e, axis=1, keepdims=True)` and
-# broadcasts the per-row scalars back over the row. Not written yet: the language is 1-D today.
+# ----- a block of rows per program: short rows ----------------------------------------------------
+@ct.jit
+def softmax_rows_fwd(x, y, n_rows, n_cols, BM: ct.constexpr, BLOCK: ct.constexpr):
+    r = ct.program_id(0) * BM
+    rows = tile.load(x, (r, 0), (BM, BLOCK), valid=(n_rows - r, n_cols), other=-np.inf).astype(np.float32)
+    # the rows' maxima and sums, shape (BM, 1): each broadcasts over its row
+    e = ct.exp2((rows - tile.max(rows, axis=1, keepdims=True)) * LOG2E)
+    tile.store(y, (r, 0), e * (1.0 / tile.sum(e, axis=1, keepdims=True)), valid=(n_rows - r, n_cols))
+
+
+@ct.jit
+def layer_norm_rows_fwd(x, y, w, b, mean, rstd, n_rows, n_cols, eps, BM: ct.constexpr, BLOCK: ct.constexpr):
+    r = ct.program_id(0) * BM
+    t = tile.load(x, (r, 0), (BM, BLOCK), valid=(n_rows - r, n_cols), other=0).astype(np.float32)
+    mu = tile.sum(t, axis=1, keepdims=True) / n_cols
+    centered = ct.where(tile.arange(BLOCK)[None, :] < n_cols, t - mu, 0.0)
+    rs = 1.0 / ct.sqrt(tile.sum(centered * centered, axis=1, keepdims=True) / n_cols + eps)
+    out = centered * rs * tile.load(w, 0, BLOCK, valid=n_cols, other=0).astype(np.float32)[None, :]
+    out = out + tile.load(b, 0, BLOCK, valid=n_cols, other=0).astype(np.float32)[None, :]
+    tile.store(y, (r, 0), out, valid=(n_rows - r, n_cols))
+    tile.store(mean, r, tile.reshape(mu, BM), valid=n_rows - r)
+    tile.store(rstd, r, tile.reshape(rs, BM), valid=n_rows - r)
+
+
+# ----- long rows: the layer norm in chunks, the row read once per pass -------------------------------
+@ct.jit
+def layer_norm_fwd_chunked(x, y, w, b, mean, rstd, n_cols, eps, BLOCK: ct.constexpr):
+    r = ct.program_id(0)
+    acc = tile.zeros(BLOCK, np.float32)
+    for c in range(0, n_cols, BLOCK):
+        acc = acc + tile.load(x[r], c, BLOCK, valid=n_cols - c, other=0).astype(np.float32)
+    mu = tile.sum(acc) / n_cols
+    squares = tile.zeros(BLOCK, np.float32)
+    for c in range(0, n_cols, BLOCK):
+        v = tile.load(x[r], c, BLOCK, valid=n_cols - c, other=0).astype(np.float32)
+        d = ct.where(tile.arange(BLOCK) < n_cols - c, v - mu, 0.0)
+        squares = squares + d * d
+    rs = 1.0 / ct.sqrt(tile.sum(squares) / n_cols + eps)
+    for c in range(0, n_cols, BLOCK):
+        # one input at a time: x, then w, then b (fewer values live at once)
+        out = (tile.load(x[r], c, BLOCK, valid=n_cols - c, other=0).astype(np.float32) - mu) * rs
+        out = out * tile.load(w, c, BLOCK, valid=n_cols - c, other=0).astype(np.float32)
+        out = out + tile.load(b, c, BLOCK, valid=n_cols - c, other=0).astype(np.float32)
+        tile.store(y[r], c, out, valid=n_cols - c)
+    mean[r] = mu
+    rstd[r] = rs
 
 
 def softmax_reference(x: np.ndarray) -> np.ndarray:
@@ -130,40 +183,50 @@ def layer_norm_bwd_reference(x, dy, w, mu, rs) -> tuple:
     return dx, (dy * xhat).sum(axis=0), dy.sum(axis=0)
 
 
-def run(rows: int, cols: int, block: int, rows_per_program: int, eps: float = 1e-5) -> dict:
-    """Every program on a float32 (rows, cols) problem; the outputs on the host."""
+def run(rows: int, cols: int, block: int, rows_per_program: int, bm: int, chunk: int, eps: float = 1e-5) -> dict:
+    """Every program on a float32 (rows, cols) problem (blocks of `bm` rows, layer norm in chunks of `chunk`
+    columns); the outputs on the host."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((rows, cols)).astype(np.float32)
     dy = rng.standard_normal((rows, cols)).astype(np.float32)
     w = (1 + 0.1 * rng.standard_normal(cols)).astype(np.float32)
     b = (0.1 * rng.standard_normal(cols)).astype(np.float32)
     xd, dyd, wd, bd = to_device(x, dy, w, b)
-    y, dx, ln, lndx = to_device(*(np.zeros((rows, cols), np.float32) for _ in range(4)))  # four distinct outputs
+    # distinct outputs, one per program
+    y, dx, ln, lndx, y2, ln2, ln3 = to_device(*(np.zeros((rows, cols), np.float32) for _ in range(7)))
     mean, rstd, dw, db = to_device(*(np.zeros(n, np.float32) for n in (rows, rows, cols, cols)))
+    mean2, rstd2, mean3, rstd3 = to_device(*(np.zeros(rows, np.float32) for _ in range(4)))
 
     kernel(softmax_fwd)[rows](xd, y, cols, BLOCK=block)
     kernel(softmax_bwd)[rows](y, dyd, dx, cols, BLOCK=block)
     kernel(layer_norm_fwd)[rows](xd, ln, wd, bd, mean, rstd, cols, eps, BLOCK=block)
     grid = ct.cdiv(rows, rows_per_program)
     kernel(layer_norm_bwd)[grid](xd, dyd, wd, mean, rstd, lndx, dw, db, rows, cols, ROWS=rows_per_program, BLOCK=block)
+    blocks = ct.cdiv(rows, bm)
+    kernel(softmax_rows_fwd)[blocks](xd, y2, rows, cols, BM=bm, BLOCK=block)
+    kernel(layer_norm_rows_fwd)[blocks](xd, ln2, wd, bd, mean2, rstd2, rows, cols, eps, BM=bm, BLOCK=block)
+    kernel(layer_norm_fwd_chunked)[rows](xd, ln3, wd, bd, mean3, rstd3, cols, eps, BLOCK=chunk)
     out = {"x": x, "dy": dy, "w": w, "b": b, "eps": eps}
-    names = ("y", "dx", "ln", "mean", "rstd", "lndx", "dw", "db")
-    return {**out, **{name: to_host(v) for name, v in zip(names, (y, dx, ln, mean, rstd, lndx, dw, db))}}
+    names = "y dx ln mean rstd lndx dw db y2 ln2 mean2 rstd2 ln3 mean3 rstd3".split()
+    values = (y, dx, ln, mean, rstd, lndx, dw, db, y2, ln2, mean2, rstd2, ln3, mean3, rstd3)
+    return {**out, **{name: to_host(v) for name, v in zip(names, values)}}
 
 
 def check(r: dict) -> None:
     """Every output against float64 NumPy."""
     x, dy, w, b = r["x"], r["dy"], r["w"], r["b"]
     y = softmax_reference(x)
-    np.testing.assert_allclose(r["y"], y, rtol=1e-5, atol=1e-7)
+    for name in ("y", "y2"):  # one row per program, a block of rows per program
+        np.testing.assert_allclose(r[name], y, rtol=1e-5, atol=1e-7)
     # the softmax gradient from the float32 y the forward wrote, as autograd does
     y32 = r["y"].astype(np.float64)
     expected_dx = y32 * (dy - (y32 * dy).sum(axis=1, keepdims=True))
     np.testing.assert_allclose(r["dx"], expected_dx, rtol=1e-4, atol=1e-6)
     ln, mu, rs = layer_norm_reference(x, w, b, r["eps"])
-    np.testing.assert_allclose(r["ln"], ln, rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(r["mean"], mu, rtol=1e-4, atol=1e-6)
-    np.testing.assert_allclose(r["rstd"], rs, rtol=1e-4)
+    for suffix in ("", "2", "3"):  # one row per program, a block of rows, chunks of a row
+        np.testing.assert_allclose(r["ln" + suffix], ln, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(r["mean" + suffix], mu, rtol=1e-4, atol=1e-6)
+        np.testing.assert_allclose(r["rstd" + suffix], rs, rtol=1e-4)
     dx, dw, db = layer_norm_bwd_reference(x, dy, w, mu, rs)
     np.testing.assert_allclose(r["lndx"], dx, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(r["dw"], dw, rtol=1e-4, atol=1e-3)
@@ -227,7 +290,8 @@ def against_torch(rows: int, cols: int, block: int, rows_per_program: int) -> No
 def main() -> None:
     # in the interpreter: a small problem whose rows do not fill the tile (the padding is exercised)
     rows, cols, block, rows_per_program = (4096, 4096, 4096, 16) if ON_GPU else (12, 300, 512, 5)
-    check(run(rows, cols, block, rows_per_program))
+    bm, chunk = (2, 1024) if ON_GPU else (5, 128)  # (blocks of rows, the last one partial; chunks, the last partial)
+    check(run(rows, cols, block, rows_per_program, bm, chunk))
     print(f"softmax and layer norm, forward and backward, of a {rows}x{cols} float32 matrix ran {where()}: "
           "matches NumPy")  # fmt: skip
     if ON_GPU:

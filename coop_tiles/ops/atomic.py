@@ -152,7 +152,7 @@ class Atomic(TileOp):
                 b.emit(TileFull(one, value))
                 value = one
         like = index[0] if index else value
-        b.emit(TileAtomic(array, offset, index, value, valid_value(b, valid), mask_value(b, mask, like), op))
+        b.emit(TileAtomic(array, offset, index, value, valid_value(b, valid), mask_value(b, mask, like.type.shape), op))
         return Const(None)
 
     def interpret(self, s: TileAtomic, frame) -> None:

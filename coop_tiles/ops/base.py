@@ -35,6 +35,7 @@ import numpy as np
 
 from ..errors import TileTypeError, TileValueError
 from ..lang import ir
+from ..lang.types import broadcast_shape
 from .elementwise import ELEMENTWISE, ElementOp
 from .options import Forbidden, Option
 
@@ -471,18 +472,18 @@ def valid_arg(valid: ir.Value | None, size: int) -> ValueArg:
 
 
 # ----- `mask=`: which elements of a tile an op takes (shared by every op with one) -----------------
-def mask_value(b: Any, v: Any, like: ir.Var) -> ir.Var | None:
-    """The front end's `mask` argument: None when left out, else a bool tile of `like`'s size (the
-    tile whose elements it selects)."""
+def mask_value(b: Any, v: Any, shape: tuple[int, ...]) -> ir.Var | None:
+    """The front end's `mask` argument: None when left out, else a bool tile broadcast to `shape` (that of the
+    tile whose elements it selects: loaded, stored, gathered, scattered or added)."""
     v = b.optional(v)
     if v is None:
         return None
-    mask = b.tile(v, "mask")
+    mask = b.tile(v, "the mask")
     if mask.type.dtype != np.bool_:
-        raise TileTypeError(f"mask must be a bool tile, got {mask.type}; compare it (t > 0)")
-    if mask.type.size != like.type.size:
-        raise TileTypeError(f"the mask has {mask.type.size} elements and the tile it selects {like.type.size}")
-    return mask
+        raise TileTypeError(f"the mask must be a bool tile (a comparison), got {mask.type}")
+    if broadcast_shape(mask.type.shape, shape) != shape:
+        raise TileTypeError(f"the mask of shape {mask.type.shape} does not broadcast to the tile's shape {shape}")
+    return b.broadcast(mask, shape)
 
 
 def mask_array(frame: Any, mask: ir.Var | None, size: int) -> np.ndarray:

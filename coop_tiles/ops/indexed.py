@@ -156,7 +156,7 @@ class Gather(TileOp):
         dt = array.type.dtype
         out = b.temp(dataclasses.replace(index[0].type, dtype=dt))  # the index's type, the array's dtype
         other = b.convert(b.scalar(other, "other"), dt)
-        b.emit(TileGather(out, array, index, mask_value(b, mask, index[0]), other))
+        b.emit(TileGather(out, array, index, mask_value(b, mask, index[0].type.shape), other))
         return out
 
     def interpret(self, s: TileGather, frame) -> None:
@@ -201,7 +201,7 @@ class Scatter(TileOp):
     def build(self, b, public, a, index, t, *, mask):
         array, index = index_tiles(b, a, index, "tile.scatter")
         value = value_of(b, t, index[0], array.type.dtype, "the scattered value")
-        b.emit(TileScatter(array, index, value, mask_value(b, mask, index[0])))
+        b.emit(TileScatter(array, index, value, mask_value(b, mask, index[0].type.shape)))
         return Const(None)
 
     def interpret(self, s: TileScatter, frame) -> None:

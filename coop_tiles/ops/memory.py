@@ -15,8 +15,19 @@ from ..errors import TileTypeError, TileValueError
 from ..lang import ir
 from ..lang.types import TileType
 from ..lang.values import Const
-from .base import ArrayArg, ShimCall, TileArg, TileOp, ValueArg, register, valid_arg, valid_count, valid_value
-from .memory2d import build_load_2d, build_store_2d, is_2d, load_masked, mask_value, offset_value, store_masked
+from .base import (
+    ArrayArg,
+    ShimCall,
+    TileArg,
+    TileOp,
+    ValueArg,
+    mask_value,
+    register,
+    valid_arg,
+    valid_count,
+    valid_value,
+)
+from .memory2d import build_load_2d, build_store_2d, is_2d, load_masked, offset_value, store_masked
 from .options import COUNT, SCALAR, Option
 from .transfer import choose_transfer, lower_transfer, prefer_vectorized
 

@@ -12,9 +12,9 @@ import numpy as np
 
 from ..errors import TileTypeError, TileValueError
 from ..lang import ir
-from ..lang.types import INT64, TileType, broadcast_shape
+from ..lang.types import INT64, TileType
 from ..lang.values import Const
-from .base import Array2DArg, ShimCall, TileArg, TileOp, ValueArg, register
+from .base import Array2DArg, ShimCall, TileArg, TileOp, ValueArg, mask_value, register
 
 VECTOR_BYTES = 16
 
@@ -49,19 +49,6 @@ class TileStore2D(ir.Collective, uses="array row col tile valid_rows valid_cols 
 
 def offset_value(b: Any, v: Any, what: str) -> ir.Value:
     return b.convert(b.scalar(v, what, "iu"), np.dtype(np.int64))
-
-
-def mask_value(b: Any, mask: Any, shape: tuple[int, ...]) -> ir.Var | None:
-    """`mask=` as a bool tile of `shape` (broadcast to it), or None when left out."""
-    mask = b.optional(mask)
-    if mask is None:
-        return None
-    mask = b.tile(mask, "the mask")
-    if mask.type.dtype != np.bool_:
-        raise TileTypeError(f"the mask must be a bool tile (a comparison), got {mask.type}")
-    if broadcast_shape(mask.type.shape, shape) != shape:
-        raise TileTypeError(f"the mask of shape {mask.type.shape} does not broadcast to the tile's shape {shape}")
-    return b.broadcast(mask, shape)
 
 
 def is_2d(b: Any, offset: Any, size: Any) -> bool:

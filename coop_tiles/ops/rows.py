@@ -248,7 +248,7 @@ def lower_scan(s: Any, w: Any) -> ShimCall:
     rows wider than a warp add the earlier warps' totals through shared memory; each run's prefix is then the
     row's seed, the earlier segments' totals and the earlier lanes' (and warps') of its own segment, in that
     order. A row's total is the inclusive value of its last element, from the lane that holds it. A reverse
-    scan (`s.reverse`) is the same mirrored (`_reverse_row_scan`): each row from its last column to its first,
+    scan (`s.reverse`) is the same mirrored (`_row_scan`): each row from its last column to its first,
     later runs, lanes, warps and segments first, the seed at the last column, the total the inclusive value of
     column 0; its padding columns, first in that order, never enter a fold. Its code has the forward one's
     shape: as many shuffles and barriers, the same TempStorage."""
@@ -312,10 +312,7 @@ def lower_scan(s: Any, w: Any) -> ShimCall:
             parts = [w.identity(s.op, dtypes[0])]
         fill = " ".join(f"seed[k]{f'.f{i}' if s.combine else ''} = {p};" for i, p in enumerate(parts))
         body += f"  for (int k = 0; k < {R}; ++k) {{ const int rr = group * {R} + k; (void)rr; {fill} }}\n"
-    if s.reverse:
-        body += _reverse_row_scan(s, rs, item, op, pack, seeded)
-    else:
-        body += _forward_row_scan(s, rs, item, op, pack, seeded)
+    body += _row_scan(s, rs, item, op, pack, seeded)
     if totals:
         # the row's last element in scan order (its last column; its first in a reverse scan): segment, lane and
         # item of it
@@ -367,33 +364,66 @@ def lower_scan(s: Any, w: Any) -> ShimCall:
     return call
 
 
-def _forward_row_scan(s: Any, rs: RowShape, item: str, op: str, pack: Any, seeded: bool) -> str:
-    """The forward row scan's code from the seeds (`seed[k]`, when `seeded`) to the results in `y`: see
-    `lower_scan`."""
-    G, ipr, R, V = rs.lanes, rs.row_items, rs.rows, rs.run
-    Q, gw = ipr // V, min(G, WARP)
-    body = ""
-    # each run scanned on its own, then the lanes' run totals of each segment (`run`: inclusive over lanes)
-    body += f"  {item} y[{R * ipr}];\n  {item} run[{R}][{Q}];\n"
+def _row_scan(s: Any, rs: RowShape, item: str, op: str, pack: Any, seeded: bool) -> str:
+    """The row scan's code from the seeds (`seed[k]`, when `seeded`) to the results in `y`, forward or (with
+    `s.reverse`) mirrored: each row from its last column to its first, the later column on the left of `op`. Each
+    thread scans each of its runs in scan order; the row's lanes scan their runs' totals with shuffles from the
+    lanes before them in scan order (`tid - d`, or `tid + d` in reverse), per segment; rows wider than a warp add
+    the earlier warps' totals (each warp's from its last lane in scan order); each run's prefix is the seed, the
+    earlier segments' totals and the earlier warps' and lanes' of its own segment. A reverse scan's padding
+    columns (past `n`) come first in its order and never enter a fold: they are the end of segment `q_last` (the
+    lanes past `lane_last`, the items past `r_last` of that lane) and the segments after it, all known here, so
+    the bounds are constants (none where a row has no padding); a forward scan's padding comes after every
+    column and needs no bound."""
+    G, ipr, R, V, n = rs.lanes, rs.row_items, rs.rows, rs.run, rs.n
+    Q, gw, per, rev = ipr // V, min(G, WARP), G // WARP, bool(s.reverse)
+    q_last, lane_last, r_last = (n - 1) // (G * V), ((n - 1) // V) % G, (n - 1) % V
+    Qs = q_last + 1 if rev else Q  # the segments scanned (in reverse, later ones are padding only)
+    edge = n - q_last * G * V  # segment q_last's columns: a lane's item j is one if lane * V + j < edge
     wl = f"(lane & {gw - 1})"  # the lane within the row's part of a warp
-    body += (
-        f"  for (int k = 0; k < {R}; ++k) for (int q = 0; q < {Q}; ++q) {{\n"
-        f"    const int b = k * {ipr} + q * {V};\n"
-        f"    for (int j = 0; j < {V}; ++j) {{ {pack('y[b + j]', 'x{}[b + j]')} }}\n"
-        f"    for (int j = 1; j < {V}; ++j) y[b + j] = {op}{{}}(y[b + j - 1], y[b + j]);\n"
-        f"    run[k][q] = y[b + {V - 1}];\n"
-    )
+    sign, step = ("+", -1) if rev else ("-", 1)  # the earlier lanes in scan order are at `tid {sign} d`
+
+    def lane_real(d: str) -> str:  # " && ...": lane + d holds a column of segment q (where some lanes do not)
+        return f" && (q != {q_last} || lane + {d} <= {lane_last})" if rev and lane_last < G - 1 else ""
+
+    def item_real(j: str) -> str:  # a condition: item j of the thread's run of segment q is a column (or "")
+        return f"(q != {q_last} || lane * {V} + {j} < {edge})" if rev and r_last < V - 1 else ""
+
+    def earlier(d: str) -> str:  # whether the lane `d` before this one in scan order is in the row's warp part
+        return f"{wl} + {d} < {gw}{lane_real(d)}" if rev else f"{wl} >= {d}"
+
+    def fold(first: str, to: str, value: str) -> str:  # `value` folded with warp totals first .. to, scan order
+        each = f"{value} = {op}{{}}({value}, s.temp.part[k][q][u]);"
+        return f"for (int u = {first} {'-' if rev else '+'} 1; u != {to}; u += {step}) {each}"
+
+    # each run scanned on its own, then the lanes' run totals of each segment (`run`: inclusive over lanes)
+    body = f"  {item} y[{R * ipr}];\n  {item} run[{R}][{Q}];\n"
+    packed = f"    for (int j = 0; j < {V}; ++j) {{ {pack('y[b + j]', 'x{}[b + j]')} }}\n"
+    runs = f"  for (int k = 0; k < {R}; ++k) for (int q = 0; q < {{}}; ++q) {{{{\n"
+    runs += f"    const int b = k * {ipr} + q * {V};\n"
+    if Qs < Q:  # (the padding segments packed apart: one loop keeps every array in registers)
+        body += runs.format(Q) + packed + "  }\n"
+    body += runs.format(Qs)
+    body += packed if Qs == Q else ""
+    if rev:
+        guard = item_real("j + 1")
+        step_j = f"y[b + j] = {op}{{}}(y[b + j + 1], y[b + j]);"
+        body += f"    for (int j = {V - 2}; j >= 0; --j) {f'if ({guard}) ' if guard else ''}{step_j}\n"
+        body += "    run[k][q] = y[b];\n"
+    else:
+        body += f"    for (int j = 1; j < {V}; ++j) y[b + j] = {op}{{}}(y[b + j - 1], y[b + j]);\n"
+        body += f"    run[k][q] = y[b + {V - 1}];\n"
     if G > 1:
         body += (
             f"    for (int d = 1; d < {gw}; d <<= 1) {{\n"
-            f"      const {item} o = coop_shfl(run[k][q], int(threadIdx.x) - d);\n"
-            f"      if ({wl} >= d) run[k][q] = {op}{{}}(o, run[k][q]);\n    }}\n"
+            f"      const {item} o = coop_shfl(run[k][q], int(threadIdx.x) {sign} d);\n"
+            f"      if ({earlier('d')}) run[k][q] = {op}{{}}(o, run[k][q]);\n    }}\n"
         )
     body += "  }\n"
-    if G > WARP:
+    if G > WARP:  # each warp's total, from its last lane in scan order
         body += (
-            f"  if ((threadIdx.x & 31) == 31) for (int k = 0; k < {R}; ++k) for (int q = 0; q < {Q}; ++q) "
-            "s.temp.part[k][q][threadIdx.x / 32] = run[k][q];\n"
+            f"  if ((threadIdx.x & 31) == {0 if rev else 31}) for (int k = 0; k < {R}; ++k) "
+            f"for (int q = 0; q < {Qs}; ++q) s.temp.part[k][q][threadIdx.x / 32] = run[k][q];\n"
             "  __syncthreads();\n"
         )
     # each run's prefix: the seed, the earlier segments' totals (`carry`), then its segment's earlier warps and lanes
@@ -403,162 +433,57 @@ def _forward_row_scan(s: Any, rs: RowShape, item: str, op: str, pack: Any, seede
         body += f"    {item} carry = seed[k];\n    bool has_carry = true;\n"
     else:
         body += f"    {item} carry = {{}};\n    bool has_carry = false;\n"
-    body += f"    for (int q = 0; q < {Q}; ++q) {{\n"
+    body += f"    for (int q = {Qs - 1}; q >= 0; --q) {{\n" if rev else f"    for (int q = 0; q < {Q}; ++q) {{\n"
+    if G > WARP:  # the row's warps holding columns of segment q, from `start` to `stop` in scan order
+        stop = f"group * {per}"
+        start = f"{stop} + {per - 1}"
+        if rev and lane_last // WARP < per - 1:
+            start = f"(q == {q_last} ? {stop} + {lane_last // WARP} : {start})"
+        if not rev:
+            start, stop = stop, start
+        body += f"      const int start = {start}, stop = {stop};\n"
     if G > 1:
         body += (
-            f"      const {item} before = coop_shfl(run[k][q], int(threadIdx.x) - 1);\n"
-            f"      bool has = {wl} > 0;\n      {item} p = before;\n"
+            f"      const {item} p0 = coop_shfl(run[k][q], int(threadIdx.x) {sign} 1);\n"
+            f"      bool has = {earlier('1')};\n      {item} p = p0;\n"
         )
     else:
         body += f"      bool has = false;\n      {item} p = {{}};\n"
     if G > WARP:
-        per = G // WARP
-        body += (
-            f"      {{ const int first = group * {per}, mine = int(threadIdx.x) / 32;\n"
-            f"        if (mine > first) {{ {item} wp = s.temp.part[k][q][first];\n"
-            f"          for (int u = first + 1; u < mine; ++u) wp = {op}{{}}(wp, s.temp.part[k][q][u]);\n"
-            f"          p = has ? {op}{{}}(wp, p) : wp; has = true; }} }}\n"
-        )
-    body += (
-        f"      pre[k][q] = has_carry ? (has ? {op}{{}}(carry, p) : carry) : p;\n"
-        "      has_pre[k][q] = has_carry || has;\n"
-    )
-    if Q > 1:  # the segment's total, for the next segments: the row's last lane (or its warps', in order)
-        if G > WARP:
-            per = G // WARP
-            total_q = (
-                f"{item} seg = s.temp.part[k][q][group * {per}];\n"
-                f"        for (int u = 1; u < {per}; ++u) seg = {op}{{}}(seg, s.temp.part[k][q][group * {per} + u]);\n"
-            )
-        else:
-            total_q = f"const {item} seg = coop_shfl(run[k][q], (int(threadIdx.x) & ~{G - 1}) + {G - 1});\n"
-        body += (
-            f"      if (q + 1 < {Q}) {{ {total_q}"
-            f"        carry = has_carry ? {op}{{}}(carry, seg) : seg; has_carry = true; }}\n"
-        )
-    body += "    }\n  }\n"
-    # the results: inclusive (prefix then the run's own scan) or exclusive (prefix then the run's scan shifted)
-    if s.exclusive:
-        body += (
-            f"  for (int k = 0; k < {R}; ++k) for (int q = 0; q < {Q}; ++q) {{\n"
-            f"    const int b = k * {ipr} + q * {V};\n    {item} prev = pre[k][q];\n"
-            f"    for (int j = 0; j < {V}; ++j) {{ const {item} cur = y[b + j]; y[b + j] = prev; "
-            f"prev = {op}{{}}(pre[k][q], cur); }}\n  }}\n"
-        )
-    else:
-        body += (
-            f"  for (int k = 0; k < {R}; ++k) for (int q = 0; q < {Q}; ++q) if (has_pre[k][q]) "
-            f"for (int j = 0; j < {V}; ++j) {{ const int b = k * {ipr} + q * {V} + j; "
-            f"y[b] = {op}{{}}(pre[k][q], y[b]); }}\n"
-        )
-    return body
-
-
-def _reverse_row_scan(s: Any, rs: RowShape, item: str, op: str, pack: Any, seeded: bool) -> str:
-    """The reverse row scan's code from the seeds (`seed[k]`, when `seeded`) to the results in `y`: the forward
-    one mirrored, each row from its last column to its first, the later column on the left of `op`. Each thread
-    scans each of its runs from its last item; the row's lanes scan their runs' totals with shuffles from the
-    later lanes (`tid + d`), per segment; rows wider than a warp add the later warps' totals (each warp's is its
-    lane 0's); each run's prefix is the seed, the later segments' totals and the later warps' and lanes' of its
-    own segment. The padding columns (past `n`) come first in this order and never enter a fold: they are
-    the end of segment `q_last` (the lanes past `lane_last`, the items past `r_last` of that lane) and the
-    segments after it, all known here, so the bounds are constants (none where a row has no padding)."""
-    G, ipr, R, V, n = rs.lanes, rs.row_items, rs.rows, rs.run, rs.n
-    Q, gw = ipr // V, min(G, WARP)
-    q_last, lane_last, r_last = (n - 1) // (G * V), ((n - 1) // V) % G, (n - 1) % V
-    Qr = q_last + 1  # the segments holding columns (later ones are padding only)
-    edge = n - q_last * G * V  # segment q_last's columns: a lane's item j is one if lane * V + j < edge
-    wl = f"(lane & {gw - 1})"  # the lane within the row's part of a warp
-
-    def lane_real(d: str) -> str:  # " && ...": lane + d holds a column of segment q (where some lanes do not)
-        return f" && (q != {q_last} || lane + {d} <= {lane_last})" if lane_last < G - 1 else ""
-
-    def item_real(j: str) -> str:  # a condition: item j of the thread's run of segment q is a column (or "")
-        return f"(q != {q_last} || lane * {V} + {j} < {edge})" if r_last < V - 1 else ""
-
-    body = f"  {item} y[{R * ipr}];\n  {item} run[{R}][{Q}];\n"
-    body += (
-        f"  for (int k = 0; k < {R}; ++k) for (int q = 0; q < {Q}; ++q) {{\n"
-        f"    const int b = k * {ipr} + q * {V};\n"
-        f"    for (int j = 0; j < {V}; ++j) {{ {pack('y[b + j]', 'x{}[b + j]')} }}\n"
-        f"  }}\n"
-        f"  for (int k = 0; k < {R}; ++k) for (int q = 0; q < {Qr}; ++q) {{\n"
-        f"    const int b = k * {ipr} + q * {V};\n"
-    )
-    guard = item_real("j + 1")
-    step = f"y[b + j] = {op}{{}}(y[b + j + 1], y[b + j]);"
-    body += f"    for (int j = {V - 2}; j >= 0; --j) {f'if ({guard}) ' if guard else ''}{step}\n"
-    body += "    run[k][q] = y[b];\n"
-    if G > 1:
-        body += (
-            f"    for (int d = 1; d < {gw}; d <<= 1) {{\n"
-            f"      const {item} o = coop_shfl(run[k][q], int(threadIdx.x) + d);\n"
-            f"      if ({wl} + d < {gw}{lane_real('d')}) run[k][q] = {op}{{}}(o, run[k][q]);\n    }}\n"
-        )
-    body += "  }\n"
-    per = G // WARP
-    if G > WARP:
-        body += (
-            f"  if ((threadIdx.x & 31) == 0) for (int k = 0; k < {R}; ++k) for (int q = 0; q < {Qr}; ++q) "
-            "s.temp.part[k][q][threadIdx.x / 32] = run[k][q];\n"
-            "  __syncthreads();\n"
-        )
-    # each run's prefix: the seed, the later segments' totals (`carry`), then its segment's later warps and lanes
-    body += f"  {item} pre[{R}][{Q}];\n  bool has_pre[{R}][{Q}];\n"
-    body += f"  for (int k = 0; k < {R}; ++k) {{\n"
-    if seeded:
-        body += f"    {item} carry = seed[k];\n    bool has_carry = true;\n"
-    else:
-        body += f"    {item} carry = {{}};\n    bool has_carry = false;\n"
-    body += f"    for (int q = {Qr - 1}; q >= 0; --q) {{\n"
-    if G > WARP:  # the row's warps: `first` and the last holding columns of segment q, `top`
-        top = f"first + {per - 1}"
-        if lane_last // WARP < per - 1:
-            top = f"(q == {q_last} ? first + {lane_last // WARP} : {top})"
-        body += f"      const int first = group * {per}, top = {top};\n"
-    if G > 1:
-        body += (
-            f"      const {item} after = coop_shfl(run[k][q], int(threadIdx.x) + 1);\n"
-            f"      bool has = {wl} + 1 < {gw}{lane_real('1')};\n      {item} p = after;\n"
-        )
-    else:
-        body += f"      bool has = false;\n      {item} p = {{}};\n"
-    if G > WARP:
+        after = "mine < start" if rev else "mine > start"
         body += (
             "      { const int mine = int(threadIdx.x) / 32;\n"
-            f"        if (mine < top) {{ {item} wp = s.temp.part[k][q][top];\n"
-            f"          for (int u = top - 1; u > mine; --u) wp = {op}{{}}(wp, s.temp.part[k][q][u]);\n"
+            f"        if ({after}) {{ {item} wp = s.temp.part[k][q][start];\n"
+            f"          {fold('start', 'mine', 'wp')}\n"
             f"          p = has ? {op}{{}}(wp, p) : wp; has = true; }} }}\n"
         )
     body += (
         f"      pre[k][q] = has_carry ? (has ? {op}{{}}(carry, p) : carry) : p;\n"
         "      has_pre[k][q] = has_carry || has;\n"
     )
-    if Qr > 1:  # the segment's total, for the earlier segments: the row's first lane (or its warps', last first)
+    if Qs > 1:  # the segment's total, for the later segments: the row's last lane in scan order (or its warps')
         if G > WARP:
-            total_q = (
-                f"{item} seg = s.temp.part[k][q][top];\n"
-                f"        for (int u = top - 1; u >= first; --u) seg = {op}{{}}(seg, s.temp.part[k][q][u]);\n"
-            )
+            total_q = f"{item} seg = s.temp.part[k][q][start];\n        {fold('start', f'stop + {step}', 'seg')}\n"
         else:
-            total_q = f"const {item} seg = coop_shfl(run[k][q], int(threadIdx.x) & ~{G - 1});\n"
-        body += (
-            f"      if (q > 0) {{ {total_q}"
-            f"        carry = has_carry ? {op}{{}}(carry, seg) : seg; has_carry = true; }}\n"
-        )
+            last = f"int(threadIdx.x) & ~{G - 1}" if rev else f"(int(threadIdx.x) & ~{G - 1}) + {G - 1}"
+            total_q = f"const {item} seg = coop_shfl(run[k][q], {last});\n"
+        more = "q > 0" if rev else f"q + 1 < {Q}"
+        carry = f"carry = has_carry ? {op}{{}}(carry, seg) : seg; has_carry = true;"
+        body += f"      if ({more}) {{ {total_q}        {carry} }}\n"
     body += "    }\n  }\n"
     # the results: inclusive (prefix then the run's own scan) or exclusive (prefix then the run's scan shifted)
     if s.exclusive:
         guard = item_real("j")
+        order = f"int j = {V - 1}; j >= 0; --j" if rev else f"int j = 0; j < {V}; ++j"
         body += (
-            f"  for (int k = 0; k < {R}; ++k) for (int q = 0; q < {Qr}; ++q) {{\n"
+            f"  for (int k = 0; k < {R}; ++k) for (int q = 0; q < {Qs}; ++q) {{\n"
             f"    const int b = k * {ipr} + q * {V};\n    {item} prev = pre[k][q];\n"
-            f"    for (int j = {V - 1}; j >= 0; --j) {{ {f'if (!{guard}) continue; ' if guard else ''}"
+            f"    for ({order}) {{ {f'if (!{guard}) continue; ' if guard else ''}"
             f"const {item} cur = y[b + j]; y[b + j] = prev; prev = {op}{{}}(pre[k][q], cur); }}\n  }}\n"
         )
     else:
         body += (
-            f"  for (int k = 0; k < {R}; ++k) for (int q = 0; q < {Qr}; ++q) if (has_pre[k][q]) "
+            f"  for (int k = 0; k < {R}; ++k) for (int q = 0; q < {Qs}; ++q) if (has_pre[k][q]) "
             f"for (int j = 0; j < {V}; ++j) {{ const int b = k * {ipr} + q * {V} + j; "
             f"y[b] = {op}{{}}(pre[k][q], y[b]); }}\n"
         )
