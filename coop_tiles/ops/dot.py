@@ -24,7 +24,7 @@ import numpy as np
 
 from .. import tile
 from ..dtypes import bfloat16, cxx_name, float16, float32
-from ..errors import TileTypeError
+from ..errors import CompileError, TileTypeError
 from ..lang import ir
 from ..lang.types import TileType
 from ..planner.layout import REENTRANT, SYNCS, Fragment
@@ -183,9 +183,13 @@ class Dot(TileOp):
         return call
 
 
-def fragment(spec: GemmSpec) -> Fragment:
-    """The arrangement of `spec`'s accumulator in registers (a libmathdx call, disk-cached)."""
-    traits = mathdx.fragment_gemm(spec)[0]
+def fragment(spec: GemmSpec) -> Fragment | None:
+    """The arrangement of `spec`'s accumulator in registers (a libmathdx call, disk-cached); None where the
+    tensor API refuses `spec` (the shared-memory API then runs it)."""
+    try:
+        traits = mathdx.fragment_gemm(spec)[0]
+    except CompileError:
+        return None
     return Fragment(spec.m, spec.n, traits.items, traits.map_c)
 
 
@@ -205,9 +209,12 @@ def lower_registers(s: TileDot, w, spec: GemmSpec) -> ShimCall:
         f'extern "C" __device__ void {t.map_a}(coop_dx_tensor, int*, int*, int*, void*);\n'
         f'extern "C" __device__ void {t.map_b}(coop_dx_tensor, int*, int*, int*, void*);\n'
         f'extern "C" __device__ void {t.map_c}(int*, int*, int*);\n'
-        # the element of this thread's accumulator item i (m * n: padding)
+        f'extern "C" __device__ void {t.active}(void*);\n'
+        # the element of this thread's accumulator item i (m * n: padding, and every item of a thread the
+        # library leaves out)
         f"__device__ __forceinline__ int {frag.function}(int i) {{\n"
-        f"  int r, c; {t.map_c}(&i, &r, &c);\n  return (r < {m} && c < {n}) ? r * {n} + c : {m * n};\n}}\n"
+        f"  int r, c, on; {t.map_c}(&i, &r, &c); {t.active}(&on);\n"
+        f"  return (on && r < {m} && c < {n}) ? r * {n} + c : {m * n};\n}}\n"
     )
     fields = f" alignas(128) {ab} a[{t.a_bytes // s.a.type.dtype.itemsize}];"
     fields += f" alignas(128) {ab} b[{t.b_bytes // s.b.type.dtype.itemsize}];"

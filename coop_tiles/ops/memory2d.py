@@ -315,7 +315,8 @@ def _item_by_item(w: Any, tile: ir.Var, mask: ir.Var | None, load: bool, stride1
     move = f"x[i] = ok ? {at} : other;" if load else f"if (ok) {at} = x[i];"
     return (
         f"  const long long vr_c = vr < 0 ? 0 : (vr > {m} ? {m} : vr), vc_c = vc < 0 ? 0 : (vc > {n} ? {n} : vc);\n"
-        f"  for (int i = 0; i < {w.layout(tile).items_per_thread}; ++i) {{\n"
+        # (unrolled: the items stay in registers)
+        f"  #pragma unroll\n  for (int i = 0; i < {w.layout(tile).items_per_thread}; ++i) {{\n"
         f"    const int e = {w.element_index(tile)}, rr = e / {n}, cc = e % {n};\n"
         "    const long long ar = row + rr, ac = col + cc;\n"
         f"    const bool ok = {ok};\n    {move}\n  }}\n"

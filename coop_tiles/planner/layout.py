@@ -385,7 +385,7 @@ class LayoutContext:
         #: column of the 2-D tile's row arrangement (in program order: the first claim wins)
         self.claims: list[tuple[ir.Var, ir.Var, str]] = []
         #: tile -> (a key, the GEMM accumulator arrangement an op offers its group, made on acceptance)
-        self.fragments: dict[str, tuple[Hashable, Callable[[], Fragment]]] = {}
+        self.fragments: dict[str, tuple[Hashable, Callable[[], Fragment | None]]] = {}
 
     def join(self, tiles: list[ir.Var]) -> None:
         for t in tiles[1:]:
@@ -406,9 +406,10 @@ class LayoutContext:
         arranged as `family`'s rows, replicated, if every statement that touches it can take that."""
         self.claims.append((vector, family, holds))
 
-    def offer_fragment(self, tile: ir.Var, key: Hashable, make: Callable[[], Fragment]) -> None:
+    def offer_fragment(self, tile: ir.Var, key: Hashable, make: Callable[[], Fragment | None]) -> None:
         """Arrange `tile`'s group as a library GEMM's accumulator, `make()` (called only if taken: it may cost a
-        library call; offers of one `key` are one arrangement), if every statement touching it can take that
+        library call, and may refuse with None; offers of one `key` are one arrangement), if every statement
+        touching it can take that
         (`TileOp.takes_fragments`): a `tile.dot` whose result may stay in registers."""
         self.fragments[tile.name] = (key, make)
 
@@ -567,7 +568,7 @@ def fragment_groups(program: ir.Program, tiles: dict[str, TileType], ctx: Layout
     """The groups (by root) arranged as a GEMM's accumulator: those offered one fragment (`offer_fragment`;
     groups offered two different ones keep rows) whose every tile has its shape and every statement touching
     them takes fragment items (`TileOp.takes_fragments`), at most `FRAGMENT_ITEMS` per thread."""
-    offers: dict[str, tuple[Hashable, Callable[[], Fragment]] | None] = {}
+    offers: dict[str, tuple[Hashable, Callable[[], Fragment | None]] | None] = {}
     shapes: dict[str, tuple[int, ...]] = {}
     for name, offer in ctx.fragments.items():
         root = ctx.groups.find(name)
@@ -581,7 +582,7 @@ def fragment_groups(program: ir.Program, tiles: dict[str, TileType], ctx: Layout
     }
     refused |= {ctx.groups.find(n) for n, t in tiles.items() if shapes.get(ctx.groups.find(n), t.shape) != t.shape}
     made = {root: offer[1]() for root, offer in offers.items() if offer is not None and root not in refused}
-    return {root: f for root, f in made.items() if f.items <= FRAGMENT_ITEMS}
+    return {root: f for root, f in made.items() if f is not None and f.items <= FRAGMENT_ITEMS}
 
 
 def _takes_fragments(s: ir.Stmt, v: ir.Var) -> bool:

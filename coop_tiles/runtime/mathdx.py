@@ -19,7 +19,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from ..errors import CompileError
@@ -37,7 +37,7 @@ _API_SMEM, _API_TENSORS, _EXECUTION_BLOCK, _TYPE_REAL, _FUNCTION_MM = 0, 2, 1, 0
 # cublasdxTensorType, cublasdxTensorTrait, cublasdxDeviceFunctionType, cublasdxDeviceFunctionTrait
 _SUGGESTED_SMEM_A, _SUGGESTED_SMEM_B, _SUGGESTED_RMEM_C = 3, 4, 6
 _STORAGE_BYTES, _ALIGNMENT_BYTES, _LOGICAL_SIZE = 0, 1, 5
-_EXECUTE, _MAP_CRD2IDX, _MAP_IDX2CRD_PARTITIONER = 0, 7, 6
+_EXECUTE, _MAP_CRD2IDX, _MAP_IDX2CRD_PARTITIONER, _IS_THREAD_ACTIVE = 0, 7, 6, 8
 _FUNCTION_SYMBOL = 1
 _LL = ctypes.c_longlong
 #: the operators every descriptor sets (besides its API): a matrix product, run by a block, real
@@ -78,8 +78,9 @@ class FragmentTraits:
     alignment of `a` and `b` in the shared-memory layouts it suggests (swizzled), the items of each
     thread's accumulator fragment, and the symbols of its device functions: `execute(A, B, C)` (C += A @ B,
     each tensor a struct of one pointer, by value), `map_a(A, &row, &col, &index, &ptr)` and `map_b` (the
-    element offset of (row, col) in the suggested layouts), and `map_c(&item, &row, &col)` (the element
-    of this thread's accumulator item)."""
+    element offset of (row, col) in the suggested layouts), `map_c(&item, &row, &col)` (the element of
+    this thread's accumulator item) and `active(&flag)` (an int: whether this thread takes part; the
+    others' items are no elements)."""
 
     a_bytes: int
     a_align: int
@@ -90,6 +91,7 @@ class FragmentTraits:
     map_a: str
     map_b: str
     map_c: str
+    active: str
 
 
 @functools.cache
@@ -251,6 +253,7 @@ def _generate_fragment(spec: GemmSpec) -> tuple[FragmentTraits, bytes]:
             d.function(_MAP_CRD2IDX, (a,)),
             d.function(_MAP_CRD2IDX, (b,)),
             d.function(_MAP_IDX2CRD_PARTITIONER, (c,)),
+            d.function(_IS_THREAD_ACTIVE, (c,)),
         )
         handles = (_LL * len(functions))(*functions)
 
@@ -296,7 +299,7 @@ def gemm(spec: GemmSpec) -> tuple[GemmTraits, bytes]:
 @functools.lru_cache(maxsize=64)
 def fragment_gemm(spec: GemmSpec) -> tuple[FragmentTraits, bytes]:
     """The traits and LTO-IR of `spec` in the tensor API, its accumulator in registers (disk-cached)."""
-    return _cached(("tensors",), spec, _generate_fragment)
+    return _cached(("tensors", *(f.name for f in fields(FragmentTraits))), spec, _generate_fragment)
 
 
 def library_code(spec: GemmSpec, registers: bool) -> tuple[str, bytes]:
