@@ -14,9 +14,9 @@ accumulator, then store the block. The tile program is the same loop:
 Ragged edges need no special case: `valid` counts the rows and columns that exist (clamped to the
 block), the loads give 0 past them (zeros add nothing to the product) and the store writes only
 them, so M, N and K need not be multiples of the block. `acc` never leaves registers: the planner keeps
-it as cuBLASDx's accumulator fragment, since the loop only adds into it and stores it. `tile.dot` of bfloat16 or float16 blocks
-accumulates in float32 (the result is float32); float32 blocks multiply in float32, or on tensor
-cores in tf32 with `allow_tf32=True` (`TF32`). On the GPU each `tile.dot` is a block GEMM of
+it as cuBLASDx's accumulator fragment, since the loop only adds into it and stores it. `tile.dot` of
+bfloat16 or float16 blocks accumulates in float32 (the result is float32); float32 blocks multiply in
+float32, or on tensor cores in tf32 with `allow_tf32=True` (`TF32`). On the GPU each `tile.dot` is a block GEMM of
 cuBLASDx (`docs/language.md`, "Matrix products").
 
 The programs are numbered in groups of GROUP_M rows of blocks, as Triton's tutorial does: the
