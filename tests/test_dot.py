@@ -1,5 +1,6 @@
 """`tile.dot`: the interpreter against NumPy (every dtype, ragged shapes, acc, a transposed operand),
-a compile to an sm_90 cubin through cuBLASDx (libmathdx), and the GPU against NumPy."""
+a compile to an sm_90 cubin through cuBLASDx (libmathdx), both lowerings (the accumulator in registers,
+the shared-memory API) and the GPU against NumPy, the register accumulator's element map included."""
 
 from __future__ import annotations
 
@@ -22,6 +23,23 @@ def matmul(x, y, z, out, M: ct.constexpr, N: ct.constexpr, K: ct.constexpr, TRAN
     else:
         b = tile.load(y, (0, 0), (K, N))
     tile.store(out, (r, 0), tile.dot(a, b, c), valid=(x.shape[0] - r, None))
+
+
+def k_loop(x, y, out, M: ct.constexpr, N: ct.constexpr, BK: ct.constexpr, ACC: ct.constexpr):
+    """out = x @ y, one (M, N) block per program, K walked in steps of BK (ragged at the end), the accumulator
+    carried through the loop: the register lowering's case."""
+    r, k = ct.program_id(0) * M, x.shape[1]
+    acc = tile.zeros((M, N), ACC)
+    for kk in range(0, k, BK):
+        a = tile.load(x, (r, kk), (M, BK), valid=(x.shape[0] - r, k - kk), other=0)
+        b = tile.load(y, (kk, 0), (BK, N), valid=(k - kk, None), other=0)
+        acc = tile.dot(a, b, acc)
+    tile.store(out, (r, 0), acc * 2.0, valid=(x.shape[0] - r, None))
+
+
+def transposed_result(x, y, out, M: ct.constexpr, N: ct.constexpr, K: ct.constexpr):
+    """out = (x @ y).T for one (M, N) block: a transpose consumes the product, so the shared-memory lowering."""
+    tile.store(out, (0, 0), tile.dot(tile.load(x, (0, 0), (M, K)), tile.load(y, (0, 0), (K, N))).T)
 
 
 DTYPES = [np.float16, ct.bfloat16, np.float32, np.float64]
@@ -63,6 +81,94 @@ def test_compiles_to_cubin_with_the_gemm_in_the_plan():
     plan = str(k.plan)
     assert "dot 16x24x40 bf16*bf16->f32, a row, b col, c row" in plan and "cuBLASDx" in plan
     assert "cublasdx_execute_" in k.shim_source
+
+
+def test_interpreter_k_loop_and_transposed_result():
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((50, 70)).astype(ct.bfloat16), rng.standard_normal((70, 24)).astype(ct.bfloat16)
+    out = np.zeros((50, 24), np.float32)
+    ct.jit(k_loop, interpret=True)[4](x, y, out, M=16, N=24, BK=40, ACC=np.float32)
+    np.testing.assert_allclose(out, 2 * (x.astype(np.float64) @ y.astype(np.float64)), rtol=1e-4, atol=1e-4)
+    out_t = np.zeros((24, 16), np.float32)
+    ct.jit(transposed_result, interpret=True)[1](x, y, out_t, M=16, N=24, K=40)
+    np.testing.assert_allclose(out_t, (x[:16, :40].astype(np.float64) @ y[:40].astype(np.float64)).T, rtol=1e-4)
+
+
+def _dot_shim(source: str) -> str:
+    start = source.index('extern "C" __device__ void coop_dot_')
+    return source[start : source.index("\n}\n", start)]
+
+
+@needs_mathdx
+def test_k_loop_keeps_the_accumulator_in_registers():
+    """The K loop's accumulator is the library's register fragment: no shared-memory copy of it, one barrier
+    per K step (in the dot's shim; none from the plan), no local memory (the GEMM of the test above: no new
+    library code)."""
+    x, y = np.zeros((50, 70), ct.bfloat16), np.zeros((70, 24), ct.bfloat16)
+    k = ct.jit(k_loop).compile(x, y, np.zeros((50, 24), np.float32), M=16, N=24, BK=40, ACC=np.float32, arch="sm_90")
+    plan = str(k.plan)
+    assert "dot 16x24x40 bf16*bf16->f32" in plan and "BLAS execute (registers" in plan
+    assert all("GEMM fragment" in line and "registers" in line for line in plan.splitlines() if "16x24 " in line)
+    assert "store 2-D, item by item, GEMM fragment" in plan
+    assert "barriers (__syncthreads before):\n  none" in plan
+    shim = _dot_shim(k.shim_source)
+    assert shim.count("__syncthreads()") == 1 and "out_items[i] = acc_items[i]" in shim
+    assert k.local_memory_bytes() == 0
+
+
+@needs_mathdx
+def test_a_transposed_product_takes_the_shared_memory_api():
+    x, y = np.zeros((16, 40), ct.bfloat16), np.zeros((40, 24), ct.bfloat16)
+    k = ct.jit(transposed_result).compile(x, y, np.zeros((24, 16), np.float32), M=16, N=24, K=40, arch="sm_90")
+    plan = str(k.plan)
+    assert "BLAS execute (shared memory)" in plan and "GEMM fragment" not in plan
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize(("M", "N"), [(16, 16), (32, 48), (64, 64)])
+def test_gpu_fragment_map(dt, M, N):
+    """The register accumulator's element map: identity @ (the index of each element), stored item by item
+    at each item's element, must give each element its own index (exact: small integers; bfloat16 only to 256)."""
+    import cupy as cp
+
+    if np.dtype(dt) == ct.bfloat16 and M * N > 256:
+        M, N = 16, 16
+    out = np.full((M, N), -1, np.float64 if dt == np.float64 else np.float32)
+    index = (np.arange(M * N) % 256 if np.dtype(dt) == ct.bfloat16 else np.arange(M * N)).reshape(M, N)
+    x, y = np.eye(M).astype(dt), index.astype(dt)
+    args = [cp.asarray(a) for a in (x, y, out)]
+    ct.jit(identity_product)[1](*args, M=M, N=N)
+    got = cp.asnumpy(args[2])
+    wrong = np.argwhere(got != index)
+    assert not len(wrong), "element (row, col) got the value of another: " + ", ".join(
+        f"{tuple(w)} <- {got[tuple(w)]:.0f}" for w in wrong[:12]
+    )
+
+
+def identity_product(x, y, out, M: ct.constexpr, N: ct.constexpr):
+    """out = x @ y for one (M, M) x (M, N) block, stored from the accumulator's registers."""
+    tile.store(out, (0, 0), tile.dot(tile.load(x, (0, 0), (M, M)), tile.load(y, (0, 0), (M, N))))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: np.dtype(d).name)
+def test_gpu_k_loop_and_transposed_result(dt):
+    import cupy as cp
+
+    rng = np.random.default_rng(2)
+    x, y = rng.standard_normal((50, 70)).astype(dt), rng.standard_normal((70, 24)).astype(dt)
+    result = np.float64 if dt == np.float64 else np.float32
+    tol = {np.dtype(np.float64): 1e-12, np.dtype(np.float32): 1e-4}.get(np.dtype(dt), 2e-3)
+    exact = x.astype(np.float64) @ y.astype(np.float64)
+    args = [cp.asarray(a) for a in (x, y, np.zeros((50, 24), result))]
+    ct.jit(k_loop)[4](*args, M=16, N=24, BK=40, ACC=result)
+    np.testing.assert_allclose(cp.asnumpy(args[2]), 2 * exact, rtol=tol, atol=tol * 70)
+    args = [cp.asarray(a) for a in (x, y, np.zeros((24, 16), result))]
+    ct.jit(transposed_result)[1](*args, M=16, N=24, K=40)
+    np.testing.assert_allclose(
+        cp.asnumpy(args[2]), (x[:16, :40].astype(np.float64) @ y[:40].astype(np.float64)).T, rtol=tol, atol=tol * 40
+    )
 
 
 @pytest.mark.gpu

@@ -13,9 +13,10 @@ accumulator, then store the block. The tile program is the same loop:
 
 Ragged edges need no special case: `valid` counts the rows and columns that exist (clamped to the
 block), the loads give 0 past them (zeros add nothing to the product) and the store writes only
-them, so M, N and K need not be multiples of the block. `tile.dot` of bfloat16 or float16 blocks
-accumulates in float32 (the result is float32); float32 blocks multiply in float32, or on tensor
-cores in tf32 with `allow_tf32=True` (`TF32`). On the GPU each `tile.dot` is a block GEMM of
+them, so M, N and K need not be multiples of the block. `acc` never leaves registers: the planner keeps
+it as cuBLASDx's accumulator fragment, since the loop only adds into it and stores it. `tile.dot` of
+bfloat16 or float16 blocks accumulates in float32 (the result is float32); float32 blocks multiply in
+float32, or on tensor cores in tf32 with `allow_tf32=True` (`TF32`). On the GPU each `tile.dot` is a block GEMM of
 cuBLASDx (`docs/language.md`, "Matrix products").
 
 The programs are numbered in groups of GROUP_M rows of blocks, as Triton's tutorial does: the
@@ -32,11 +33,12 @@ from _runner import ON_GPU, kernel, to_device, to_host, where
 import coop_tiles as ct
 from coop_tiles import tile
 
-#: the block shapes the tuner tries on a GPU (each is a new cuBLASDx GEMM: ~10 s of NVRTC, once)
+#: the block shapes the tuner tries on a GPU (each is a new cuBLASDx GEMM: ~20 s of NVRTC, once); in each the
+#: accumulator stays in registers as cuBLASDx's fragment (the plan: `GEMM fragment`), one barrier per K step
 CONFIGS = [
     ct.Config(block_threads=256, BM=128, BN=128, BK=32),
     ct.Config(block_threads=256, BM=128, BN=128, BK=64),
-    ct.Config(block_threads=128, BM=64, BN=64, BK=64),  # (32 items per thread: the accumulator in registers)
+    ct.Config(block_threads=128, BM=64, BN=64, BK=64),
     ct.Config(block_threads=128, BM=64, BN=128, BK=64),
 ]
 GROUP_M = 8

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from ..dtypes import cxx_identity, cxx_name, is_half
+from ..errors import InternalError
 from ..lang import ir
 from ..ops.base import Array2DArg, ArrayArg, OutArg, ShimCall, StateArg, TileArg, ValueArg, array_names, op_of
 from ..planner.carve import StorageNeed
@@ -89,7 +90,7 @@ class ShimSource:
     #: each shim's lines and statement, in source order
     origins: tuple[ShimOrigin, ...] = ()
     #: the library GEMMs its shims call, whose LTO-IR the link adds (`ShimWriter.gemm`)
-    gemms: tuple[mathdx.GemmSpec, ...] = ()
+    gemms: tuple[tuple[mathdx.GemmSpec, bool], ...] = ()
 
     def origin_of_line(self, line: int) -> ShimOrigin | None:
         """The shim whose lines hold `line` of the source (None: a line no op wrote)."""
@@ -145,6 +146,10 @@ def element_index(lay: TileLayout, threads: int, tid: str = "int(threadIdx.x)", 
     """The index of item `i` of thread `tid` in the tile (a C++ expression, or with `python` a Python one;
     the size or more for a padding item): `TileLayout.element` as code. Striped in vectors of V items (a power
     of two): item i of thread t is element `((i // V) * threads + t) * V + i % V`."""
+    if lay.fragment is not None:
+        if python:
+            raise InternalError(f"tile {lay.name}: a GEMM fragment's map is known only to C++")
+        return lay.fragment.index_expr()
     if lay.rows is not None:
         return lay.rows.index_expr(tid, lay.size, python)
     if lay.arrangement == BLOCKED:
@@ -163,7 +168,7 @@ class ShimWriter:
         self.threads = layouts.block_threads
         self.arch = arch
         #: the library GEMMs the shims call (`gemm`)
-        self.gemms: list[mathdx.GemmSpec] = []
+        self.gemms: list[tuple[mathdx.GemmSpec, bool]] = []
         self.parts: list[str] = []
         #: the shim name and statement of each of `parts`
         self.part_origins: list[tuple[str, ir.Stmt]] = []
@@ -214,11 +219,12 @@ class ShimWriter:
     def combine_symbol(self, name: str) -> str:
         return combine_symbol(name)
 
-    def gemm(self, spec: mathdx.GemmSpec) -> mathdx.GemmTraits:
-        """The traits of cuBLASDx's block GEMM `spec` (its device function's LTO-IR joins the link)."""
-        if spec not in self.gemms:
-            self.gemms.append(spec)
-        return mathdx.gemm(spec)[0]
+    def gemm(self, spec: mathdx.GemmSpec, registers: bool = False) -> mathdx.GemmTraits | mathdx.FragmentTraits:
+        """The traits of cuBLASDx's block GEMM `spec`, its result in shared memory or, with `registers`, in
+        registers (the tensor API); its device functions' LTO-IR joins the link."""
+        if (spec, registers) not in self.gemms:
+            self.gemms.append((spec, registers))
+        return (mathdx.fragment_gemm if registers else mathdx.gemm)(spec)[0]
 
     def storage(self, cid: int, temp_type: str, extra: str = "", prelude: str = "", copies: int | None = None) -> str:
         """Declare collective `cid`'s TempStorage struct (NVRTC reports its size), after `prelude`

@@ -188,6 +188,7 @@ class Layout(Protocol):
     storage: str  # registers, shared or local memory
     shape: tuple[int, ...]
     rows: Any  # planner/layout.py's RowShape for ROWS
+    fragment: Any  # planner/layout.py's Fragment for FRAGMENT (a library GEMM's accumulator)
 
     def element(self, tid: int, i: int, threads: int) -> int | None: ...
 
@@ -205,6 +206,7 @@ class Planning(Protocol):
     """The layout planner (`TileOp.layout`, `TileOp.choose`); `tiles` is filled once layouts are known."""
 
     threads: int
+    arch: str  # the target ("sm_90")
     block_values: frozenset[str]  # the variables threads other than thread 0 need
     depths: dict[int, int]  # collective id -> how many loops it is nested in
     tiles: dict[str, Any]  # tile name -> Layout
@@ -214,6 +216,7 @@ class Planning(Protocol):
     def claim(self, vector: ir.Var, family: ir.Var, holds: str) -> None: ...
     def prefer_blocked(self, tile: ir.Var) -> None: ...
     def offer_vector(self, tile: ir.Var, items: int) -> None: ...
+    def offer_fragment(self, tile: ir.Var, key: Any, make: Any) -> None: ...
     def choice(
         self, s: ir.Collective, op: str, primitive: str, algorithm: str, storage: bool = True, sync: str = ""
     ) -> Choice: ...
@@ -237,7 +240,7 @@ class Lowering(Protocol):
     def clamp_valid(self, size: int) -> str: ...
     def identity(self, op: str, dt: np.dtype) -> str: ...
     def combine_symbol(self, name: str) -> str: ...
-    def gemm(self, spec: Any) -> Any: ...
+    def gemm(self, spec: Any, registers: bool = False) -> Any: ...
     def storage(
         self, cid: int, temp_type: str, extra: str = "", prelude: str = "", copies: int | None = None
     ) -> str: ...
@@ -283,6 +286,11 @@ class TileOp:
     def replicates(self, s: Any, var: ir.Var) -> bool:
         """Whether `s` can take tile `var` with replicated items, one element held by several threads (a
         vector arranged per row or per column of a 2-D tile's rows, `planner/layout.py`). Default: no."""
+        return False
+
+    def takes_fragments(self, s: Any, var: ir.Var) -> bool:
+        """Whether `s` can take tile `var` arranged as a library GEMM's accumulator (FRAGMENT,
+        `planner/layout.py`: items reached only through `element_index` in C++). Default: no."""
         return False
 
     def thread0_reads(self, s: Any, threads: int) -> set[str]:

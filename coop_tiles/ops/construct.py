@@ -47,6 +47,9 @@ class Full(TileOp):
     def replicates(self, s: TileFull, var: ir.Var) -> bool:
         return True  # (each item's value is its own)
 
+    def takes_fragments(self, s: TileFull, var: ir.Var) -> bool:
+        return True  # (every item the same value)
+
     def item_value(self, s: TileFull, w) -> str:
         return w.operand(s.value, False)
 

@@ -1,5 +1,13 @@
 """`tile.dot`: the matrix product of 2-D tiles, a block GEMM of cuBLASDx on the GPU.
 
+Two lowerings, the planner choosing (the plan names it). Where the result's group can be arranged as the
+library's accumulator (`planner/layout.py`, FRAGMENT: element-wise ops, copies, fills, 2-D loads and
+stores; `acc = tile.dot(a, b, acc)` in a loop), the result stays in registers: cuBLASDx's tensor API
+(`mathdx.fragment_gemm`), `a` and `b` written by each thread's items into the shared-memory layouts the
+library suggests (swizzled), one barrier, then `execute(A, B, C)` adds into the registers; its two
+TempStorage alternate from run to run, so a K loop has one barrier per step and no shared-memory copy of
+the accumulator. Otherwise the shared-memory API:
+
 The planner keeps the GEMM's operands and result in one TempStorage region, each at the leading
 dimension and alignment cuBLASDx asks for (`runtime/mathdx.py`; NVRTC sizes the struct, like
 CUB's). The shim writes each thread's items of `a`, `b` and `acc` (zeros without one) there at
@@ -16,11 +24,13 @@ import numpy as np
 
 from .. import tile
 from ..dtypes import bfloat16, cxx_name, float16, float32
-from ..errors import TileTypeError
+from ..errors import CompileError, TileTypeError
 from ..lang import ir
 from ..lang.types import TileType
+from ..planner.layout import REENTRANT, SYNCS, Fragment
+from ..runtime import mathdx
 from ..runtime.mathdx import GemmSpec
-from .base import ShimCall, TileArg, TileOp, register
+from .base import PARITY, ShimCall, TileArg, TileOp, register
 from .options import Option
 
 #: operand dtype -> (cuBLASDx precision of a and b, of the result; the result's dtype)
@@ -102,12 +112,27 @@ class Dot(TileOp):
             value = value + np.asarray(frame.get(s.acc), out)
         frame.env[s.out.name] = value.astype(out)
 
+    def layout(self, s: TileDot, ctx) -> None:
+        if not mathdx.available():
+            return
+        spec = gemm_spec(s, ctx.threads, ctx.arch)
+        ctx.join([s.out, *([s.acc] if s.acc is not None else [])])
+        ctx.offer_fragment(s.out, spec, lambda: fragment(spec))
+
+    def takes_fragments(self, s: TileDot, var: ir.Var) -> bool:
+        return True  # (the result and acc: the library's own arrangement; a and b: written by element index)
+
     def choose(self, s: TileDot, ctx):
         spec = gemm_spec(s, ctx.threads, "")
-        return ctx.choice(s, f"dot {spec}", "cuBLASDx", "BLAS execute (shared memory)", sync="syncs")
+        if ctx.tiles[s.out.name].fragment is not None:
+            how = "BLAS execute (registers; a, b swizzled in shared memory, 2 buffers)"
+            return ctx.choice(s, f"dot {spec}", "cuBLASDx", how, sync=REENTRANT)
+        return ctx.choice(s, f"dot {spec}", "cuBLASDx", "BLAS execute (shared memory)", sync=SYNCS)
 
     def lower(self, s: TileDot, w) -> ShimCall:
         spec = gemm_spec(s, w.threads, w.arch)
+        if w.layout(s.out).fragment is not None:
+            return lower_registers(s, w, spec)
         traits = w.gemm(spec)
         operands = (s.a, s.b, s.out)
         shapes = [v.type.shape for v in operands]
@@ -156,3 +181,68 @@ class Dot(TileOp):
         )
         w.define(call, w.storage(s.cid, f"coop_gemm_{s.cid}", prelude=prelude), body)
         return call
+
+
+def fragment(spec: GemmSpec) -> Fragment | None:
+    """The arrangement of `spec`'s accumulator in registers (a libmathdx call, disk-cached); None where the
+    tensor API refuses `spec` (the shared-memory API then runs it)."""
+    try:
+        traits = mathdx.fragment_gemm(spec)[0]
+    except CompileError:
+        return None
+    return Fragment(spec.m, spec.n, traits.items, traits.map_c)
+
+
+#: the tensor API's shared and register tensors: one pointer, passed by value
+_TENSOR = "struct coop_dx_tensor { void* ptr; };\n"
+
+
+def lower_registers(s: TileDot, w, spec: GemmSpec) -> ShimCall:
+    """The shim of a dot whose result and acc stay in registers (see the module's docstring)."""
+    t = w.gemm(spec, registers=True)
+    frag = w.layout(s.out).fragment
+    m, n = spec.m, spec.n
+    ab = cxx_name(s.a.type.dtype)
+    w.helper(_TENSOR)
+    w.helper(
+        f'extern "C" __device__ void {t.execute}(coop_dx_tensor, coop_dx_tensor, coop_dx_tensor);\n'
+        f'extern "C" __device__ void {t.map_a}(coop_dx_tensor, int*, int*, int*, void*);\n'
+        f'extern "C" __device__ void {t.map_b}(coop_dx_tensor, int*, int*, int*, void*);\n'
+        f'extern "C" __device__ void {t.map_c}(int*, int*, int*);\n'
+        f'extern "C" __device__ void {t.active}(void*);\n'
+        # the element of this thread's accumulator item i (m * n: padding, and every item of a thread the
+        # library leaves out)
+        f"__device__ __forceinline__ int {frag.function}(int i) {{\n"
+        f"  int r, c, on; {t.map_c}(&i, &r, &c); {t.active}(&on);\n"
+        f"  return (on && r < {m} && c < {n}) ? r * {n} + c : {m * n};\n}}\n"
+    )
+    fields = f" alignas(128) {ab} a[{t.a_bytes // s.a.type.dtype.itemsize}];"
+    fields += f" alignas(128) {ab} b[{t.b_bytes // s.b.type.dtype.itemsize}];"
+    prelude = f"struct coop_gemm_{s.cid} {{ struct TempStorage {{{fields} }}; }};\n"
+    args = [TileArg(s.a, "a_items"), TileArg(s.b, "b_items")]
+    args += [TileArg(s.acc, "acc_items")] if s.acc is not None else []
+    call = ShimCall(f"coop_dot_{s.cid}", (*args, TileArg(s.out, "out_items"), PARITY))
+
+    def put(var: ir.Var, items: str, field: str, mapping: str) -> str:
+        rows, cols = var.type.shape
+        return (
+            f"  for (int i = 0; i < {w.layout(var).items_per_thread}; ++i) {{\n"
+            f"    const int e = {w.element_index(var)};\n"
+            f"    if (e < {rows * cols}) {{ int r = e / {cols}, c = e % {cols}, at; void* p;"
+            f" {mapping}(t{field}, &r, &c, &at, &p); st.{field}[at] = {items}[i]; }}\n  }}\n"
+        )
+
+    start = "acc_items[i]" if s.acc is not None else "0"
+    body = (
+        w.storage_ref(s.cid)
+        + w.alternate()
+        + "  auto& st = s.temp[run];\n"
+        + "  coop_dx_tensor ta{st.a}, tb{st.b}, tc{out_items};\n"
+        + put(s.a, "a_items", "a", t.map_a)
+        + put(s.b, "b_items", "b", t.map_b)
+        + f"  for (int i = 0; i < {frag.items}; ++i) out_items[i] = {start};\n"
+        + "  __syncthreads();\n"
+        + f"  {t.execute}(ta, tb, tc);\n"
+    )
+    w.define(call, w.storage(s.cid, f"coop_gemm_{s.cid}", prelude=prelude, copies=2), body)
+    return call

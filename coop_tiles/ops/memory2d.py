@@ -169,6 +169,9 @@ class Load2D(TileOp):
     def layout(self, s: TileLoad2D, ctx) -> None:
         ctx.join([s.out, *([s.mask] if s.mask is not None else [])])
 
+    def takes_fragments(self, s: TileLoad2D, var: ir.Var) -> bool:
+        return True  # (item by item, at each item's element index)
+
     def choose(self, s: TileLoad2D, ctx):
         return _choose(s, ctx, s.out, s.mask, "load")
 
@@ -191,6 +194,9 @@ class Store2D(TileOp):
     def layout(self, s: TileStore2D, ctx) -> None:
         ctx.join([s.tile, *([s.mask] if s.mask is not None else [])])
 
+    def takes_fragments(self, s: TileStore2D, var: ir.Var) -> bool:
+        return True  # (item by item, at each item's element index)
+
     def choose(self, s: TileStore2D, ctx):
         return _choose(s, ctx, s.tile, s.mask, "store")
 
@@ -206,7 +212,12 @@ def _vector_rows(tile: ir.Var, array: ir.Var, mask: ir.Var | None, rows: Any) ->
 
 def _choose(s: ir.Collective, ctx: Any, tile: ir.Var, mask: ir.Var | None, kind: str) -> Any:
     lay = ctx.tiles[tile.name]
-    how = "16-byte words per row run" if _vector_rows(tile, s.array, mask, lay.rows) else "item by item"
+    if lay.fragment is not None:
+        how = "item by item, GEMM fragment"
+    elif _vector_rows(tile, s.array, mask, lay.rows):
+        how = "16-byte words per row run"
+    else:
+        how = "item by item"
     return ctx.choice(s, f"{kind} 2-D, {how}", "rows", "DIRECT", storage=False)
 
 
@@ -229,6 +240,10 @@ def lower_block(w: Any, s: Any, tile: ir.Var, mask: ir.Var | None, load: bool) -
     body = w.items_ref("x", "items", tile, lay.items_per_thread)
     body += w.items_ref("keep", "mk", mask, lay.items_per_thread) if mask is not None else ""
     stride1 = "" if s.array.type.unit_stride else " * a_stride1"
+    if lay.fragment is not None:  # (a GEMM's accumulator: each item at its element, `element_index`)
+        body += _item_by_item(w, tile, mask, load, stride1)
+        w.define(call, "", body)
+        return call
     shift = rs.lanes.bit_length() - 1
     run, ipr = rs.run, rs.row_items
     body += (
@@ -275,3 +290,21 @@ def lower_block(w: Any, s: Any, tile: ir.Var, mask: ir.Var | None, load: bool) -
     body += "    }\n  }\n"
     w.define(call, "", body)
     return call
+
+
+def _item_by_item(w: Any, tile: ir.Var, mask: ir.Var | None, load: bool, stride1: str) -> str:
+    """A 2-D transfer's body for a tile reached only by element index (a GEMM fragment): each item checked
+    against the valid counts, the array's bounds and the mask."""
+    m, n = tile.type.shape
+    ok = "e < " + str(m * n) + " && rr < vr_c && cc < vc_c && ar >= 0 && ar < a_rows && ac >= 0 && ac < a_cols"
+    ok += " && keep[i]" if mask is not None else ""
+    at = f"a[a_off + ar * a_stride0 + ac{stride1}]"
+    move = f"x[i] = ok ? {at} : other;" if load else f"if (ok) {at} = x[i];"
+    return (
+        f"  const long long vr_c = vr < 0 ? 0 : (vr > {m} ? {m} : vr), vc_c = vc < 0 ? 0 : (vc > {n} ? {n} : vc);\n"
+        # (unrolled: the items stay in registers)
+        f"  #pragma unroll\n  for (int i = 0; i < {w.layout(tile).items_per_thread}; ++i) {{\n"
+        f"    const int e = {w.element_index(tile)}, rr = e / {n}, cc = e % {n};\n"
+        "    const long long ar = row + rr, ac = col + cc;\n"
+        f"    const bool ok = {ok};\n    {move}\n  }}\n"
+    )

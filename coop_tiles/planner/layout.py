@@ -20,13 +20,22 @@ registers up to 32 items per thread; shared memory past that, and for tiles kept
 several collectives when the tiles alive together would not fit the registers a thread has;
 local memory (spilled by the compiler: slow, but it works) for a large tile when shared memory
 is full (decided after the carve, `planner.plan`).
+
+A library GEMM may keep its result in registers, spread over the block as the library's accumulator
+(FRAGMENT, `Fragment`: `tile.dot` offers it, `LayoutContext.offer_fragment`). A group takes the offer
+when every statement that touches its tiles can take items in that arrangement (`TileOp.takes_fragments`:
+element-wise statements and copies can; loads, stores and fills of 2-D tiles do, item by item), so that
+`acc = tile.dot(a, b, acc)` in a loop keeps `acc` in registers; such tiles stay in registers whatever
+their items per thread (up to `FRAGMENT_ITEMS`). Their element map is a device function of the library,
+known only to generated code: no Python map, no remap in registers.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 
-from ..errors import TileValueError
+from ..errors import InternalError, TileValueError
 from ..lang import ir
 from ..lang.types import TileType
 from ..ops.base import op_of
@@ -54,6 +63,10 @@ REGISTER_ITEMS = 32
 #: the most items per thread a tile may have anywhere
 MAX_ITEMS_PER_THREAD = 256
 REGISTERS, SHARED, LOCAL = "registers", "shared", "local"
+#: the arrangement of a library GEMM's accumulator (`Fragment`)
+FRAGMENT = "fragment"
+#: the most items per thread of a FRAGMENT tile (a GEMM's accumulator kept in registers)
+FRAGMENT_ITEMS = 128
 #: 32-bit registers per SM; a thread's tiles may take at most three quarters of its share (and 128)
 REGISTER_FILE = 65536
 
@@ -173,6 +186,30 @@ def choose_rows(m: int, n: int, threads: int, itemsize: int, in_order: bool = Tr
 
 
 @dataclass(frozen=True)
+class Fragment:
+    """A block GEMM's accumulator of shape (m, n) as the library spreads it over the block: `items` per
+    thread, item `i` of a thread holding the element the library's map (the device function `symbol`)
+    gives it; items past (m, n) are padding. `function` is the generated code's map (`index_expr`), which
+    the GEMM's shim defines (`ops/dot.py`)."""
+
+    m: int
+    n: int
+    items: int
+    symbol: str
+
+    @property
+    def function(self) -> str:
+        return f"coop_fragment_{self.symbol}"
+
+    def index_expr(self) -> str:
+        """The element of item `i` of this thread (C++; `m * n` for padding)."""
+        return f"{self.function}(i)"
+
+    def __str__(self) -> str:
+        return f"GEMM fragment: {self.items} items (cuBLASDx's accumulator)"
+
+
+@dataclass(frozen=True)
 class TileLayout:
     """Where a tile's elements live: `items_per_thread` registers per thread, in `arrangement`."""
 
@@ -192,9 +229,13 @@ class TileLayout:
     vector: int = 1
     #: the row arrangement (ROWS only)
     rows: RowShape | None = None
+    #: the library's accumulator arrangement (FRAGMENT only)
+    fragment: Fragment | None = None
 
     def element(self, tid: int, i: int, threads: int) -> int | None:
         """The element item `i` of thread `tid` holds (None: padding): the layout's map in Python."""
+        if self.fragment is not None:
+            raise InternalError(f"tile {self.name}: a GEMM fragment's map is known only to generated code")
         if self.rows is not None:
             return self.rows.element(tid, i)
         if self.arrangement == BLOCKED:
@@ -212,6 +253,8 @@ class TileLayout:
     @property
     def shown(self) -> str:
         """The arrangement as tables show it."""
+        if self.fragment is not None:
+            return str(self.fragment)
         if self.rows is not None:
             return str(self.rows)
         return f"{self.arrangement} x{self.vector}" if self.vector > 1 else self.arrangement
@@ -321,8 +364,15 @@ class LayoutContext:
     """What ops see of the planner: join tiles into one arrangement, ask for BLOCKED, and describe
     their CUB choice once layouts are known."""
 
-    def __init__(self, threads: int, block_values: frozenset[str] = frozenset(), depths: dict[int, int] | None = None):
+    def __init__(
+        self,
+        threads: int,
+        block_values: frozenset[str] = frozenset(),
+        depths: dict[int, int] | None = None,
+        arch: str = "sm_90",
+    ):
         self.threads = threads
+        self.arch = arch  # (the target: what a library GEMM's accumulator looks like depends on it)
         self.block_values = block_values
         self.depths = depths or {}  # collective id -> how many loops it is nested in
         self.groups = _Groups()
@@ -334,6 +384,8 @@ class LayoutContext:
         #: (vector, 2-D tile, PER_ROW or PER_COL): vectors that would rather hold their values per row or per
         #: column of the 2-D tile's row arrangement (in program order: the first claim wins)
         self.claims: list[tuple[ir.Var, ir.Var, str]] = []
+        #: tile -> (a key, the GEMM accumulator arrangement an op offers its group, made on acceptance)
+        self.fragments: dict[str, tuple[Hashable, Callable[[], Fragment | None]]] = {}
 
     def join(self, tiles: list[ir.Var]) -> None:
         for t in tiles[1:]:
@@ -353,6 +405,13 @@ class LayoutContext:
         """Ask that `vector` (one value per row of 2-D tile `family`, PER_ROW, or per column, PER_COL) be
         arranged as `family`'s rows, replicated, if every statement that touches it can take that."""
         self.claims.append((vector, family, holds))
+
+    def offer_fragment(self, tile: ir.Var, key: Hashable, make: Callable[[], Fragment | None]) -> None:
+        """Arrange `tile`'s group as a library GEMM's accumulator, `make()` (called only if taken: it may cost a
+        library call, and may refuse with None; offers of one `key` are one arrangement), if every statement
+        touching it can take that
+        (`TileOp.takes_fragments`): a `tile.dot` whose result may stay in registers."""
+        self.fragments[tile.name] = (key, make)
 
     def prefer_blocked(self, tile: ir.Var) -> None:
         """Make `tile`'s group BLOCKED unless an op needs it otherwise (no op needs STRIPED): for
@@ -403,11 +462,11 @@ def loop_depths(body: list[ir.Stmt], depth: int = 0) -> dict[int, int]:
     return out
 
 
-def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -> LayoutPlan:
-    """Choose block size, every tile's layout and every collective's CUB algorithm."""
+def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None, arch: str = "sm_90") -> LayoutPlan:
+    """Choose block size, every tile's layout and every collective's CUB algorithm for `arch`."""
     threads = choose_block_threads(program, pinned_block_threads)
     tiles = ir.tile_vars(program)
-    ctx = LayoutContext(threads, block_values(program, threads), loop_depths(program.body))
+    ctx = LayoutContext(threads, block_values(program, threads), loop_depths(program.body), arch)
     for s in program.walk():
         if isinstance(s, (ir.TileMap, ir.Copy)):
             srcs = s.args if isinstance(s, ir.TileMap) else (s.src,)
@@ -420,7 +479,8 @@ def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -
     blocked_roots = {ctx.groups.find(n) for n in ctx.blocked} | {
         root for root in (ctx.groups.find(n) for n in ctx.preferred) if vectors.get(root, 1) == 1
     }
-    rows = row_layouts(program, tiles, ctx)
+    fragments = fragment_groups(program, tiles, ctx)
+    rows = {n: r for n, r in row_layouts(program, tiles, ctx).items() if ctx.groups.find(n) not in fragments}
     lines: dict[str, int | None] = {}
     labels: dict[str, str] = {}
     for s in program.walk():
@@ -446,6 +506,9 @@ def plan_layouts(program: ir.Program, pinned_block_threads: int | None = None) -
         )
         for name, t in tiles.items()
     }
+    for name, t in ctx.tiles.items():
+        if (fragment := fragments.get(ctx.groups.find(name))) is not None:
+            ctx.tiles[name] = replace(t, items_per_thread=fragment.items, arrangement=FRAGMENT, fragment=fragment)
     live = liveness(program)
     ctx.tiles.update(choose_storage(program, ctx.tiles, live, threads))
     collectives = {}
@@ -501,6 +564,36 @@ def row_layouts(program: ir.Program, tiles: dict[str, TileType], ctx: LayoutCont
     return out
 
 
+def fragment_groups(program: ir.Program, tiles: dict[str, TileType], ctx: LayoutContext) -> dict[str, Fragment]:
+    """The groups (by root) arranged as a GEMM's accumulator: those offered one fragment (`offer_fragment`;
+    groups offered two different ones keep rows) whose every tile has its shape and every statement touching
+    them takes fragment items (`TileOp.takes_fragments`), at most `FRAGMENT_ITEMS` per thread."""
+    offers: dict[str, tuple[Hashable, Callable[[], Fragment | None]] | None] = {}
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, offer in ctx.fragments.items():
+        root = ctx.groups.find(name)
+        offers[root] = offer if root not in offers or (offers[root] or (None,))[0] == offer[0] else None
+        shapes[root] = tiles[name].shape
+    refused = {
+        ctx.groups.find(v.name)
+        for s in program.walk()
+        for v in (*ir.defs(s), *ir.uses(s), *ir.refs(s))
+        if v.name in tiles and not _takes_fragments(s, v)
+    }
+    refused |= {ctx.groups.find(n) for n, t in tiles.items() if shapes.get(ctx.groups.find(n), t.shape) != t.shape}
+    made = {root: offer[1]() for root, offer in offers.items() if offer is not None and root not in refused}
+    return {root: f for root, f in made.items() if f is not None and f.items <= FRAGMENT_ITEMS}
+
+
+def _takes_fragments(s: ir.Stmt, v: ir.Var) -> bool:
+    """Whether `s` can take tile `v` arranged as a GEMM's accumulator: element-wise statements and copies
+    can; an op says so for its own (`TileOp.takes_fragments`)."""
+    if isinstance(s, (ir.TileMap, ir.Copy)):
+        return True
+    op = op_of(s)
+    return op is not None and op.takes_fragments(s, v)
+
+
 def _replicates(s: ir.Stmt, v: ir.Var) -> bool:
     """Whether `s` takes tile `v` with replicated items (a value held by several threads): element-wise
     statements do; an op says so for its own (`TileOp.replicates`)."""
@@ -544,7 +637,11 @@ def choose_storage(
     """The tiles that leave registers for shared memory: those past 32 items per thread, then,
     wherever the tiles alive together exceed `register_budget`, those alive across the most
     collectives (largest first; shape remaps do not count) until the rest fit."""
-    moved = {n: replace(t, storage=SHARED) for n, t in tiles.items() if t.items_per_thread > REGISTER_ITEMS}
+    moved = {
+        n: replace(t, storage=SHARED)
+        for n, t in tiles.items()
+        if t.items_per_thread > REGISTER_ITEMS and t.fragment is None
+    }
     budget = register_budget(threads)
     # (a shape remap is a copy in registers or an exchange: a tile alive across it needs no more registers)
     collective_positions = [
@@ -561,6 +658,8 @@ def choose_storage(
         for t in sorted(alive, key=lambda t: (-spans(t.name), -t.words)):
             if excess <= 0 or spans(t.name) < 2:
                 break
+            if t.fragment is not None:  # (a GEMM's accumulator is what registers are for)
+                continue
             moved[t.name] = replace(t, storage=SHARED)
             excess -= t.words
     return moved

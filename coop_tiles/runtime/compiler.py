@@ -92,7 +92,7 @@ def rewrite_stage(program: ir.Program, debug: bool = False) -> ir.Program:
 
 
 def layout_stage(program: ir.Program, sig: Signature) -> LayoutPlan:
-    return plan_layouts(program, sig.block_threads)
+    return plan_layouts(program, sig.block_threads, sig.arch)
 
 
 def shim_stage(
@@ -138,7 +138,7 @@ def body_stage(program: ir.Program, plan: Plan, shims: ShimSource) -> list[BodyS
 
 def library_ltoirs(shims: ShimSource) -> list[tuple[str, bytes]]:
     """The LTO-IR of the library code the shims call (cuBLASDx's GEMMs), named by symbol."""
-    return [(traits.symbol, ltoir) for traits, ltoir in map(mathdx.gemm, shims.gemms)]
+    return [mathdx.library_code(spec, registers) for spec, registers in shims.gemms]
 
 
 def numba_stage(bodies: list[BodySource], arch: str, fastmath: bool) -> list[tuple[str, bytes]]:

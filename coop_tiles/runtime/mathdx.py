@@ -19,7 +19,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from ..errors import CompileError
@@ -33,10 +33,15 @@ ARRANGEMENTS = {"col": 0, "row": 1}
 _FUNCTION, _SIZE, _TYPE, _PRECISION, _SM, _EXECUTION, _BLOCK_DIM, _API, _ARRANGEMENT = 0, 1, 2, 3, 4, 5, 6, 9, 10
 _LEADING_DIMENSION, _SYMBOL_NAME, _ALIGNMENT = 4, 5, 7
 _TARGET_SM, _EXTRA_NVRTC_ARGS = 1, 4
-_API_SMEM, _EXECUTION_BLOCK, _TYPE_REAL, _FUNCTION_MM = 0, 1, 0, 0
+_API_SMEM, _API_TENSORS, _EXECUTION_BLOCK, _TYPE_REAL, _FUNCTION_MM = 0, 2, 1, 0, 0
+# cublasdxTensorType, cublasdxTensorTrait, cublasdxDeviceFunctionType, cublasdxDeviceFunctionTrait
+_SUGGESTED_SMEM_A, _SUGGESTED_SMEM_B, _SUGGESTED_RMEM_C = 3, 4, 6
+_STORAGE_BYTES, _ALIGNMENT_BYTES, _LOGICAL_SIZE = 0, 1, 5
+_EXECUTE, _MAP_CRD2IDX, _MAP_IDX2CRD_PARTITIONER, _IS_THREAD_ACTIVE = 0, 7, 6, 8
+_FUNCTION_SYMBOL = 1
 _LL = ctypes.c_longlong
-#: the operators every descriptor sets: the shared-memory API, a matrix product, run by a block, real
-_FIXED = ((_API, _API_SMEM), (_FUNCTION, _FUNCTION_MM), (_EXECUTION, _EXECUTION_BLOCK), (_TYPE, _TYPE_REAL))
+#: the operators every descriptor sets (besides its API): a matrix product, run by a block, real
+_FIXED = ((_FUNCTION, _FUNCTION_MM), (_EXECUTION, _EXECUTION_BLOCK), (_TYPE, _TYPE_REAL))
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,28 @@ class GemmTraits:
     lds: tuple[int, int, int]
     alignments: tuple[int, int, int]
     symbol: str
+
+
+@dataclass(frozen=True)
+class FragmentTraits:
+    """What cuBLASDx's tensor API says of a `GemmSpec` whose result stays in registers: the bytes and
+    alignment of `a` and `b` in the shared-memory layouts it suggests (swizzled), the items of each
+    thread's accumulator fragment, and the symbols of its device functions: `execute(A, B, C)` (C += A @ B,
+    each tensor a struct of one pointer, by value), `map_a(A, &row, &col, &index, &ptr)` and `map_b` (the
+    element offset of (row, col) in the suggested layouts), `map_c(&item, &row, &col)` (the element of
+    this thread's accumulator item) and `active(&flag)` (an int: whether this thread takes part; the
+    others' items are no elements)."""
+
+    a_bytes: int
+    a_align: int
+    b_bytes: int
+    b_align: int
+    items: int
+    execute: str
+    map_a: str
+    map_b: str
+    map_c: str
+    active: str
 
 
 @functools.cache
@@ -127,14 +154,14 @@ _lock = threading.Lock()
 class _Descriptor:
     """A cuBLASDx descriptor of `spec` (destroyed on exit)."""
 
-    def __init__(self, spec: GemmSpec):
-        self.lib, self.spec = _library(), spec
+    def __init__(self, spec: GemmSpec, api: int = _API_SMEM):
+        self.lib, self.spec, self.api = _library(), spec, api
 
     def __enter__(self) -> _Descriptor:
         lib, spec, handle = self.lib, self.spec, _LL()
         _check(lib, lib.cublasdxCreateDescriptor(ctypes.byref(handle)), "create a descriptor")
         self.handle = h = handle.value
-        for op, value in _FIXED:
+        for op, value in ((_API, self.api), *_FIXED):
             _check(lib, lib.cublasdxSetOperatorInt64(_LL(h), op, _LL(value)), f"set operator {op}")
         for op, values in (
             (_SIZE, (spec.m, spec.n, spec.k)),
@@ -164,13 +191,49 @@ class _Descriptor:
         return out.value.decode()
 
     def ltoir(self) -> bytes:
+        """The LTO-IR of the shared-memory API's execute function."""
+
+        def finalize(code) -> None:
+            _check(self.lib, self.lib.cublasdxFinalizeCode(code, _LL(self.handle)), f"generate {self.spec}")
+
+        return self.code(finalize)
+
+    def tensor(self, kind: int) -> int:
+        out = _LL()
+        _check(self.lib, self.lib.cublasdxCreateTensor(_LL(self.handle), kind, ctypes.byref(out)), "make a tensor")
+        return out.value
+
+    def tensor_int(self, tensor: int, trait: int) -> int:
+        out = _LL()
+        _check(self.lib, self.lib.cublasdxGetTensorTraitInt64(_LL(tensor), trait, ctypes.byref(out)), "query a tensor")
+        return int(out.value)
+
+    def function(self, kind: int, tensors: tuple[int, ...]) -> int:
+        out, args = _LL(), (_LL * len(tensors))(*tensors)
+        status = self.lib.cublasdxCreateDeviceFunction(
+            _LL(self.handle), kind, ctypes.c_size_t(len(tensors)), args, ctypes.byref(out)
+        )
+        _check(self.lib, status, f"make device function {kind} of {self.spec}")
+        return out.value
+
+    def symbol(self, function: int) -> str:
+        lib, size = self.lib, ctypes.c_size_t()
+        _check(
+            lib, lib.cublasdxGetDeviceFunctionTraitStrSize(_LL(function), _FUNCTION_SYMBOL, ctypes.byref(size)), "name"
+        )
+        out = ctypes.create_string_buffer(size.value)
+        _check(lib, lib.cublasdxGetDeviceFunctionTraitStr(_LL(function), _FUNCTION_SYMBOL, size, out), "name")
+        return out.value.decode()
+
+    def code(self, finalize) -> bytes:
+        """The LTO-IR of the code object that `finalize(code)` fills."""
         lib, code = self.lib, _LL()
         _check(lib, lib.commondxCreateCode(ctypes.byref(code)), "create a code object")
         try:
             sm = _ints(_sm(self.spec.arch))
             _check(lib, lib.commondxSetCodeOptionInt64s(code, _TARGET_SM, ctypes.c_size_t(1), sm), "set the arch")
             _check(lib, lib.commondxSetCodeOptionStr(code, _EXTRA_NVRTC_ARGS, b"-gen-opt-lto"), "set NVRTC options")
-            _check(lib, lib.cublasdxFinalizeCode(code, _LL(self.handle)), f"generate {self.spec}")
+            finalize(code)
             size = ctypes.c_size_t()
             _check(lib, lib.commondxGetCodeLTOIRSize(code, ctypes.byref(size)), "size the LTO-IR")
             out = ctypes.create_string_buffer(size.value)
@@ -180,20 +243,70 @@ class _Descriptor:
             lib.commondxDestroyCode(code)
 
 
+def _generate_fragment(spec: GemmSpec) -> tuple[FragmentTraits, bytes]:
+    with _lock, _Descriptor(spec, _API_TENSORS) as d:
+        lib = d.lib
+        a, b, c = (d.tensor(k) for k in (_SUGGESTED_SMEM_A, _SUGGESTED_SMEM_B, _SUGGESTED_RMEM_C))
+        _check(lib, lib.cublasdxFinalizeTensors(ctypes.c_size_t(3), (_LL * 3)(a, b, c)), f"lay out {spec}")
+        functions = (
+            d.function(_EXECUTE, (a, b, c)),
+            d.function(_MAP_CRD2IDX, (a,)),
+            d.function(_MAP_CRD2IDX, (b,)),
+            d.function(_MAP_IDX2CRD_PARTITIONER, (c,)),
+            d.function(_IS_THREAD_ACTIVE, (c,)),
+        )
+        handles = (_LL * len(functions))(*functions)
+
+        def finalize(code) -> None:
+            status = lib.cublasdxFinalizeDeviceFunctions(code, ctypes.c_size_t(len(functions)), handles)
+            _check(lib, status, f"generate {spec}")
+
+        ltoir = d.code(finalize)
+        traits = FragmentTraits(
+            d.tensor_int(a, _STORAGE_BYTES),
+            d.tensor_int(a, _ALIGNMENT_BYTES),
+            d.tensor_int(b, _STORAGE_BYTES),
+            d.tensor_int(b, _ALIGNMENT_BYTES),
+            d.tensor_int(c, _LOGICAL_SIZE),
+            *(d.symbol(f) for f in functions),
+        )
+        return traits, ltoir
+
+
 def _generate(spec: GemmSpec) -> tuple[GemmTraits, bytes]:
     with _lock, _Descriptor(spec) as d:
         traits = GemmTraits(d.ints(_LEADING_DIMENSION), d.ints(_ALIGNMENT), d.text(_SYMBOL_NAME))
         return traits, d.ltoir()
 
 
-@functools.lru_cache(maxsize=64)
-def gemm(spec: GemmSpec) -> tuple[GemmTraits, bytes]:
-    """The traits and LTO-IR of `spec`, from the disk cache or generated (seconds: NVRTC compiles
-    cuBLASDx) and cached."""
+def _cached(api: tuple[str, ...], spec: GemmSpec, generate):
     cache = DiskCache()
-    key = make_key("gemm", vars(spec), version())
+    key = make_key("gemm", *api, vars(spec), version())
     found = cache.get("gemm", key)
     if found is None:
-        found = _generate(spec)
+        found = generate(spec)
         cache.put("gemm", key, found)
     return found
+
+
+@functools.lru_cache(maxsize=64)
+def gemm(spec: GemmSpec) -> tuple[GemmTraits, bytes]:
+    """The traits and LTO-IR of `spec` in the shared-memory API, from the disk cache or generated
+    (seconds: NVRTC compiles cuBLASDx) and cached."""
+    return _cached((), spec, _generate)
+
+
+@functools.lru_cache(maxsize=64)
+def fragment_gemm(spec: GemmSpec) -> tuple[FragmentTraits, bytes]:
+    """The traits and LTO-IR of `spec` in the tensor API, its accumulator in registers (disk-cached)."""
+    return _cached(("tensors", *(f.name for f in fields(FragmentTraits))), spec, _generate_fragment)
+
+
+def library_code(spec: GemmSpec, registers: bool) -> tuple[str, bytes]:
+    """(a symbol that names it, its LTO-IR): the code of `spec` in the API `registers` picks (`gemm`,
+    `fragment_gemm`), for the link."""
+    if registers:
+        traits, ltoir = fragment_gemm(spec)
+        return traits.execute, ltoir
+    shared, ltoir = gemm(spec)
+    return shared.symbol, ltoir
