@@ -218,16 +218,12 @@ def pass_states(states: Any, ends: Any, initial_states: Any, dtype: Any, interpr
     return passed, final
 
 
-_interpreting: dict[Any, ct.JITFunction] = {}
+_INTERPRETING = {k: ct.jit(k.fn, interpret=True) for k in (chunk_state, state_passing, chunk_scan)}
 
 
 def _program(kernel: ct.JITFunction, interpret: bool) -> ct.JITFunction:
     """`kernel`, or its interpreting copy for NumPy arrays."""
-    if not interpret:
-        return kernel
-    if kernel not in _interpreting:
-        _interpreting[kernel] = ct.jit(kernel.fn, interpret=True)
-    return _interpreting[kernel]
+    return _INTERPRETING[kernel] if interpret else kernel
 
 
 def _check(x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, dt_bias: Any, initial_states: Any) -> None:
