@@ -30,8 +30,9 @@ distinct) and with a NumPy sampler.
 """
 
 import numpy as np
-from _runner import ON_GPU, to_device, to_host, where
+from _runner import ON_GPU, report_speed, to_device, to_host, where
 
+import coop_tiles as ct
 from coop_tiles.examples import top_p_sample, topk
 
 
@@ -62,6 +63,28 @@ def check(x: np.ndarray, k: int, tile_size: int) -> None:
     np.testing.assert_array_equal(indices, want_indices)
 
 
+# ----- how fast: the rows' bytes read per second against the vocabulary, beside torch.topk ---------------------------
+@ct.testing.perf_report(
+    ct.testing.Benchmark(
+        x_names=["vocab"],
+        x_vals=[8192, 32768, 128256, 262144],
+        line_arg="provider",
+        line_vals=["coop_tiles", "torch"],
+        line_names=["examples.topk", "torch.topk"],
+        plot_name="14_topk_sampling",
+        xlabel="vocabulary (64 float32 rows, k = 50)",
+        ylabel="GB/s of logits read",
+        x_log=True,
+    )
+)
+def speed(vocab: int, provider: str) -> float:
+    import torch
+
+    x = torch.randn(64, vocab, device="cuda")
+    run = {"coop_tiles": lambda: topk(x, 50), "torch": lambda: torch.topk(x, 50)}[provider]
+    return x.numel() * 4 / ct.testing.do_bench(run) / 1e6
+
+
 if __name__ == "__main__":
     rng = np.random.default_rng(14)
     rows, vocab, tile_size = (64, 128256, 4096) if ON_GPU else (3, 2000, 256)
@@ -76,3 +99,4 @@ if __name__ == "__main__":
     agree = np.mean(tokens == reference_sample(logits, 50, 0.9, uniform))
     assert agree >= 0.9, agree
     print(f"top-k of {rows} rows of {vocab} matches NumPy, the top-p sampler {agree:.0%} of tokens {where()}")
+    report_speed(speed)
