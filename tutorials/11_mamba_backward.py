@@ -45,8 +45,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from _runner import ON_GPU, to_device, to_host, where
+from _runner import ON_GPU, report_speed, to_device, to_host, where
 
+import coop_tiles as ct
 from coop_tiles.examples import selective_scan_bwd
 from coop_tiles.examples.selective_scan import forward
 
@@ -81,5 +82,35 @@ def main() -> None:
           f"every gradient matches the float64 reference")  # fmt: skip
 
 
+# ----- how fast: a forward + backward through autograd against the length, beside PyTorch's step-by-step scan ------
+@ct.testing.perf_report(
+    ct.testing.Benchmark(
+        x_names=["L"],
+        x_vals=[256, 1024, 4096],
+        line_arg="provider",
+        line_vals=["coop_tiles", "torch"],
+        line_names=["selective_scan_fn", "PyTorch, one step after the other"],
+        plot_name="11_mamba_backward",
+        xlabel="sequence length (batch 2, dim 256, 16 states, float32)",
+        ylabel="ms per forward + backward",
+        x_log=True,
+    )
+)
+def speed(L: int, provider: str) -> float:
+    import torch
+
+    from coop_tiles.examples import selective_scan_fn
+    from coop_tiles.examples.mamba import reference_selective_scan
+
+    batch, dim, dstate = 2, 256, 16
+    u, delta = torch.randn(batch, dim, L, device="cuda"), 0.5 * torch.rand(batch, dim, L, device="cuda")
+    A = -0.5 * torch.rand(dim, dstate, device="cuda")
+    B, C = torch.randn(batch, dstate, L, device="cuda"), torch.randn(batch, dstate, L, device="cuda")
+    leaves = [t.requires_grad_() for t in (u, delta, A, B, C)]
+    scan = selective_scan_fn if provider == "coop_tiles" else reference_selective_scan
+    return ct.testing.do_bench(lambda: scan(*leaves, delta_softplus=True).sum().backward())
+
+
 if __name__ == "__main__":
     main()
+    report_speed(speed)
