@@ -1657,6 +1657,21 @@ def ref_gather_masked(table, idx, out, n, TILE):
     return [out]
 
 
+@ct.jit
+def gather_block(table, rows, cols, out, M: ct.constexpr, N: ct.constexpr):
+    """out = table[rows[:, None], cols[None, :]]: two index tiles broadcast together into an (M, N) block."""
+    r = tile.load(rows, 0, M)
+    c = tile.load(cols, 0, N)
+    tile.store(out, (0, 0), tile.gather(table, (r[:, None], c[None, :])))
+
+
+def ref_gather_block(table, rows, cols, out, M, N):
+    for i in range(M):
+        for j in range(N):
+            out[i, j] = table[rows[i], cols[j]]
+    return [out]
+
+
 def ref_gather_2d(table, rows, cols, out, n, TILE):
     for j in range(n):
         out[j] = table[rows[j], cols[j]]
@@ -1800,6 +1815,20 @@ def indexed_cases(rng: np.random.Generator) -> list[Case]:
                 [3],
                 functools.partial(ref_gather_2d_of, view),
                 prepare=lambda args, view=view: [view(args[0]), *args[1:]],
+            )
+        )
+    for dt in (np.float32, np.int16):
+        table = _values(rng, 40 * 30, dt).reshape(40, 30)
+        rows, cols = rng.integers(0, 40, 8).astype(np.int32), rng.integers(0, 30, 16).astype(np.int64)
+        cases.append(
+            Case(
+                f"gather_block[{np.dtype(dt).name}]",
+                gather_block,
+                [table, rows, cols, np.zeros((8, 16), dt)],
+                {"M": 8, "N": 16},
+                1,
+                [3],
+                ref_gather_block,
             )
         )
     for dt in (np.float32, np.uint8, ct.bfloat16):

@@ -1853,7 +1853,7 @@ CATALOGUE: list[Mistake] = [
         "gather_index_sizes",
         gather_index_sizes,
         TYPE,
-        "the index tiles of tile.gather have 8 and 16 elements",
+        "the index tiles of tile.gather have shapes (8,) and (16,), which do not broadcast together",
         args=(M, 16),
     ),
     Mistake(

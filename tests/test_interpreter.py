@@ -50,7 +50,7 @@ def test_interpreter_rejects_out_of_range_scalar_indexes():
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.name)
 def test_every_interpreted_value_has_its_compiled_type(case, monkeypatch):
-    """After each statement, every variable it assigned holds a value of the dtype (and tile size)
+    """After each statement, every variable it assigned holds a value of the dtype (and tile shape)
     the typed IR gives it, the one the compiled kernel uses."""
     from coop_tiles.lang import interpreter, ir
     from coop_tiles.lang.types import ArrayType, TileType
@@ -67,7 +67,7 @@ def test_every_interpreted_value_has_its_compiled_type(case, monkeypatch):
                 value = np.asarray(frame.env[var.name])
                 assert value.dtype == var.type.dtype, f"{s}: {var} holds {value.dtype}"
                 if isinstance(var.type, TileType):
-                    assert value.shape == (var.type.size,), f"{s}: {var} holds shape {value.shape}"
+                    assert value.shape == var.type.shape, f"{s}: {var} holds shape {value.shape}"
                 checked.append(var)
 
     monkeypatch.setattr(interpreter.Frame, "run", run_and_check)

@@ -1,8 +1,9 @@
 """`tile.gather` and `tile.scatter`: element `i` of a tile read from, or written to, `a[index[i]]`.
 
 An index is one integer tile into a 1-D array or view, or a tuple of them, one per axis of an N-D
-array or view; every index tile, the mask and the gathered or scattered tile have one size, and the
-result has the index's type with the array's dtype. On the GPU each item is one unsigned comparison
+array or view, broadcast together (NumPy's rules: `(rows[:, None], cols[None, :])` indexes a block);
+the mask and the gathered or scattered tile have the index's size, and the result has the (broadcast)
+index's shape with the array's dtype. On the GPU each item is one unsigned comparison
 per axis (a negative index wraps past any extent) and one load or store: no shared memory, no
 barrier of its own (the planner orders conflicting accesses of one array, `global_access`).
 The helpers here (`index_tiles`, `positions`, `address`) are shared with the index-tile atomics
@@ -20,7 +21,7 @@ import numpy as np
 from .. import tile
 from ..errors import TileIndexError, TileTypeError
 from ..lang import ir
-from ..lang.types import ArrayType, TileType
+from ..lang.types import ArrayType, TileType, broadcast_shape
 from ..lang.values import Const
 from .base import (
     ArrayArg,
@@ -58,7 +59,7 @@ class TileScatter(ir.Collective, uses="array index value mask"):
 
 def index_tiles(b: Any, a: Any, index: Any, what: str) -> tuple[ir.Var, tuple[ir.Var, ...]]:
     """(the array, its index tiles): one integer tile for a 1-D array or view, or a tuple of them,
-    one per axis, all of one size."""
+    one per axis, broadcast to their common shape."""
     array = b.array(a, f"{what}'s first argument")
     tiles = index if isinstance(index, tuple) else (index,)
     if len(tiles) != array.type.ndim:
@@ -71,10 +72,13 @@ def index_tiles(b: Any, a: Any, index: Any, what: str) -> tuple[ir.Var, tuple[ir
     for t in tiles:
         if t.type.dtype.kind not in "iu":
             raise TileTypeError(f"the index of {what} must be an integer tile, got {t.type}; convert it with astype")
-    sizes = [t.type.size for t in tiles]
-    if len(set(sizes)) > 1:
-        raise TileTypeError(f"the index tiles of {what} have {' and '.join(map(str, sizes))} elements")
-    return array, tiles
+    shapes = [t.type.shape for t in tiles]
+    shape = broadcast_shape(*shapes)
+    if shape is None:
+        raise TileTypeError(
+            f"the index tiles of {what} have shapes {' and '.join(map(str, shapes))}, which do not broadcast together"
+        )
+    return array, tuple(b.broadcast(t, shape) for t in tiles)
 
 
 def value_of(b: Any, v: Any, index: ir.Var | None, dtype: np.dtype, what: str) -> ir.Value:
