@@ -86,7 +86,7 @@ def main() -> None:
 @ct.testing.perf_report(
     ct.testing.Benchmark(
         x_names=["L"],
-        x_vals=[256, 1024, 4096],
+        x_vals=[256, 1024, 2048],
         line_arg="provider",
         line_vals=["coop_tiles", "torch"],
         line_names=["selective_scan_fn", "PyTorch, one step after the other"],
