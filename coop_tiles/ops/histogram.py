@@ -8,12 +8,19 @@ never writes outside them.
 `algorithm="auto"` takes BLOCK_HISTO_SORT when there are at most 16 bins and at least 8 items
 per thread (many items contend for few counters: sorting and counting runs avoids the
 serialised shared-memory atomics), else BLOCK_HISTO_ATOMIC. Counts accumulated through a loop
-(`h = h + tile.histogram(...)`, kept in shared memory) take *lane copies* where 32 copies of the
-counters fit in LANES_MAX_BYTES: lane l of every warp adds to copy l, stored interleaved
-(`counts[bin * 32 + l]`), so a warp's 32 atomics fall in 32 different banks whatever the
-values (one shared set of counters puts random bins in the same bank: 3-4 passes per warp).
-Measured on an H100 (uint8, 256 bins, 2^28 items, a hand-written probe): 75% of the copy's
-read rate with one set, 93-95% with lane copies at 512-1024 threads.
+(`h = h + tile.histogram(...)`, kept in shared memory) take *lane copies* where they pay
+(`lanes_pay`): 32 copies of the `bins + 1` counters fit in a block's 48 KiB without opt-in, and
+the blocks whose copies fit in a multiprocessor's shared memory hold at least half of its thread
+slots (256 bins: 33 KB a block, 6 blocks an SM: 256 threads or more). Lane l of every warp adds
+to copy l, stored interleaved (`counts[bin * 32 + l]`), so a warp's 32 atomics fall in 32
+different banks whatever the values (one shared set puts random bins in the same bank: 3-4
+passes per warp); the copies are summed once after the loop. The adds are branch-free, as a
+hand-written kernel's: an uncounted item goes to its lane's copy of the spare bin (a conditional
+atomic costs a convergence region, BSSY/BRA/BSYNC, per item), and a whole tile (the loop's
+common case) skips the per-item index test (the partial one compares indices in 32 bits).
+Measured on an H100 (uint8, 256 bins, 2^28 items, a hand-written probe, probe/hist_probe.py):
+71-75% of the copy's read rate with one set; lane copies 81% at 256 threads x 4 blocks an SM,
+93-95% at 512 x 4 and 1024 x 2 (full occupancy: 32 registers a thread).
 """
 
 from __future__ import annotations
@@ -35,7 +42,10 @@ SORT_MAX_BINS = 16
 SORT_MIN_ITEMS = 8
 LANES = "BLOCK_HISTO_ATOMIC, 32 lane copies"  # the plan's name for the lane copies (not a CUB algorithm)
 LANE_COPIES = 32
-LANES_MAX_BYTES = 48 * 1024  # 256 bins: 33 KB
+LANES_MAX_BYTES = 48 * 1024  # a block's shared memory without opt-in (256 bins: 33 KB of copies)
+SM_SHARED_BYTES = 228 * 1024  # an sm_90 multiprocessor's shared memory, of which each block takes
+BLOCK_RESERVED_BYTES = 1024  # this much more than it asks for
+SM_THREADS = 2048  # an sm_90 multiprocessor's thread slots
 
 
 def unknown_algorithm(algorithm: object) -> str:
@@ -51,16 +61,25 @@ class TileHistogram(ir.Collective, defs="out", uses="src valid", attrs="bins alg
     algorithm: str  # "auto", "atomic" or "sort"
 
 
-def resolve_algorithm(algorithm: str, bins: int, items_per_thread: int, accumulated: bool = False) -> str:
+def resolve_algorithm(algorithm: str, bins: int, items_per_thread: int, threads: int | None = None) -> str:
     """The primitive "auto" stands for (see the module docstring): a CUB algorithm, or LANES for
-    counts `accumulated` through a loop when their copies fit."""
+    counts accumulated through a loop (`threads` given: the block's) where their copies pay."""
     if algorithm != "auto":
         return ALGORITHMS[algorithm]
     if bins <= SORT_MAX_BINS and items_per_thread >= SORT_MIN_ITEMS:
         return ALGORITHMS["sort"]
-    if accumulated and (bins + 1) * LANE_COPIES * 4 <= LANES_MAX_BYTES:
+    if threads is not None and lanes_pay(bins, threads):
         return LANES
     return ALGORITHMS["atomic"]
+
+
+def lanes_pay(bins: int, threads: int) -> bool:
+    """Whether blocks of `threads` keeping LANE_COPIES copies of `bins + 1` counters fit in a block's
+    shared memory without opt-in and, as many as fit on a multiprocessor, keep at least half of
+    its thread slots busy (fewer resident warps hide too little of the loads' latency)."""
+    copies = (bins + 1) * LANE_COPIES * 4
+    resident = SM_SHARED_BYTES // (copies + BLOCK_RESERVED_BYTES) * threads
+    return copies <= LANES_MAX_BYTES and resident >= SM_THREADS // 2
 
 
 @register
@@ -143,7 +162,8 @@ def _bins(w, src: ir.Var, bins: int) -> str:
     return (
         _valid_items(w, src)
         + f"  {bin_t} bin[{items}];\n"
-        + f"  for (int i = 0; i < {items}; ++i) bin[i] = {_bin_of(w, src, bins, 'vi')} ? {bin_t}(x[i]) : {bin_t}({bins});\n"
+        + f"  for (int i = 0; i < {items}; ++i)\n"
+        + f"    bin[i] = {_bin_of(w, src, bins, 'vi')} ? {bin_t}(x[i]) : {bin_t}({bins});\n"
     )
 
 
@@ -332,7 +352,7 @@ class HistogramBeginOp(TileOp):
         frame.env[f"counts{s.cid}"] = frame.get(s.acc).copy()
 
     def choose(self, s: HistogramBegin, ctx):
-        algorithm = resolve_algorithm(s.algorithm, s.bins, ctx.tiles[s.src.name].items_per_thread, accumulated=True)
+        algorithm = resolve_algorithm(s.algorithm, s.bins, ctx.tiles[s.src.name].items_per_thread, ctx.threads)
         return ctx.choice(s, f"histogram[{s.bins}] counts", "BlockHistogram", algorithm)
 
     def lower(self, s: HistogramBegin, w) -> ShimCall:
