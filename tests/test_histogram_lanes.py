@@ -7,9 +7,9 @@ import re
 
 import numpy as np
 import pytest
+from programs import histogram_loop
 
 from coop_tiles.ops.histogram import ALGORITHMS, LANES, lanes_pay, resolve_algorithm
-from tests.programs import histogram_loop
 
 CHUNK, ITEMS = 4096, 16  # the planner's 256 threads: 16 uint8 items each
 
@@ -46,3 +46,17 @@ def test_the_loop_adds_to_lane_copies_without_a_branch_per_item(kernel):
 def test_the_lane_copy_loop_leaves_room_for_a_full_multiprocessor_of_threads(kernel):
     assert kernel.registers() <= 32  # 2048 threads' worth of an SM's 64K registers
     assert kernel.local_memory_bytes() == 0
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype, bins, low, high", [(np.uint8, 256, 0, 256), (np.int16, 300, -20, 320)])
+def test_gpu_lane_copies_count_as_numpy(dtype, bins, low, high):
+    import cupy as cp
+
+    n = (1 << 20) + 777  # whole tiles and a partial last one
+    host = np.random.default_rng(22).integers(low, high, n).astype(dtype)
+    out = cp.zeros(bins, cp.int32)
+    histogram_loop[132 * 2](cp.asarray(host), out, n, BINS=bins, CHUNK=CHUNK, ALGO="auto")
+    wide = host.astype(np.int64)
+    expected = np.bincount(wide[(wide >= 0) & (wide < bins)], minlength=bins)
+    np.testing.assert_array_equal(cp.asnumpy(out), expected)
