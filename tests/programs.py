@@ -1008,14 +1008,15 @@ def chained_cases(rng: np.random.Generator) -> list[Case]:
 def toolbox_cases(rng: np.random.Generator) -> list[Case]:
     """Histogram, atomics, discontinuities, adjacent differences, radix and merge sort."""
     cases = []
-    for dt, n, bins, lo, hi, algo in [
-        (np.uint8, 5000, 256, 0, 255, "auto"),
-        (np.int32, 4000, 1000, -100, 1100, "atomic"),
-        (np.int8, 777, 50, -128, 127, "sort"),
-        (np.uint64, 600, 7, 0, 12, "auto"),
-        (np.int16, 300, 1, -2, 2, "atomic"),
-        (np.int64, 2000, 4096, -10, 5000, "auto"),
-        (np.uint16, 900, 33, 0, 40, "sort"),
+    for dt, n, bins, lo, hi, algo, chunk in [
+        (np.uint8, 5000, 256, 0, 255, "auto", 512),
+        (np.int32, 4000, 1000, -100, 1100, "atomic", 512),
+        (np.int8, 777, 50, -128, 127, "sort", 512),
+        (np.uint64, 600, 7, 0, 12, "auto", 512),
+        (np.int16, 300, 1, -2, 2, "atomic", 512),
+        (np.int64, 2000, 4096, -10, 5000, "auto", 512),
+        (np.uint16, 900, 33, 0, 40, "sort", 512),
+        (np.int16, 1300, 100, -5, 105, "auto", 480),  # lane copies: out of range, padding
     ]:
         x = _rand(rng, n, dt, lo, hi)
         cases.append(
@@ -1023,7 +1024,7 @@ def toolbox_cases(rng: np.random.Generator) -> list[Case]:
                 f"histogram_loop[{np.dtype(dt).name},bins={bins},{algo}]",
                 histogram_loop,
                 [x, np.zeros(bins, np.int32), n],
-                {"BINS": bins, "CHUNK": 512, "ALGO": algo},
+                {"BINS": bins, "CHUNK": chunk, "ALGO": algo},
                 3,
                 [1],
                 ref_histogram_loop,
