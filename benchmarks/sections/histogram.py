@@ -21,8 +21,8 @@ HIST_CASES = (  # dtype, log2 n (capped by the run's largest size), bins, values
     ("uint8", 28, 256, (0, 256)),
     ("int32", 26, 1000, (-100, 1100)),
 )
-HIST_CHUNKS = (2048, 4096, 8192)
-HIST_WAVES = (4, 8)  # programs per SM of the persistent grids
+HIST_CHUNKS = (2048, 4096, 8192, 16384, 32768)  # (the runtime's block: 256, 256, 256, 512, 1024 threads for uint8)
+HIST_WAVES = (2, 4, 8)  # programs per SM of the persistent grids
 TRITON_HIST_BLOCKS = (1024, 4096)
 
 
