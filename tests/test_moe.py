@@ -48,6 +48,13 @@ def test_interpreter_matches_sequential(tokens, topk, experts, block, dtype):
     check(moe_align_block_size(ids, block, experts), sequential(ids, block, experts))
 
 
+def test_interpreter_sums_the_counts_in_steps(monkeypatch):
+    """More programs than `COLUMNS`: `place_routes` sums the programs' counts a block of columns at a time."""
+    monkeypatch.setattr(moe, "COLUMNS", 2)
+    ids = routes(700, 8, 256, np.int32)  # (3 programs)
+    check(moe_align_block_size(ids, 64, 256), sequential(ids, 64, 256))
+
+
 def _line_of(fn, text: str) -> int:
     """The file line of the first line of `fn` that contains `text`."""
     lines, first = inspect.getsourcelines(fn)
@@ -57,9 +64,11 @@ def _line_of(fn, text: str) -> int:
 def test_programs_compile():
     i32 = np.zeros(1, np.int32)
     one = align_routes.compile(i32, i32, i32, i32, i32, 1, 1, 1, 1, CHUNK=CHUNK, EXPERTS=256, BITS=9, arch="sm_90")
-    first = count_routes.compile(i32, i32, i32, 1, 1, CHUNK=CHUNK, EXPERTS=256, arch="sm_90")
+    counts = np.zeros((256, 3), np.int32)  # (experts, programs): rows of 12 bytes
+    first = count_routes.compile(i32, counts, i32, 1, 1, CHUNK=CHUNK, EXPERTS=256, arch="sm_90")
     assert "histogram" in str(first.plan)
-    second = place_routes.compile(i32, i32, i32, i32, i32, i32, 1, 1, 1, CHUNK=CHUNK, EXPERTS=256, BITS=9, arch="sm_90")
+    args = (i32, counts, i32, i32, i32, i32, 1, 1, 1)
+    second = place_routes.compile(*args, CHUNK=CHUNK, EXPERTS=256, BITS=9, COLUMNS=4, arch="sm_90")
     assert "BlockRadixSort" in str(second.plan) and "BlockRadixSort" in str(one.plan)
     for k in (one, first, second):
         problems = check_carve(k.program, k.plan)
@@ -70,7 +79,7 @@ def test_programs_compile():
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tokens", [1, 256, 4096, 16384])
+@pytest.mark.parametrize("tokens", [1, 256, 700, 4096, 16384])
 @pytest.mark.parametrize("library", ["cupy", "torch"])
 def test_gpu_matches_sequential(tokens, library):
     ids = routes(tokens, 8, 256, np.int32, seed=tokens)

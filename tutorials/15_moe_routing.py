@@ -13,9 +13,10 @@ group padded to a multiple of the GEMM's row block, so that every block of rows 
 many routes, in two launches (read `coop_tiles/examples/moe.py` beside this):
 
   1. `count_routes`: each program counts its chunk of routes per expert with `tile.histogram` and
-     stores the counts as one row of a (programs, experts) table. It also fills its share of
+     stores the counts as one column of an (experts, programs) table. It also fills its share of
      `sorted_token_ids` with the sentinel (the padding is whatever no route overwrites).
-  2. `place_routes`: each program folds the table's rows. All of them give each expert's count,
+  2. `place_routes`: each program folds the table's columns, loaded as 2-D tiles of up to 64 columns
+     (each thread sums one expert's row: `tile.sum(table, axis=1)`). All of them give each expert's count,
      rounded up to the block (`padded`); an exclusive `tile.scan` of those is where each expert's group
      starts. Those of the programs before it give how many routes of each expert come before its own.
      Their sum is stored in a small table, one row per program. Then the program sorts its chunk's

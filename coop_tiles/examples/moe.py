@@ -17,14 +17,15 @@ program, `align_routes`, where launching dominates the time: the histogram of al
 (their exclusive scan), the sentinel, then the routes placed as below, and `expert_ids`. More routes, two launches,
 `CHUNK` routes per program:
 
-1. `count_routes`: each program's histogram of its chunk's expert ids (`tile.histogram`) into a
-   (programs, experts) table; each program also fills its share of `sorted_token_ids` with the sentinel.
-2. `place_routes`: each program sums the table's rows (all of them: the padded counts, whose exclusive scan
-   is where each expert's group starts; those of the programs before it: where its own routes of each expert
-   go within the group), sorts its chunk's routes by expert (a stable radix sort over the expert id's bits),
-   ranks each route within its expert's run (a max-scan of the run heads' positions) and scatters it to its
-   place. Program 0 also writes `num_tokens_post_padded` and `expert_ids` (each group's expert scattered at
-   its first block, then a running max over the blocks).
+1. `count_routes`: each program's histogram of its chunk's expert ids (`tile.histogram`) into its column of an
+   (experts, programs) table; each program also fills its share of `sorted_token_ids` with the sentinel.
+2. `place_routes`: each program sums the table's columns, `COLUMNS` at a time as a 2-D tile whose rows (one per
+   expert) each thread sums alone (all of them: the counts, whose padded exclusive scan is where each expert's
+   group starts; those of the programs before it: where its own routes of each expert go within the group),
+   sorts its chunk's routes by expert (a stable radix sort over the expert id's bits), ranks each route within
+   its expert's run (a max-scan of the run heads' positions) and scatters it to its place. Program 0 also writes
+   `num_tokens_post_padded` and `expert_ids` (each group's expert scattered at its first block, then a running
+   max over the blocks).
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ from ._arrays import empty_like
 CHUNK = 2048
 #: expert-id blocks per step of program 0's running max
 BLOCKS = 1024
+#: programs' counts per step of `place_routes`' sums (a power of two up to this many: the programs)
+COLUMNS = 64
 
 
 def fill(sorted_ids, start, end, numel, CHUNK):
@@ -112,7 +115,7 @@ def count_routes(ids, counts, sorted_ids, numel, padded_len, CHUNK: ct.constexpr
     p = ct.program_id(0)
     base = p * CHUNK
     experts = tile.load(ids, base, CHUNK, valid=numel - base, other=-1)
-    tile.store(counts, p * EXPERTS, tile.histogram(experts, EXPERTS, valid=numel - base))
+    tile.store(counts, (0, p), tile.histogram(experts, EXPERTS, valid=numel - base)[:, None])
     share = ct.cdiv(padded_len, ct.num_programs(0))
     fill(sorted_ids, share * p, ct.minimum(share * (p + 1), padded_len), numel, CHUNK)
 
@@ -131,16 +134,17 @@ def place_routes(
     CHUNK: ct.constexpr,
     EXPERTS: ct.constexpr,
     BITS: ct.constexpr,
+    COLUMNS: ct.constexpr,
 ):
     """Program p: each route of its chunk to `sorted_ids[group start + routes of its expert before it]`."""
     p = ct.program_id(0)
     total = tile.zeros(EXPERTS, np.int32)
     before = tile.zeros(EXPERTS, np.int32)
-    for q in range(ct.num_programs(0)):
-        h = tile.load(counts, q * EXPERTS, EXPERTS)
-        total = total + h
-        if q < p:
-            before = before + h
+    for c in range(0, ct.num_programs(0), COLUMNS):
+        table = tile.load(counts, (0, c), (EXPERTS, COLUMNS), valid=(None, ct.num_programs(0) - c))
+        total = total + tile.sum(table, axis=1)
+        program = tile.arange(COLUMNS, np.int32)[None, :] + c
+        before = before + tile.sum(ct.where(program < p, table, 0), axis=1)
     padded = (total + block_size - 1) // block_size * block_size
     starts = tile.scan(padded, exclusive=True)
     tile.store(offsets, p * EXPERTS, starts + before)  # (gathered from below, by expert)
@@ -177,8 +181,9 @@ def moe_align_block_size(topk_ids: Any, block_size: int, num_experts: int) -> tu
         args = (flat, offsets, sorted_ids, expert_ids, post_padded, numel, block_size, length, n_blocks)
         kernels[align_routes][1](*args, BITS=bits, **constexprs)
         return sorted_ids, expert_ids, post_padded
-    counts = empty_like(flat, (grid * num_experts,), "int32")
+    counts = empty_like(flat, (num_experts, grid), "int32")
     kernels[count_routes][grid](flat, counts, sorted_ids, numel, length, **constexprs)
     args = (flat, counts, offsets, sorted_ids, expert_ids, post_padded, numel, block_size, n_blocks)
-    kernels[place_routes][grid](*args, BITS=bits, **constexprs)
+    columns = min(1 << (grid - 1).bit_length(), COLUMNS)
+    kernels[place_routes][grid](*args, BITS=bits, COLUMNS=columns, **constexprs)
     return sorted_ids, expert_ids, post_padded
