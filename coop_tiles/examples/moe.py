@@ -30,6 +30,7 @@ program, `align_routes`, where launching dominates the time: the histogram of al
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -153,7 +154,8 @@ def place_routes(
         expert_blocks(expert_ids, post_padded, padded, starts, block_size, n_blocks, EXPERTS)
 
 
-_INTERPRETING = {k: ct.jit(k.fn, interpret=True) for k in (align_routes, count_routes, place_routes)}
+_COMPILED = {k: k for k in (align_routes, count_routes, place_routes)}
+_INTERPRETING = {k: ct.jit(k.fn, interpret=True) for k in _COMPILED}
 
 
 def padded_length(numel: int, block_size: int, num_experts: int) -> int:
@@ -165,7 +167,7 @@ def moe_align_block_size(topk_ids: Any, block_size: int, num_experts: int) -> tu
     """`(sorted_token_ids, expert_ids, num_tokens_post_padded)` of vLLM's `moe_align_block_size` for the integer
     array `topk_ids` (any shape, read row-major; CuPy, PyTorch, or NumPy in the interpreter), in one launch when the
     routes fit one chunk, else two (the module docstring)."""
-    numel = int(np.prod(topk_ids.shape))
+    numel = math.prod(topk_ids.shape)  # (not np.prod: microseconds per call where launches take a few)
     flat = topk_ids.reshape(-1)
     length = padded_length(numel, block_size, num_experts)
     n_blocks = ct.cdiv(length, block_size)
@@ -174,7 +176,7 @@ def moe_align_block_size(topk_ids: Any, block_size: int, num_experts: int) -> tu
     expert_ids = empty_like(flat, (n_blocks,), "int32")
     post_padded = empty_like(flat, (1,), "int32")
     offsets = empty_like(flat, (grid * num_experts,), "int32")
-    kernels = _INTERPRETING if isinstance(flat, np.ndarray) else {k: k for k in _INTERPRETING}
+    kernels = _INTERPRETING if isinstance(flat, np.ndarray) else _COMPILED
     bits = int(num_experts).bit_length()  # (expert ids and the skipped ones' `num_experts`)
     constexprs = {"CHUNK": CHUNK, "EXPERTS": num_experts}
     if grid == 1:
