@@ -3,12 +3,13 @@
 vLLM's sources (vllm-project/vllm) are third-party code and are never committed: `prepare` takes from vLLM's
 `csrc/moe/moe_align_sum_kernels.cu` only what the align op runs (`KERNELS`, its three kernel templates, and its host
 function `moe_align_block_size`, which picks and launches them) and writes them into the git-ignored
-`benchmarks/.vllm/` after a prelude written here, which stands in for the three vLLM headers the file includes
+`benchmarks/.vllm/` after a prelude written here, which stands in for the vLLM headers the file includes
 (`cuda_compat.h`: WARP_SIZE; `dispatch_utils.h`: the integer dtype dispatch, here int32 and int64 only;
-`core/math.hpp`, unused by these functions) and `CEILDIV`, and before a pybind11 binding of the host function. So
-the file builds standalone, against PyTorch's and CUB's headers only. `load` builds it with `torch.utils.cpp_extension`
-for sm_90 with vLLM's nvcc flags (its CMake build's CUDA flags, `-O3`) into `benchmarks/.build/` (ninja rebuilds
-nothing when the source is unchanged).
+`core/math.hpp`, unused by these functions) and for `ATen/cuda/CUDAContext.h` (the current stream, without the
+cuSPARSE headers that one needs), and before a pybind11 binding of the host function. So the file builds standalone,
+against PyTorch's and CUB's headers only. `load` builds it with `torch.utils.cpp_extension` for sm_90 with vLLM's
+nvcc flags (its CMake build's CUDA flags, `-O3`; C++17, or C++20 where PyTorch's headers need it) into
+`benchmarks/.build/` (ninja rebuilds nothing when the source is unchanged).
 
     python benchmarks/_vllm_moe.py PATH    # PATH: a vLLM work tree, its git directory, or the .cu file itself
 
@@ -43,9 +44,8 @@ HOST = (
     "torch::Tensor sorted_token_ids, torch::Tensor experts_ids, torch::Tensor num_tokens_post_pad, "
     "std::optional<torch::Tensor> maybe_expert_map)"
 )
-NVCC_FLAGS = [  # vLLM's CUDA flags (its CMake build), at -O3
+NVCC_FLAGS = [  # vLLM's CUDA flags (its CMake build), at -O3; the C++ standard: `_cxx_standard`
     "-O3",
-    "-std=c++17",
     "-DENABLE_FP8",
     "-U__CUDA_NO_HALF_CONVERSIONS__",
     "-U__CUDA_NO_HALF2_OPERATORS__",
@@ -58,9 +58,12 @@ PRELUDE = """\
 // vLLM's moe_align_block_size: its kernels and host function, taken from {path} by benchmarks/_vllm_moe.py
 // (third-party code, never committed); this prelude stands in for the vLLM headers they use.
 #include <torch/extension.h>
-#include <ATen/cuda/CUDAContext.h>
-#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cub/cub.cuh>
+
+namespace at::cuda {{
+using c10::cuda::getCurrentCUDAStream;  // (all the file takes from ATen/cuda/CUDAContext.h)
+}}
 
 #define WARP_SIZE 32
 #define CEILDIV(x, y) (((x) + (y) - 1) / (y))
@@ -139,14 +142,21 @@ def load(verbose: bool = False) -> Any:
     from torch.utils import cpp_extension
 
     BUILD_DIR.mkdir(parents=True, exist_ok=True)
+    std = f"-std={_cxx_standard(cpp_extension.include_paths()[0])}"
     return cpp_extension.load(
         name="vllm_moe_align",
         sources=[str(SOURCE)],
-        extra_cflags=["-O3", "-std=c++17"],
-        extra_cuda_cflags=NVCC_FLAGS,
+        extra_cflags=["-O3", std],
+        extra_cuda_cflags=[*NVCC_FLAGS, std],
         build_directory=str(BUILD_DIR),
         verbose=verbose,
     )
+
+
+def _cxx_standard(torch_include: str) -> str:
+    """vLLM's C++17, or C++20 where this PyTorch's headers require it (ATen.h stops a C++17 build)."""
+    aten = Path(torch_include) / "ATen" / "ATen.h"
+    return "c++20" if aten.is_file() and "C++20 or later" in aten.read_text() else "c++17"
 
 
 def align(ext: Any, topk_ids: Any, block_size: int, num_experts: int) -> tuple[Any, Any, Any]:
