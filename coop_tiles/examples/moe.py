@@ -44,14 +44,18 @@ from ._arrays import empty_like
 CHUNK = 2048
 #: expert-id blocks per step of program 0's running max
 BLOCKS = 1024
+#: sentinels per store of `align_routes` (the whole `sorted_token_ids` of 2048 routes, 256 experts and blocks of
+#: 64 is 18176 long)
+FILL = 8192
 #: programs' counts per step of `place_routes`' sums (a power of two up to this many: the programs)
 COLUMNS = 64
 
 
-def fill(sorted_ids, start, end, numel, CHUNK):
-    """The sentinel `numel` into `sorted_ids[start:end]`, CHUNK at a time."""
-    for at in range(start, end, CHUNK):
-        tile.store(sorted_ids, at, tile.full(CHUNK, numel, np.int32), valid=end - at)
+def fill(sorted_ids, start, end, numel, SIZE):
+    """The sentinel `numel` into `sorted_ids[start:end]`, SIZE at a time (the planner puts a barrier before each
+    store, not knowing that they write apart: fewer, larger stores where the range is long)."""
+    for at in range(start, end, SIZE):
+        tile.store(sorted_ids, at, tile.full(SIZE, numel, np.int32), valid=end - at)
 
 
 def place(ids, offsets, sorted_ids, base, row, numel, CHUNK, EXPERTS, BITS):
@@ -104,7 +108,7 @@ def align_routes(
     padded = (tile.histogram(experts, EXPERTS, valid=numel) + block_size - 1) // block_size * block_size
     starts = tile.scan(padded, exclusive=True)
     tile.store(offsets, 0, starts)
-    fill(sorted_ids, 0, padded_len, numel, CHUNK)
+    fill(sorted_ids, 0, padded_len, numel, FILL)
     place(ids, offsets, sorted_ids, 0, 0, numel, CHUNK, EXPERTS, BITS)
     expert_blocks(expert_ids, post_padded, padded, starts, block_size, n_blocks, EXPERTS)
 
