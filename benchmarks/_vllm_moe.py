@@ -27,6 +27,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from coop_tiles.examples.moe import padded_length  # (vLLM's bound, as its wrapper computes it)
+
 BENCH_DIR = Path(__file__).resolve().parent
 SOURCE_DIR = BENCH_DIR / ".vllm"  # git-ignored
 SOURCE = SOURCE_DIR / "moe_align.cu"
@@ -163,8 +165,6 @@ def align(ext: Any, topk_ids: Any, block_size: int, num_experts: int) -> tuple[A
     """`(sorted_token_ids, expert_ids, num_tokens_post_padded)` from vLLM's kernels, allocated as vLLM's wrapper
     allocates them (torch.empty)."""
     import torch
-
-    from coop_tiles.examples.moe import padded_length  # (vLLM's bound, as its wrapper computes it)
 
     length = padded_length(topk_ids.numel(), block_size, num_experts)
     sorted_ids = torch.empty(length, dtype=torch.int32, device=topk_ids.device)
