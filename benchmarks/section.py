@@ -16,6 +16,7 @@ NEEDS = {
     "triton": "Triton (the baselines of benchmarks/_baselines.py and benchmarks/_baselines_rows.py)",
     "cub": "nvcc and the CUB headers (benchmarks/cub_baselines.cu, built at run time into benchmarks/.build/)",
     "mamba": "Mamba's CUDA sources in benchmarks/.mamba/ and ninja (benchmarks/_mamba_cuda.py)",
+    "vllm": "vLLM's moe_align_block_size in benchmarks/.vllm/, nvcc and ninja (benchmarks/_vllm_moe.py)",
     "mamba_triton": "Mamba's Triton selective_state_update and ssd_combined in benchmarks/.mamba/triton/ and einops "
     "(benchmarks/_mamba_triton.py)",
 }

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,6 +43,7 @@ EXPECTED = (
     "select",
     "matmul",
     "topk",
+    "moe",
     "scan2d",
 )
 
@@ -360,9 +362,21 @@ def fake_results(scale: float = 1.0) -> dict:
         {"dtype": "bfloat16", "k": 1, "coop": _tune(0.03 * s), "triton": {"error": "x"}, "torch": _tune(0.12 * s)},
         {"dtype": "bfloat16", "k": 1024, "error": "MemoryError: out of memory"},
     ]
+    moe = [
+        {
+            "tokens": 256,
+            "coop": _tune(0.005 * s, None),
+            "vllm": _tune(0.009 * s, None),
+            "agree": True,
+            "host_us": {"coop": 11.5, "vllm": 14.25},
+        },
+        {"tokens": 4096, "coop": _tune(0.01 * s, None), "vllm": {"error": "RuntimeError: nvcc not found"}},
+        {"tokens": 16384, "error": "MemoryError: out of memory"},
+    ]
     return {
         "matmul": matmul,
         "topk": topk,
+        "moe": moe,
         "select": select,
         "softmax": softmax,
         "scan2d": scan2d,
@@ -436,6 +450,36 @@ def test_render_every_section():
     row = "| (8, 1536, 2048, 16) | bfloat16 | 1.000 | 1.000 (8 × 128) | 1.200 | **1.20x** | 1.500 | 1.800 | **1.20x** |"
     assert row + " 0.600 | **60%** | 300 / 400 | yes / yes |" in text
     assert "| float32 | 20.000 | 22.000 | **1.10x** |" in text and "| bfloat16 | 15.000 | failed: E: f | — |" in text
+
+
+def test_render_moe():
+    text = report.render("Test GPU", {"moe": fake_results()["moe"]})
+    assert "| 256 | 0.005 | 0.009 | **1.80x** | 11.5 / 14.2 | yes | yes / yes |" in text
+    assert "| 4096 | 0.010 | failed: RuntimeError: nvcc not found | — | — | — | yes / — |" in text
+    assert "| 16384 | failed: MemoryError: out of memory |" in text
+
+
+def test_moe_same_routing():
+    """The `moe` section's comparison with vLLM: any order within an expert's group, nothing else."""
+    from benchmarks.sections.moe import same_routing
+
+    sys.path.insert(0, str(ROOT / "tutorials"))
+    sequential = importlib.import_module("15_moe_routing").sequential
+    ids = np.random.default_rng(3).integers(0, 8, (40, 2)).astype(np.int32)
+    want = sequential(ids, 4, 8)
+    assert same_routing(want, want, 4)
+    total, (sorted_ids, experts, padded) = int(want[2][0]), want
+    group = np.flatnonzero(np.repeat(experts[: total // 4], 4) == experts[0])
+    shuffled = sorted_ids.copy()
+    shuffled[group] = shuffled[group][::-1]  # (the first expert's routes and padding reversed)
+    assert not np.array_equal(shuffled, sorted_ids) and same_routing((shuffled, experts, padded), want, 4)
+    moved = sorted_ids.copy()
+    moved[[group[0], group[-1] + 1]] = moved[[group[-1] + 1, group[0]]]  # (a route swapped into the next group)
+    assert not same_routing((moved, experts, padded), want, 4)
+    beyond = experts.copy()
+    beyond[total // 4 :] = 0  # (vLLM fills the blocks past the total with 0: not compared)
+    assert same_routing((sorted_ids, beyond, padded), want, 4)
+    assert not same_routing((sorted_ids, experts, padded + 4), want, 4)
 
 
 def test_render_draws_a_figure_for_every_section_and_embeds_it(tmp_path):
@@ -605,8 +649,6 @@ print("loaded", module.__file__)
 def test_softmax_section_launches_every_kind_of_config(monkeypatch):
     """The softmax section's launches of tutorial 09's programs, one config of each kind (one row per program, a
     block of rows, chunks), run in the interpreter on a small problem, against NumPy; its configs' names are unique."""
-    import numpy as np
-
     from benchmarks.kernels import tutorial
     from benchmarks.sections import softmax as section
 

@@ -1,4 +1,4 @@
-"""Tutorial 15: mixture-of-experts routing (vLLM's `moe_align_block_size`) as two tile programs.
+"""Tutorial 15: mixture-of-experts routing (vLLM's `moe_align_block_size`) as one or two tile programs.
 
 A mixture-of-experts layer sends each token to its top-k experts. The grouped GEMM that follows wants
 the token copies (*routes*: route r is element r of `topk_ids`, read row-major) grouped by expert, each
@@ -9,13 +9,14 @@ group padded to a multiple of the GEMM's row block, so that every block of rows 
   expert_ids       = [0, 1, 2, 2]  (then -1 for the unused blocks)
   num_tokens_post_padded = [8]
 
-`coop_tiles.examples.moe_align_block_size(topk_ids, block_size, num_experts)` computes these in two
-launches (read `coop_tiles/examples/moe.py` beside this):
+`coop_tiles.examples.moe_align_block_size(topk_ids, block_size, num_experts)` computes these, for
+many routes, in two launches (read `coop_tiles/examples/moe.py` beside this):
 
   1. `count_routes`: each program counts its chunk of routes per expert with `tile.histogram` and
-     stores the counts as one row of a (programs, experts) table. It also fills its share of
+     stores the counts as one column of an (experts, programs) table. It also fills its share of
      `sorted_token_ids` with the sentinel (the padding is whatever no route overwrites).
-  2. `place_routes`: each program folds the table's rows. All of them give each expert's count,
+  2. `place_routes`: each program folds the table's columns, loaded as 2-D tiles of up to 64 columns
+     (each thread sums one expert's row: `tile.sum(table, axis=1)`). All of them give each expert's count,
      rounded up to the block (`padded`); an exclusive `tile.scan` of those is where each expert's group
      starts. Those of the programs before it give how many routes of each expert come before its own.
      Their sum is stored in a small table, one row per program. Then the program sorts its chunk's
@@ -27,6 +28,13 @@ launches (read `coop_tiles/examples/moe.py` beside this):
      route order), as vLLM's reference is. Program 0 also writes the padded total and `expert_ids`:
      each expert's id scattered at its group's first block, then a running max (a carried `tile.scan`)
      fills the blocks after it.
+
+Up to one chunk of routes (2048: 256 tokens of top-8), where launching costs more than the work, one
+program `align_routes` does both steps alone, with no table: the histogram of all the routes, their
+starts stored for the gather, the sentinel, the routes sorted and scattered, and `expert_ids`. It
+writes `sorted_token_ids` twice, the sentinel then the routes, from different threads: the planner
+puts a `__syncthreads()` between the two (its plan lists it), as it does between any write and a
+later access of one array in a block.
 
 Expert ids outside `[0, num_experts)` are skipped (sorted last, never placed). The checks below compare
 with a sequential implementation of vLLM's semantics.

@@ -34,6 +34,7 @@ NAMES = (
     "select",
     "matmul",
     "topk",
+    "moe",
     "scan2d",
 )
 #: the order of the sections in docs/benchmarks.md
@@ -56,6 +57,7 @@ DOCUMENT_ORDER = (
     "gather",
     "select",
     "topk",
+    "moe",
     "state_update",
     "ssd",
 )
