@@ -53,6 +53,7 @@ def resolve_algorithm(algorithm: str, bins: int, items_per_thread: int) -> str:
 class Histogram(TileOp):
     publics = (tile.histogram,)
     stmt = TileHistogram
+    striped_vectors = True  # (counts of items in any order; bins and valid by element_index)
     options = (
         Option("bins", (5, 40)),
         Option("valid", (None, COUNT)),
@@ -264,6 +265,7 @@ def _counts_to_tile(w, acc: ir.Var, bins: int, to_tile: bool) -> str:
 @register
 class HistogramBeginOp(TileOp):
     stmt = HistogramBegin
+    striped_vectors = True  # (counts of items in any order; bins and valid by element_index)
 
     def interpret(self, s: HistogramBegin, frame) -> None:
         frame.env[f"counts{s.cid}"] = frame.get(s.acc).copy()
@@ -287,6 +289,7 @@ class HistogramBeginOp(TileOp):
 @register
 class HistogramCompositeOp(TileOp):
     stmt = HistogramComposite
+    striped_vectors = True  # (counts of items in any order; bins and valid by element_index)
 
     def interpret(self, s: HistogramComposite, frame) -> None:
         frame.env[f"counts{s.begin}"] += counts(frame, s.src, s.valid, s.bins)
@@ -310,6 +313,7 @@ class HistogramCompositeOp(TileOp):
 @register
 class HistogramEndOp(TileOp):
     stmt = HistogramEnd
+    striped_vectors = True  # (counts of items in any order; bins and valid by element_index)
 
     def interpret(self, s: HistogramEnd, frame) -> None:
         frame.env[s.acc.name] = frame.env.pop(f"counts{s.begin}")
