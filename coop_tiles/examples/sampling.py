@@ -21,7 +21,8 @@ from the top (`DIGITS`: 11, 11 and 10 bits of a 32-bit key, 8 and 8 of a 16-bit 
   `uniform` number falls in that prefix's renormalised distribution.
 
 For k = 1 (`topk` only) there is no select: `argmax_pass` keeps each chunk's largest key and its first index
-(`tile.max`, then `tile.min` of the indices where it is), and `argmax_merge` takes the row's first largest of those: 2 launches, one read.
+(`tile.max`, then `tile.min` of the indices where it is), and `argmax_merge` takes the row's first largest of
+those: 2 launches, one read.
 """
 
 from __future__ import annotations
