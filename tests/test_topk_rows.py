@@ -73,15 +73,16 @@ def test_programs_compile():
     f, i32, i64 = np.zeros((2, 2), np.float32), np.zeros((2, 2, 2), np.int32), np.zeros((2, 2), np.int64)
     h = np.zeros((2, 2), ml_dtypes.bfloat16)
     u32 = np.zeros((2, 2), np.uint32)
-    digits = {"SHIFT": 10, "DIGIT": 11, "PREVIOUS": 11, "LAST": False, "TILE": 4096}
+    sm90 = {"TILE": 4096, "arch": "sm_90"}
+    digits = {"SHIFT": 0, "DIGIT": 10, "PREVIOUS": 11, "LAST": True}
     compiled = [
-        module.digit_pass.compile(f, i32, i32, i64, 1, 1, 1, PASS=1, **digits, arch="sm_90"),
-        module.compact_pass.compile(h, i32, i32, i64, h, i64, 1, 1, 1, LAST=1, DIGIT=8, TILE=4096, arch="sm_90"),
+        module.digit_pass.compile(f, i32, i32[0], i64, 1, 1, 1, PASS=2, **digits, **sm90),
+        module.compact_pass.compile(h, i32, i32[0], i64, h, i64, 1, 1, 1, LAST=1, DIGIT=8, CHUNKS=32, **sm90),
         module.sample_pass.compile(f, i64, f[0], i64[0], 1, 0.9, K=1024, arch="sm_90"),
         module.argmax_pass.compile(f, u32, i64, 1, 1, TILE=4096, arch="sm_90"),
         module.argmax_merge.compile(f, u32, i64, f, i64, 1, C=32, arch="sm_90"),
     ]
-    assert "histogram[2049]" in str(compiled[0].plan) and "sort_key" in str(compiled[0].plan)
+    assert "histogram[1025]" in str(compiled[0].plan) and "sort_key" in str(compiled[0].plan)
     assert "BlockRadixSort" in str(compiled[2].plan)
     for k in compiled:
         problems = check_carve(k.program, k.plan)

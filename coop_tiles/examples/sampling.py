@@ -9,11 +9,12 @@ from the top (`DIGITS`: 11, 11 and 10 bits of a 32-bit key, 8 and 8 of a 16-bit 
 - `digit_pass` (PASS j): every program first finds digit j-1 of the row's k-th largest key from the row's
   merged histogram of pass j-1 (`resolve`), so it knows the key's top j digits, the *prefix*; then it counts
   the keys of its chunk that start with that prefix by their digit j, and those above the prefix in one more
-  bin after the digits' (the *above* bin), with `tile.histogram`, and adds its counts into the row's histogram of pass j
-  (`tile.atomic_add`). The last pass also keeps each program's own counts.
+  bin after the digits' (the *above* bin), with `tile.histogram`, and adds its counts into the row's
+  histogram of pass j (`tile.atomic_add`). The last pass also keeps each program's own counts from each bin
+  up (a `tile.scan` of its histogram), bin by bin, so that a bin's counts of a row's programs are adjacent.
 - `compact_pass`: with the last digit resolved, the prefix is the k-th largest key itself, the *threshold*;
   the keys above it are all taken, and of those equal to it the first `k - above` in row order. Each program
-  sums the kept counts of the programs before it in its row (where its keys go), ranks its keys with one
+  sums the kept counts of the programs before it in its row (where its keys go: two loads), ranks its keys with one
   carried `tile.scan` (the counts of both kinds packed in one int32), and scatters values and indices.
 - `sort_pass` (or `sample_pass`): one program per row sorts the k survivors (`tile.topk`: stable, so ties keep
   row order); the sampler then takes a softmax, its `tile.scan` (the cumulative distribution), keeps the
@@ -40,9 +41,8 @@ from ._arrays import empty_like, zeros_like
 TILE = 4096
 #: the bits of each digit pass, from the top, by the keys' width: fewer passes (launches and reads of the row)
 #: with wider digits, as long as a histogram's counters fit a few KB of shared memory
+#: (a pass's histogram has one more bin, after its digits': the keys above the prefix)
 DIGITS = {8: (8,), 16: (8, 8), 32: (11, 11, 10)}
-#: the most bins of a pass; a pass's histogram has one more bin, after its digits: the keys above the prefix
-MAX_BINS = 1 << max(max(d) for d in DIGITS.values())
 #: about how many programs the digit passes launch (a few per SM), however few the rows
 PROGRAMS = 1024
 #: the packed ranks of `compact_pass` count up to this many elements per program
@@ -79,7 +79,8 @@ def digit_pass(
 ):
     """Program (c, r): the histogram of chunk c of row r by the pass's digit (the key's `DIGIT` bits from `SHIFT`)
     of the keys that start with the row's prefix, and of those above it (one more bin), added to the row's
-    `hist[PASS]` (the `LAST` pass: also kept in `mine[r, c]`); `PREVIOUS`: the bits of the pass before's digit."""
+    `hist[PASS]` (the `LAST` pass: also, from each bin up, kept in `mine[r]`); `PREVIOUS`: the bits of the pass
+    before's digit."""
     c, r = ct.program_id(0), ct.program_id(1)
     BINS = 1 << DIGIT
     top = 0
@@ -96,30 +97,40 @@ def digit_pass(
         d = ((key >> SHIFT) & (BINS - 1)).astype(np.int32)
         if PASS > 0:
             high = key >> (SHIFT + DIGIT)
-            d = ct.where(high == top, d, ct.where(high > top, BINS, -1))
+            d = ct.where(high == top, d, (high > top).astype(np.int32) * (BINS + 1) - 1)  # (BINS above, -1 below)
         h = h + tile.histogram(d, BINS + 1, valid=n - base)
     tile.atomic_add(hist[PASS, r], 0, h, mask=h > 0)
-    if LAST:
-        tile.store(mine[r, c], 0, h)
+    if LAST:  # (bin b's keys and those above it, at mine[r, b * chunks + c]: what compact_pass sums by program)
+        before, total = tile.scan(h, exclusive=True, return_total=True)
+        tile.scatter(mine[r], tile.arange(BINS + 1, np.int32) * ct.num_programs(0) + c, total - before)
 
 
 @ct.jit
 def compact_pass(
-    x, hist, mine, prefix, vals, idx, n, k, tiles, LAST: ct.constexpr, DIGIT: ct.constexpr, TILE: ct.constexpr
+    x,
+    hist,
+    mine,
+    prefix,
+    vals,
+    idx,
+    n,
+    k,
+    tiles,
+    LAST: ct.constexpr,
+    DIGIT: ct.constexpr,
+    CHUNKS: ct.constexpr,
+    TILE: ct.constexpr,
 ):
     """Program (c, r): the keys of chunk c of row r above the threshold, and the first of those equal to it, to
     their places in `vals[r]`, `idx[r]` (above first, each kind in row order); `LAST`: the last digit pass,
-    `DIGIT`: its digit's bits."""
+    `DIGIT`: its digit's bits, `CHUNKS`: a power of two, at least the programs of a row."""
     c, r = ct.program_id(0), ct.program_id(1)
     BINS = 1 << DIGIT
     digit, above = resolve(hist[LAST, r], k, BINS)
     threshold = prefix[LAST, r] * BINS + digit
-    before = tile.zeros(BINS + 1, np.int32)
-    for q in range(c):
-        before = before + tile.load(mine[r, q], 0, BINS + 1)
-    bins = tile.arange(BINS + 1, np.int32)
-    above_before = tile.sum(ct.where(bins > digit, before, 0))  # (the above bin included)
-    equal_before = tile.sum(ct.where(bins == digit, before, 0))
+    chunks = ct.num_programs(0)  # (the programs before this one: their keys of the digit and above, then above)
+    above_before = tile.sum(tile.load(mine[r], (digit + 1) * chunks, CHUNKS, valid=c))
+    equal_before = tile.sum(tile.load(mine[r], digit * chunks, CHUNKS, valid=c)) - above_before
     row = x[r]
     ranks = 0
     for t in range(c * tiles, (c + 1) * tiles):
@@ -223,8 +234,8 @@ def _select(x: Any, k: int, tile_size: int) -> tuple[Any, Any]:
         raise ValueError(f"keys of up to 32 bits are selected, got {x.dtype}")
     digits = DIGITS[bits]
     tiles, grid = _chunks(rows, n, tile_size)
-    hist = zeros_like(x, (len(digits), rows, MAX_BINS + 1), "int32")
-    mine = empty_like(x, (rows, grid[0], (1 << digits[-1]) + 1), "int32")
+    hist = zeros_like(x, (len(digits), rows, (1 << max(digits)) + 1), "int32")
+    mine = empty_like(x, (rows, ((1 << digits[-1]) + 1) * grid[0]), "int32")
     prefix = empty_like(x, (len(digits), rows), "int64")
     vals, idx = empty_like(x, (rows, k), x.dtype), empty_like(x, (rows, k), "int64")
     for j, digit in enumerate(digits):
@@ -233,7 +244,7 @@ def _select(x: Any, k: int, tile_size: int) -> tuple[Any, Any]:
         previous = digits[j - 1] if j else 0
         constants = {"PASS": j, "SHIFT": shift, "DIGIT": digit, "PREVIOUS": previous, "LAST": last, "TILE": tile_size}
         _kernel(digit_pass, x)[grid](x, hist, mine, prefix, n, k, tiles, **constants)
-    constants = {"LAST": len(digits) - 1, "DIGIT": digits[-1], "TILE": tile_size}
+    constants = {"LAST": len(digits) - 1, "DIGIT": digits[-1], "CHUNKS": survivors_tile(grid[0]), "TILE": tile_size}
     _kernel(compact_pass, x)[grid](x, hist, mine, prefix, vals, idx, n, k, tiles, **constants)
     return vals, idx
 
