@@ -47,6 +47,18 @@ def test_interpreter_matches_numpy(dtype, k, monkeypatch):
     check(topk(x, k, tile_size=128), tutorial.reference_topk(x, k))
 
 
+@pytest.mark.parametrize("k", [1, 3])
+def test_interpreter_integer_keys(k, monkeypatch):
+    """int32 rows with the smallest key (int32's minimum, as the padding past a row's end) and ties."""
+    monkeypatch.setattr(module, "PROGRAMS", 4)
+    x = np.random.default_rng(3).integers(-3, 3, (3, 300)).astype(np.int32)
+    x[1] = np.iinfo(np.int32).min
+    values, indices = topk(x, k, tile_size=64)
+    want = np.argsort(-x.astype(np.int64), axis=1, kind="stable")[:, :k]
+    np.testing.assert_array_equal(indices, want)
+    np.testing.assert_array_equal(values, np.take_along_axis(x, want, 1))
+
+
 def test_sampler_matches_numpy():
     x = logits(4, 900, np.float32, seed=1)
     uniform = np.random.default_rng(2).random(4).astype(np.float32)
@@ -72,15 +84,14 @@ def test_sort_key_is_sorts_order():
 def test_programs_compile():
     f, i32, i64 = np.zeros((2, 2), np.float32), np.zeros((2, 2, 2), np.int32), np.zeros((2, 2), np.int64)
     h = np.zeros((2, 2), ml_dtypes.bfloat16)
-    u32 = np.zeros((2, 2), np.uint32)
     sm90 = {"TILE": 4096, "arch": "sm_90"}
     digits = {"SHIFT": 0, "DIGIT": 10, "PREVIOUS": 11, "LAST": True}
     compiled = [
         module.digit_pass.compile(f, i32, i32[0], i64, 1, 1, 1, PASS=2, **digits, **sm90),
         module.compact_pass.compile(h, i32, i32[0], i64, h, i64, 1, 1, 1, LAST=1, DIGIT=8, CHUNKS=32, **sm90),
         module.sample_pass.compile(f, i64, f[0], i64[0], 1, 0.9, K=1024, arch="sm_90"),
-        module.argmax_pass.compile(f, u32, i64, 1, 1, TILE=4096, arch="sm_90"),
-        module.argmax_merge.compile(f, u32, i64, f, i64, 1, C=32, arch="sm_90"),
+        module.argmax_pass.compile(f, i64, i64, 1, 1, **sm90),
+        module.argmax_merge.compile(f, i64, i64, f, i64, 1, C=32, arch="sm_90"),
     ]
     assert "histogram[1025]" in str(compiled[0].plan) and "sort_key" in str(compiled[0].plan)
     assert "BlockRadixSort" in str(compiled[2].plan)

@@ -263,7 +263,7 @@ def _argmax(x: Any, tile_size: int) -> tuple[Any, Any]:
     """`(vals, idx)`: each row's largest element and its first index (`topk` with k = 1), in 2 launches."""
     rows, n = x.shape
     tiles, grid = _chunks(rows, n, tile_size)
-    best, at = empty_like(x, (rows, grid[0]), f"uint{x.dtype.itemsize * 8}"), empty_like(x, (rows, grid[0]), "int64")
+    best, at = empty_like(x, (rows, grid[0]), "int64"), empty_like(x, (rows, grid[0]), "int64")  # (keys as int64)
     vals, idx = empty_like(x, (rows, 1), x.dtype), empty_like(x, (rows, 1), "int64")
     _kernel(argmax_pass, x)[grid](x, best, at, n, tiles, TILE=tile_size)
     _kernel(argmax_merge, x)[rows](x, best, at, vals, idx, grid[0], C=survivors_tile(grid[0]))
