@@ -6,8 +6,9 @@ select* with several programs per row (read `coop_tiles/examples/sampling.py` be
 
   1. Keys. `tile.sort_key(t)` gives each element's order-preserving unsigned bits, the ones `tile.sort`
      compares: a larger key is a larger element (NaNs largest, as `torch.topk` counts them). The k-th
-     largest key is found 8 bits (a *digit*) at a time, from the top.
-  2. Digit passes, one launch each (4 for float32, 2 for bfloat16), on a (chunks, rows) grid. Program
+     largest key is found a few bits (a *digit*) at a time, from the top: 11, 11 and 10 bits of a float32
+     key, 8 and 8 of a bfloat16 one (each pass reads the whole row: wider digits, fewer reads).
+  2. Digit passes, one launch each (3 for float32, 2 for bfloat16), on a (chunks, rows) grid. Program
      (c, r) first reads row r's histogram of the pass before, merged from all its programs, and finds
      the digit where the count of keys from the top reaches k: an exclusive `tile.scan` of the bins and
      one `tile.sum`. With it, the top digits of the k-th key (the *prefix*) are known. Then it counts the
@@ -16,12 +17,15 @@ select* with several programs per row (read `coop_tiles/examples/sampling.py` be
   3. Compaction. After the last digit the prefix is the k-th key itself (the *threshold*). The keys
      above it are all kept; of those equal to it, the first ones in row order, so that exactly k are kept.
      Each program learns where its keys go from the last pass's per-program counts of the programs
-     before it in its row, ranks its keys with one carried `tile.scan` (both counts packed in an int32)
-     and scatters values and indices (`tile.scatter`).
+     before it in its row (kept from each bin up, bin by bin: two loads), ranks its keys with one carried
+     `tile.scan` (both counts packed in an int32) and scatters values and indices (`tile.scatter`).
   4. One program per row sorts its k survivors (`tile.topk` with the indices as payload: stable, so ties
      keep row order). `top_p_sample(x, k, top_p, uniform)` does the softmax there instead, its
      cumulative sum (`tile.scan`), keeps the smallest prefix of sorted tokens whose probability reaches
      `top_p`, and picks the token where `uniform[r]` falls in that prefix's renormalised distribution.
+
+For k = 1 there is nothing to select: each program keeps its chunk's largest key (`tile.max`) and its first
+index (`tile.min` of the indices holding it), and one program per row takes the first chunk with the largest.
 
 The checks compare with NumPy's stable argsort (values equal `torch.topk`'s; indices too where values are
 distinct) and with a NumPy sampler.
