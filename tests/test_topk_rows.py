@@ -82,19 +82,19 @@ def test_sort_key_is_sorts_order():
 
 
 def test_programs_compile():
-    f, i32, i64 = np.zeros((2, 2), np.float32), np.zeros((2, 2, 2), np.int32), np.zeros((2, 2), np.int64)
+    f, i32, i64 = np.zeros((2, 2), np.float32), np.zeros((2, 2), np.int32), np.zeros((2, 2), np.int64)
     h = np.zeros((2, 2), ml_dtypes.bfloat16)
     sm90 = {"TILE": 4096, "arch": "sm_90"}
-    digits = {"SHIFT": 0, "DIGIT": 10, "PREVIOUS": 11, "LAST": True}
+    finish = {"BITS": 32, "FIRST": 11, "DIGIT": 7, "PASSES": 3, "K": 1024}
     compiled = [
-        module.digit_pass.compile(f, i32, i32[0], i64, 1, 1, 1, PASS=2, **digits, **sm90),
-        module.compact_pass.compile(h, i32, i32[0], i64, h, i64, 1, 1, 1, LAST=1, DIGIT=8, CHUNKS=32, **sm90),
-        module.sample_pass.compile(f, i64, f[0], i64[0], 1, 0.9, K=1024, arch="sm_90"),
+        module.count_pass.compile(f, i32, i32, 1, 1, BITS=32, FIRST=11, **sm90),
+        module.gather_pass.compile(h, i32, i32, h, i64, 1, 1, 1, BITS=16, FIRST=11, CHUNKS=32, **sm90),
+        module.sample_pass.compile(i32, f, i64, f, i64, f[0], i64[0], 1, 0.9, **finish, **sm90),
         module.argmax_pass.compile(f, i64, i64, 1, 1, **sm90),
         module.argmax_merge.compile(f, i64, i64, f, i64, 1, C=32, arch="sm_90"),
     ]
-    assert "histogram[1025]" in str(compiled[0].plan) and "sort_key" in str(compiled[0].plan)
-    assert "BlockRadixSort" in str(compiled[2].plan)
+    assert "histogram[2048]" in str(compiled[0].plan) and "sort_key" in str(compiled[0].plan)
+    assert "striped x4" in str(compiled[0].plan) and "BlockRadixSort" in str(compiled[2].plan)
     for k in compiled:
         problems = check_carve(k.program, k.plan)
         assert not problems and k.local_memory_bytes() == 0, format_report(problems, k.program, k.plan)
