@@ -8,12 +8,12 @@ then only the few keys that can be among the k largest (*candidates*), in one pr
 
 - `count_pass`: each program counts the keys of its chunk by their top `FIRST` bits (the first digit) with
   `tile.histogram`, adds its counts to the row's histogram (`tile.atomic_add`) and keeps its own counts from
-  each bin up (a `tile.scan`), bin by bin, so that a bin's counts of a row's programs are adjacent.
+  each bin up (a `tile.scan`).
 - `gather_pass`: every program finds the first digit of the row's k-th largest key from the row's histogram
   (`resolve`: the largest digit whose keys, with those above, number at least k), and copies the keys of its
   chunk with that first digit or a larger one, the candidates, in row order, to the row's candidates
   (`tile.scan` ranks them, `tile.scatter` writes values and indices; where its own go, it learns from the
-  counts of the programs before it: one load).
+  counts of the programs before it: one `tile.gather`).
 - `finish` (in `select_pass` and `sample_pass`, one program per row): the rest of the key's digits, one pass
   over the candidates each, then the candidates above the k-th key (the *threshold*) and the first of those
   equal to it, in row order, to `vals[r]`, `idx[r]` (a carried `tile.scan` of both counts, `tile.scatter`).
@@ -63,7 +63,7 @@ def resolve(h, above, k, BINS: ct.constexpr):
 @ct.jit
 def count_pass(x, hist, mine, n, tiles, BITS: ct.constexpr, FIRST: ct.constexpr, TILE: ct.constexpr):
     """Program (c, r): the histogram of chunk c of row r by the keys' top `FIRST` bits, added to `hist[r]`, and
-    from each bin up at `mine[r, b * chunks + c]`."""
+    from each bin up at `mine[r, c * 2**FIRST:]`."""
     c, r = ct.program_id(0), ct.program_id(1)
     BINS = 1 << FIRST
     row = x[r]
@@ -74,7 +74,7 @@ def count_pass(x, hist, mine, n, tiles, BITS: ct.constexpr, FIRST: ct.constexpr,
         h = h + tile.histogram((key >> (BITS - FIRST)).astype(np.int32), BINS, valid=n - base)
     tile.atomic_add(hist[r], 0, h, mask=h > 0)
     before, total = tile.scan(h, exclusive=True, return_total=True)
-    tile.scatter(mine[r], tile.arange(BINS, np.int32) * ct.num_programs(0) + c, total - before)
+    tile.store(mine[r], c * BINS, total - before)
 
 
 @ct.jit
@@ -98,7 +98,8 @@ def gather_pass(
     c, r = ct.program_id(0), ct.program_id(1)
     BINS = 1 << FIRST
     digit, _ = resolve(tile.load(hist[r], 0, BINS), 0, k, BINS)
-    ranks = tile.sum(tile.load(mine[r], digit * ct.num_programs(0), CHUNKS, valid=c))  # (the programs before)
+    before = tile.arange(CHUNKS, np.int32)  # (the programs before this one: their keys from the digit up)
+    ranks = tile.sum(tile.gather(mine[r], before * BINS + digit, mask=before < c))
     row = x[r]
     for t in range(c * tiles, (c + 1) * tiles):
         base = t * TILE
