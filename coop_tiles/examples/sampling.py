@@ -107,7 +107,7 @@ def gather_pass(
         keep = (tile.arange(TILE, np.int32) < n - base) & ((tile.sort_key(v) >> (BITS - FIRST)) >= digit)
         at, ranks = tile.scan(keep.astype(np.int32), exclusive=True, initial=ranks, return_total=True)
         tile.scatter(cand[r], at, v, mask=keep)
-        tile.scatter(cand_idx[r], at, tile.arange(TILE, np.int64) + base, mask=keep)
+        tile.scatter(cand_idx[r], at, tile.arange(TILE, np.int32) + base, mask=keep)
 
 
 def finish(
@@ -269,6 +269,8 @@ def _gather(x: Any, k: int, tile_size: int) -> tuple[tuple[Any, ...], dict[str, 
     rows, n = x.shape
     if not 1 <= k <= n:
         raise ValueError(f"k must be between 1 and the row length {n}, got {k}")
+    if n >= 1 << 31:
+        raise ValueError(f"rows of under 2**31 elements are selected (int32 ranks), got {n}")
     bits = (x.element_size() if hasattr(x, "element_size") else x.dtype.itemsize) * 8
     if bits > 32:
         raise ValueError(f"keys of up to 32 bits are selected, got {x.dtype}")
@@ -276,7 +278,7 @@ def _gather(x: Any, k: int, tile_size: int) -> tuple[tuple[Any, ...], dict[str, 
     tiles, grid = _chunks(rows, n, tile_size)
     hist = zeros_like(x, (rows, 1 << first), "int32")
     mine = empty_like(x, (rows, (1 << first) * grid[0]), "int32")
-    cand, cand_idx = empty_like(x, (rows, n), x.dtype), empty_like(x, (rows, n), "int64")
+    cand, cand_idx = empty_like(x, (rows, n), x.dtype), empty_like(x, (rows, n), "int32")
     wide = {"BITS": bits, "FIRST": first, "TILE": tile_size}
     _kernel(count_pass, x)[grid](x, hist, mine, n, tiles, **wide)
     _kernel(gather_pass, x)[grid](x, hist, mine, cand, cand_idx, n, k, tiles, CHUNKS=survivors_tile(grid[0]), **wide)
