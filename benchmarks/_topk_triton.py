@@ -13,10 +13,11 @@ import triton.language as tl
 
 @triton.jit
 def _pack(v, offs):
-    """The uint64 key of float32 values `v` at `offs`: larger values first, then smaller indices."""
+    """The uint64 key of float32 values `v` at int32 `offs`: larger values first, then smaller indices (`offs` made
+    uint32 first: Triton types a Python int by the tensor it meets, and 0xFFFFFFFF is out of int32's range)."""
     bits = v.to(tl.uint32, bitcast=True)
     ordered = tl.where((bits >> 31) != 0, ~bits, bits | 0x80000000)
-    return (ordered.to(tl.uint64) << 32) | (0xFFFFFFFF - offs).to(tl.uint64)
+    return (ordered.to(tl.uint64) << 32) | (0xFFFFFFFF - offs.to(tl.uint32)).to(tl.uint64)
 
 
 @triton.jit

@@ -47,6 +47,18 @@ def test_interpreter_matches_numpy(dtype, k, monkeypatch):
     check(topk(x, k, tile_size=128), tutorial.reference_topk(x, k))
 
 
+@pytest.mark.parametrize("k", [1, 3])
+def test_interpreter_integer_keys(k, monkeypatch):
+    """int32 rows with the smallest key (int32's minimum, as the padding past a row's end) and ties."""
+    monkeypatch.setattr(module, "PROGRAMS", 4)
+    x = np.random.default_rng(3).integers(-3, 3, (3, 300)).astype(np.int32)
+    x[1] = np.iinfo(np.int32).min
+    values, indices = topk(x, k, tile_size=64)
+    want = np.argsort(-x.astype(np.int64), axis=1, kind="stable")[:, :k]
+    np.testing.assert_array_equal(indices, want)
+    np.testing.assert_array_equal(values, np.take_along_axis(x, want, 1))
+
+
 def test_sampler_matches_numpy():
     x = logits(4, 900, np.float32, seed=1)
     uniform = np.random.default_rng(2).random(4).astype(np.float32)
@@ -70,15 +82,19 @@ def test_sort_key_is_sorts_order():
 
 
 def test_programs_compile():
-    f, i32, i64 = np.zeros((2, 2), np.float32), np.zeros((2, 2, 2), np.int32), np.zeros((2, 2), np.int64)
+    f, i32, i64 = np.zeros((2, 2), np.float32), np.zeros((2, 2), np.int32), np.zeros((2, 2), np.int64)
     h = np.zeros((2, 2), ml_dtypes.bfloat16)
+    sm90 = {"TILE": 4096, "arch": "sm_90"}
+    finish = {"BITS": 32, "FIRST": 11, "DIGIT": 7, "PASSES": 3, "K": 1024}
     compiled = [
-        module.digit_pass.compile(h, i32, i32, i64, 1, 1, 1, PASS=1, BITS=16, TILE=4096, arch="sm_90"),
-        module.compact_pass.compile(f, i32, i32, i64, f, i64, 1, 1, 1, BITS=32, TILE=4096, arch="sm_90"),
-        module.sample_pass.compile(f, i64, f[0], i64[0], 1, 0.9, K=1024, arch="sm_90"),
+        module.count_pass.compile(f, i32, i32, 1, 1, BITS=32, FIRST=11, **sm90),
+        module.gather_pass.compile(h, i32, i32, h, i32, 1, 1, 1, BITS=16, FIRST=11, CHUNKS=32, **sm90),
+        module.sample_pass.compile(i32, f, i32, f, i64, f[0], i64[0], 1, 0.9, **finish, **sm90),
+        module.argmax_pass.compile(f, i64, i64, 1, 1, **sm90),
+        module.argmax_merge.compile(f, i64, i64, f, i64, 1, C=32, arch="sm_90"),
     ]
-    assert "histogram[257]" in str(compiled[0].plan) and "sort_key" in str(compiled[0].plan)
-    assert "BlockRadixSort" in str(compiled[2].plan)
+    assert "histogram[2048]" in str(compiled[0].plan) and "sort_key" in str(compiled[0].plan)
+    assert "striped x4" in str(compiled[0].plan) and "BlockRadixSort" in str(compiled[2].plan)
     for k in compiled:
         problems = check_carve(k.program, k.plan)
         assert not problems and k.local_memory_bytes() == 0, format_report(problems, k.program, k.plan)

@@ -6,22 +6,28 @@ select* with several programs per row (read `coop_tiles/examples/sampling.py` be
 
   1. Keys. `tile.sort_key(t)` gives each element's order-preserving unsigned bits, the ones `tile.sort`
      compares: a larger key is a larger element (NaNs largest, as `torch.topk` counts them). The k-th
-     largest key is found 8 bits (a *digit*) at a time, from the top.
-  2. Digit passes, one launch each (4 for float32, 2 for bfloat16), on a (chunks, rows) grid. Program
-     (c, r) first reads row r's histogram of the pass before, merged from all its programs, and finds
-     the digit where the count of keys from the top reaches k: an exclusive `tile.scan` of the bins and
-     one `tile.sum`. With it, the top digits of the k-th key (the *prefix*) are known. Then it counts the
-     keys of its chunk that start with the prefix by their next digit, and those above the prefix in an
-     extra bin, with `tile.histogram`, and adds its counts to the row's histogram with `tile.atomic_add`.
-  3. Compaction. After the last digit the prefix is the k-th key itself (the *threshold*). The keys
-     above it are all kept; of those equal to it, the first ones in row order, so that exactly k are kept.
-     Each program learns where its keys go from the last pass's per-program counts of the programs
-     before it in its row, ranks its keys with one carried `tile.scan` (both counts packed in an int32)
-     and scatters values and indices (`tile.scatter`).
-  4. One program per row sorts its k survivors (`tile.topk` with the indices as payload: stable, so ties
-     keep row order). `top_p_sample(x, k, top_p, uniform)` does the softmax there instead, its
-     cumulative sum (`tile.scan`), keeps the smallest prefix of sorted tokens whose probability reaches
-     `top_p`, and picks the token where `uniform[r]` falls in that prefix's renormalised distribution.
+     largest key is found a few bits (a *digit*) at a time, from the top.
+  2. Counting, on a (chunks, rows) grid. Each program counts the keys of its chunk by their top 11 bits
+     (sign, exponent and 2 bits of mantissa of a float) with `tile.histogram`, adds its counts to its row's
+     histogram with `tile.atomic_add`, and keeps its own counts from each bin up (a `tile.scan`).
+  3. Gathering the candidates, on the same grid. Each program reads its row's histogram and finds the bin
+     where the count of keys from the top reaches k (an exclusive `tile.scan` of the bins and one
+     `tile.sum`): the k-th key's first digit. Only keys with that digit or a larger one can be among the k
+     largest (for normal logits, a few thousand of 128256): the program copies its own, in row order, to
+     its row's candidates (`tile.scan` ranks them, `tile.scatter` writes values and indices; where they go,
+     from the counts of the programs before it, with one `tile.gather`).
+  4. One program per row finishes over the candidates alone: the other digits (7 bits at a time for
+     float32), each one a histogram pass; then the *threshold* (the k-th key itself) is known: the keys above
+     it are all kept, and of those equal to it, the first ones in row order, so that exactly k are kept (one
+     carried `tile.scan` ranks both kinds, `tile.scatter` writes them). Then it sorts its k survivors
+     (`tile.topk` with the indices as payload: stable, so ties keep row order). `top_p_sample(x, k, top_p,
+     uniform)` does the softmax there instead, its cumulative sum (`tile.scan`), keeps the smallest prefix of
+     sorted tokens whose probability reaches `top_p`, and picks the token where `uniform[r]` falls in that
+     prefix's renormalised distribution.
+
+Three launches, and the rows are read twice. For k = 1 there is nothing to select: each program keeps its
+chunk's largest key (`tile.max`) and its first index (`tile.min` of the indices holding it), and one program per
+row takes the first chunk with the largest.
 
 The checks compare with NumPy's stable argsort (values equal `torch.topk`'s; indices too where values are
 distinct) and with a NumPy sampler.

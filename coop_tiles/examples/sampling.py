@@ -3,22 +3,32 @@
 
 A radix select, as FlashInfer's and vLLM's samplers do it, with several programs per row (64 rows do not fill
 132 SMs): each row is cut into chunks of `tiles` tiles, one program per chunk, on a (chunks, rows) grid. The
-keys are `tile.sort_key`'s (unsigned, a larger key for a larger element, NaNs largest), read 8 bits at a time
-from the top, one launch per digit:
+keys are `tile.sort_key`'s (unsigned, a larger key for a larger element, NaNs largest). The row is read twice,
+then only the few keys that can be among the k largest (*candidates*), in one program per row:
 
-- `digit_pass` (PASS j): every program first finds digit j-1 of the row's k-th largest key from the row's
-  merged histogram of pass j-1 (`resolve`), so it knows the key's top j digits, the *prefix*; then it counts
-  the keys of its chunk that start with that prefix by their digit j, and those above the prefix in one more
-  bin (`ABOVE`), with `tile.histogram`, and adds its counts into the row's histogram of pass j
-  (`tile.atomic_add`). The last pass also keeps each program's own counts.
-- `compact_pass`: with the last digit resolved, the prefix is the k-th largest key itself, the *threshold*;
-  the keys above it are all taken, and of those equal to it the first `k - above` in row order. Each program
-  sums the kept counts of the programs before it in its row (where its keys go), ranks its keys with one
-  carried `tile.scan` (the counts of both kinds packed in one int32), and scatters values and indices.
-- `sort_pass` (or `sample_pass`): one program per row sorts the k survivors (`tile.topk`: stable, so ties keep
-  row order); the sampler then takes a softmax, its `tile.scan` (the cumulative distribution), keeps the
-  smallest prefix of the sorted tokens whose mass reaches `top_p` and picks the token where the row's
-  `uniform` number falls in that prefix's renormalised distribution.
+- `count_pass`: each program counts the keys of its chunk by their top `FIRST` bits (the first digit) with
+  `tile.histogram`, adds its counts to the row's histogram (`tile.atomic_add`) and keeps its own counts from
+  each bin up (a `tile.scan`).
+- `gather_pass`: every program finds the first digit of the row's k-th largest key from the row's histogram
+  (`resolve`: the largest digit whose keys, with those above, number at least k), and copies the keys of its
+  chunk with that first digit or a larger one, the candidates, in row order, to the row's candidates
+  (`tile.scan` ranks them, `tile.scatter` writes values and indices; where its own go, it learns from the
+  counts of the programs before it: one `tile.gather`).
+- `finish` (in `select_pass` and `sample_pass`, one program per row): the rest of the key's digits, one pass
+  over the candidates each, then the candidates above the k-th key (the *threshold*) and the first of those
+  equal to it, in row order, to `vals[r]`, `idx[r]` (a carried `tile.scan` of both counts, `tile.scatter`).
+  Then `tile.topk` sorts the k survivors (stable: ties keep row order); the sampler takes a softmax, its
+  `tile.scan` (the cumulative distribution), keeps the smallest prefix of the sorted tokens whose mass reaches
+  `top_p` and picks the token where the row's `uniform` number falls in that prefix's renormalised
+  distribution.
+
+So 3 launches and 2 reads of the rows. How many candidates a row has depends on its values: for normal logits
+a first digit of 11 bits (sign, exponent and 2 bits of a float's mantissa) leaves a few thousand at most;
+rows of equal values leave the whole row, to one program.
+
+For k = 1 (`topk` only) there is no select: `argmax_pass` keeps each chunk's largest key and its first index
+(`tile.max`, then `tile.min` of the indices where it is), and `argmax_merge` takes the row's first largest of
+those: 2 launches, one read.
 """
 
 from __future__ import annotations
@@ -32,86 +42,120 @@ from coop_tiles import tile
 
 from ._arrays import empty_like, zeros_like
 
-#: elements per tile (each program loads `tiles` of them) and the bits of a digit
+#: elements per tile (each program loads `tiles` of them)
 TILE = 4096
-DIGIT = 8
-BINS = 1 << DIGIT
-#: the histogram bin that counts the keys above the prefix
-ABOVE = BINS
-#: about how many programs the digit passes launch (a few per SM), however few the rows
+#: by the keys' width: `(FIRST, DIGIT, PASSES)`, the bits of the first digit (counted over whole rows, in
+#: 2**FIRST shared-memory counters), then those of each of the other digits and how many (over the candidates)
+DIGITS = {8: (8, 1, 0), 16: (11, 5, 1), 32: (11, 7, 3)}
+#: about how many programs the passes over whole rows launch (a few per SM), however few the rows
 PROGRAMS = 1024
-#: the packed ranks of `compact_pass` count up to this many elements per program
-MAX_CHUNK = 1 << 16
 
 
-def resolve(hist, k):
-    """`(digit, above)` of the row's k-th largest key at one pass, from that pass's merged histogram: the largest
-    digit whose keys, with those above the prefix, number at least k; and how many keys are above that digit."""
-    h = tile.load(hist, 0, BINS)
+def resolve(h, above, k, BINS: ct.constexpr):
+    """`(digit, above)` of the row's k-th largest key at one digit, from the counts `h` (`BINS` of them) of the
+    keys with the prefix found so far by their next digit, and `above`, how many keys are above that prefix: the
+    largest digit whose keys, with those above, number at least k; and how many keys are above that digit."""
     before, total = tile.scan(h, exclusive=True, return_total=True)
-    at_least = hist[ABOVE] + total - before  # (keys >= prefix·d, for each digit d)
-    digit = tile.sum((at_least >= k).astype(np.int32)) - 1
-    bins = tile.arange(BINS, np.int32)
-    return digit, hist[ABOVE] + tile.sum(ct.where(bins > digit, h, 0))
+    digit = tile.sum((above + total - before >= k).astype(np.int32)) - 1
+    return digit, above + tile.sum(ct.where(tile.arange(BINS, np.int32) > digit, h, 0))
 
 
 @ct.jit
-def digit_pass(x, hist, mine, prefix, n, k, tiles, PASS: ct.constexpr, BITS: ct.constexpr, TILE: ct.constexpr):
-    """Program (c, r): the histogram of chunk c of row r by digit PASS of the keys that start with the row's prefix
-    (and of those above it), added to the row's `hist[PASS]` (the last pass: also kept in `mine[r, c]`)."""
+def count_pass(x, hist, mine, n, tiles, BITS: ct.constexpr, FIRST: ct.constexpr, TILE: ct.constexpr):
+    """Program (c, r): the histogram of chunk c of row r by the keys' top `FIRST` bits, added to `hist[r]`, and
+    from each bin up at `mine[r, c * 2**FIRST:]`."""
     c, r = ct.program_id(0), ct.program_id(1)
-    top = 0
-    if PASS > 0:
-        digit, _ = resolve(hist[PASS - 1, r], k)
-        top = prefix[PASS - 1, r] * BINS + digit
-    if c == 0:
-        prefix[PASS, r] = top
+    BINS = 1 << FIRST
     row = x[r]
-    shift = BITS - DIGIT * (PASS + 1)
-    h = tile.zeros(BINS + 1, np.int32)
+    h = tile.zeros(BINS, np.int32)
     for t in range(c * tiles, (c + 1) * tiles):
         base = t * TILE
         key = tile.sort_key(tile.load(row, base, TILE, valid=n - base))
-        d = ((key >> shift) & (BINS - 1)).astype(np.int32)
-        if PASS > 0:
-            high = key >> (shift + DIGIT)
-            d = ct.where(high == top, d, ct.where(high > top, ABOVE, -1))
-        h = h + tile.histogram(d, BINS + 1, valid=n - base)
-    tile.atomic_add(hist[PASS, r], 0, h, mask=h > 0)
-    if PASS == BITS // DIGIT - 1:
-        tile.store(mine[r, c], 0, h)
+        h = h + tile.histogram((key >> (BITS - FIRST)).astype(np.int32), BINS, valid=n - base)
+    tile.atomic_add(hist[r], 0, h, mask=h > 0)
+    before, total = tile.scan(h, exclusive=True, return_total=True)
+    tile.store(mine[r], c * BINS, total - before)
 
 
 @ct.jit
-def compact_pass(x, hist, mine, prefix, vals, idx, n, k, tiles, BITS: ct.constexpr, TILE: ct.constexpr):
-    """Program (c, r): the keys of chunk c of row r above the threshold, and the first of those equal to it, to
-    their places in `vals[r]`, `idx[r]` (above first, each kind in row order)."""
+def gather_pass(
+    x,
+    hist,
+    mine,
+    cand,
+    cand_idx,
+    n,
+    k,
+    tiles,
+    BITS: ct.constexpr,
+    FIRST: ct.constexpr,
+    CHUNKS: ct.constexpr,
+    TILE: ct.constexpr,
+):
+    """Program (c, r): the keys of chunk c of row r whose first digit is the k-th largest key's or larger, in row
+    order, to their places in `cand[r]` (values) and `cand_idx[r]` (indices); `CHUNKS`: a power of two, at least
+    the programs of a row."""
     c, r = ct.program_id(0), ct.program_id(1)
-    last = BITS // DIGIT - 1
-    digit, above = resolve(hist[last, r], k)
-    threshold = prefix[last, r] * BINS + digit
-    before = tile.zeros(BINS + 1, np.int32)
-    for q in range(c):
-        before = before + tile.load(mine[r, q], 0, BINS + 1)
-    bins = tile.arange(BINS + 1, np.int32)
-    above_before = tile.sum(ct.where(bins > digit, before, 0))  # (ABOVE included)
-    equal_before = tile.sum(ct.where(bins == digit, before, 0))
+    BINS = 1 << FIRST
+    digit, _ = resolve(tile.load(hist[r], 0, BINS), 0, k, BINS)
+    before = tile.arange(CHUNKS, np.int32)  # (the programs before this one: their keys from the digit up)
+    ranks = tile.sum(tile.gather(mine[r], before * BINS + digit, mask=before < c))
     row = x[r]
-    ranks = 0
     for t in range(c * tiles, (c + 1) * tiles):
         base = t * TILE
         v = tile.load(row, base, TILE, valid=n - base)
+        keep = (tile.arange(TILE, np.int32) < n - base) & ((tile.sort_key(v) >> (BITS - FIRST)) >= digit)
+        at, ranks = tile.scan(keep.astype(np.int32), exclusive=True, initial=ranks, return_total=True)
+        tile.scatter(cand[r], at, v, mask=keep)
+        tile.scatter(cand_idx[r], at, tile.arange(TILE, np.int32) + base, mask=keep)
+
+
+def finish(
+    hist,
+    cand,
+    cand_idx,
+    vals,
+    idx,
+    r,
+    k,
+    BITS: ct.constexpr,
+    FIRST: ct.constexpr,
+    DIGIT: ct.constexpr,
+    PASSES: ct.constexpr,
+    TILE: ct.constexpr,
+):
+    """Row r's k largest from its candidates, unsorted, above the threshold first, each kind in row order, to
+    `vals[r]` and `idx[r]`: the key's other `PASSES` digits of `DIGIT` bits, one pass over the candidates each,
+    then their compaction."""
+    BINS = 1 << FIRST
+    digit, above = resolve(tile.load(hist[r], 0, BINS), 0, k, BINS)
+    m = above + hist[r, digit]  # (the candidates)
+    prefix = np.int64(digit)  # (the threshold takes every bit of a 32-bit key)
+    for j in range(PASSES):
+        shift = BITS - FIRST - DIGIT * (j + 1)
+        h = tile.zeros(1 << DIGIT, np.int32)
+        for t in range(ct.cdiv(m, TILE)):
+            base = t * TILE
+            key = tile.sort_key(tile.load(cand[r], base, TILE, valid=m - base))
+            d = ((key >> shift) & ((1 << DIGIT) - 1)).astype(np.int32)
+            h = h + tile.histogram(ct.where((key >> (shift + DIGIT)) == prefix, d, -1), 1 << DIGIT, valid=m - base)
+        digit, above = resolve(h, above, k, 1 << DIGIT)
+        prefix = prefix * (1 << DIGIT) + digit
+    ranks = 0
+    for t in range(ct.cdiv(m, TILE)):
+        base = t * TILE
+        v = tile.load(cand[r], base, TILE, valid=m - base)
         key = tile.sort_key(v)
-        inside = tile.arange(TILE, np.int32) < n - base
-        over = inside & (key > threshold)
-        equal = inside & (key == threshold)
-        packed = over.astype(np.int32) + equal.astype(np.int32) * MAX_CHUNK
+        inside = tile.arange(TILE, np.int32) < m - base
+        over = inside & (key > prefix)
+        equal = inside & (key == prefix)
+        packed = over.astype(np.int64) + equal.astype(np.int64) * (1 << 32)  # (both ranks in one scan)
         rank, ranks = tile.scan(packed, exclusive=True, initial=ranks, return_total=True)
-        equal_rank = equal_before + rank // MAX_CHUNK
-        at = ct.where(over, above_before + rank % MAX_CHUNK, above + equal_rank)
+        equal_rank = (rank >> 32).astype(np.int32)
+        at = ct.where(over, (rank & 0xFFFFFFFF).astype(np.int32), above + equal_rank)
         keep = over | (equal & (equal_rank < k - above))
         tile.scatter(vals[r], at, v, mask=keep)
-        tile.scatter(idx[r], at, tile.arange(TILE, np.int64) + base, mask=keep)
+        tile.scatter(idx[r], at, tile.load(cand_idx[r], base, TILE, valid=m - base), mask=keep)
 
 
 def sorted_survivors(vals, idx, k, K: ct.constexpr):
@@ -120,19 +164,50 @@ def sorted_survivors(vals, idx, k, K: ct.constexpr):
 
 
 @ct.jit
-def sort_pass(vals, idx, k, K: ct.constexpr):
-    """Program r: row r's survivors sorted in place, largest first."""
+def select_pass(
+    hist,
+    cand,
+    cand_idx,
+    vals,
+    idx,
+    k,
+    BITS: ct.constexpr,
+    FIRST: ct.constexpr,
+    DIGIT: ct.constexpr,
+    PASSES: ct.constexpr,
+    K: ct.constexpr,
+    TILE: ct.constexpr,
+):
+    """Program r: row r's k largest from its candidates, sorted, largest first, to `vals[r]`, `idx[r]`."""
     r = ct.program_id(0)
+    finish(hist, cand, cand_idx, vals, idx, r, k, BITS, FIRST, DIGIT, PASSES, TILE)
     v, i = sorted_survivors(vals[r], idx[r], k, K)
     tile.store(vals[r], 0, v, valid=k)
     tile.store(idx[r], 0, i, valid=k)
 
 
 @ct.jit
-def sample_pass(vals, idx, uniform, tokens, k, top_p, K: ct.constexpr):
-    """Program r: a token of row r's nucleus (the fewest sorted survivors whose softmax mass reaches top_p), drawn
-    with `uniform[r]` from the nucleus' renormalised distribution."""
+def sample_pass(
+    hist,
+    cand,
+    cand_idx,
+    vals,
+    idx,
+    uniform,
+    tokens,
+    k,
+    top_p,
+    BITS: ct.constexpr,
+    FIRST: ct.constexpr,
+    DIGIT: ct.constexpr,
+    PASSES: ct.constexpr,
+    K: ct.constexpr,
+    TILE: ct.constexpr,
+):
+    """Program r: a token of row r's nucleus (the fewest of its k largest, sorted, whose softmax mass reaches
+    top_p), drawn with `uniform[r]` from the nucleus' renormalised distribution."""
     r = ct.program_id(0)
+    finish(hist, cand, cand_idx, vals, idx, r, k, BITS, FIRST, DIGIT, PASSES, TILE)
     v, i = sorted_survivors(vals[r], idx[r], k, K)
     inside = tile.arange(K, np.int32) < k
     logits = v.astype(np.float32)
@@ -144,7 +219,37 @@ def sample_pass(vals, idx, uniform, tokens, k, top_p, K: ct.constexpr):
     tokens[r] = tile.sum(ct.where(tile.arange(K, np.int32) == chosen, i, 0))
 
 
-_KERNELS = (digit_pass, compact_pass, sort_pass, sample_pass)
+@ct.jit
+def argmax_pass(x, best, at, n, tiles, TILE: ct.constexpr):
+    """Program (c, r): the largest key of chunk c of row r and its first index, to `best[r, c]`, `at[r, c]` (the
+    elements past the row's end count as key 0, the smallest, after every element of the row)."""
+    c, r = ct.program_id(0), ct.program_id(1)
+    row = x[r]
+    top = 0
+    first = c * tiles * TILE
+    for t in range(c * tiles, (c + 1) * tiles):
+        base = t * TILE
+        key = tile.sort_key(tile.load(row, base, TILE, valid=n - base))
+        key = ct.where(tile.arange(TILE, np.int32) < n - base, key, 0)
+        m = tile.max(key)
+        if m > top:  # (its first index: a min, which any arrangement of the keys does, not tile.argmax's fold)
+            top = m
+            first = base + tile.min(ct.where(key == m, tile.arange(TILE, np.int32), TILE))
+    best[r, c] = top
+    at[r, c] = first
+
+
+@ct.jit
+def argmax_merge(x, best, at, vals, idx, chunks, C: ct.constexpr):
+    """Program r: the first of row r's chunks with the largest key, and so the row's first largest element."""
+    r = ct.program_id(0)
+    j = tile.argmax(tile.load(best[r], 0, C, valid=chunks))
+    i = at[r, j]
+    vals[r, 0] = x[r, i]
+    idx[r, 0] = i
+
+
+_KERNELS = (count_pass, gather_pass, select_pass, sample_pass, argmax_pass, argmax_merge)
 _INTERPRETING = {kernel: ct.jit(kernel.fn, interpret=True) for kernel in _KERNELS}
 
 
@@ -158,45 +263,64 @@ def survivors_tile(k: int) -> int:
     return max(32, 1 << (k - 1).bit_length())
 
 
-def _select(x: Any, k: int, tile_size: int) -> tuple[Any, Any]:
-    """`(vals, idx)`: each row's k largest elements and their int64 indices, unsorted (the digit passes and the
-    compaction)."""
+def _gather(x: Any, k: int, tile_size: int) -> tuple[tuple[Any, ...], dict[str, int]]:
+    """The two passes over whole rows (`count_pass`, `gather_pass`): the arrays of the per-row programs
+    (`hist, cand, cand_idx, vals, idx`) and their constants."""
     rows, n = x.shape
     if not 1 <= k <= n:
         raise ValueError(f"k must be between 1 and the row length {n}, got {k}")
+    if n >= 1 << 31:
+        raise ValueError(f"rows of under 2**31 elements are selected (int32 ranks), got {n}")
     bits = (x.element_size() if hasattr(x, "element_size") else x.dtype.itemsize) * 8
     if bits > 32:
         raise ValueError(f"keys of up to 32 bits are selected, got {x.dtype}")
-    passes = bits // DIGIT
+    first, digit, passes = DIGITS[bits]
+    tiles, grid = _chunks(rows, n, tile_size)
+    hist = zeros_like(x, (rows, 1 << first), "int32")
+    mine = empty_like(x, (rows, (1 << first) * grid[0]), "int32")
+    cand, cand_idx = empty_like(x, (rows, n), x.dtype), empty_like(x, (rows, n), "int32")
+    wide = {"BITS": bits, "FIRST": first, "TILE": tile_size}
+    _kernel(count_pass, x)[grid](x, hist, mine, n, tiles, **wide)
+    _kernel(gather_pass, x)[grid](x, hist, mine, cand, cand_idx, n, k, tiles, CHUNKS=survivors_tile(grid[0]), **wide)
+    vals, idx = empty_like(x, (rows, k), x.dtype), empty_like(x, (rows, k), "int64")
+    return (hist, cand, cand_idx, vals, idx), {"DIGIT": digit, "PASSES": passes, "K": survivors_tile(k), **wide}
+
+
+def _chunks(rows: int, n: int, tile_size: int) -> tuple[int, tuple[int, int]]:
+    """`(tiles, grid)`: the tiles of a program's chunk, so that the (chunks, rows) grid has about PROGRAMS
+    programs."""
     n_tiles = ct.cdiv(n, tile_size)
     tiles = ct.cdiv(n_tiles, min(n_tiles, max(1, ct.cdiv(PROGRAMS, rows))))
-    if tiles * tile_size > MAX_CHUNK:
-        raise ValueError(f"a program's chunk must be under {MAX_CHUNK} elements: use a smaller tile")
-    grid = (ct.cdiv(n_tiles, tiles), rows)
-    hist = zeros_like(x, (passes, rows, BINS + 1), "int32")
-    mine = empty_like(x, (rows, grid[0], BINS + 1), "int32")
-    prefix = empty_like(x, (passes, rows), "int64")
-    vals, idx = empty_like(x, (rows, k), x.dtype), empty_like(x, (rows, k), "int64")
-    for j in range(passes):
-        _kernel(digit_pass, x)[grid](x, hist, mine, prefix, n, k, tiles, PASS=j, BITS=bits, TILE=tile_size)
-    _kernel(compact_pass, x)[grid](x, hist, mine, prefix, vals, idx, n, k, tiles, BITS=bits, TILE=tile_size)
+    return tiles, (ct.cdiv(n_tiles, tiles), rows)
+
+
+def _argmax(x: Any, tile_size: int) -> tuple[Any, Any]:
+    """`(vals, idx)`: each row's largest element and its first index (`topk` with k = 1), in 2 launches."""
+    rows, n = x.shape
+    tiles, grid = _chunks(rows, n, tile_size)
+    best, at = empty_like(x, (rows, grid[0]), "int64"), empty_like(x, (rows, grid[0]), "int64")  # (keys as int64)
+    vals, idx = empty_like(x, (rows, 1), x.dtype), empty_like(x, (rows, 1), "int64")
+    _kernel(argmax_pass, x)[grid](x, best, at, n, tiles, TILE=tile_size)
+    _kernel(argmax_merge, x)[rows](x, best, at, vals, idx, grid[0], C=survivors_tile(grid[0]))
     return vals, idx
 
 
 def topk(x: Any, k: int, *, tile_size: int = TILE) -> tuple[Any, Any]:
     """`(values, indices)` of the k largest elements of each row of the 2-D array `x`, largest first (as
     `torch.topk(x, k)`: NaNs largest, int64 indices; ties in row order), for rows of any length: CuPy or PyTorch
-    arrays on the GPU, NumPy arrays in the interpreter. `x` must be contiguous; 2 + bits/8 launches."""
-    vals, idx = _select(x, k, tile_size)
-    _kernel(sort_pass, x)[x.shape[0]](vals, idx, k, K=survivors_tile(k))
-    return vals, idx
+    arrays on the GPU, NumPy arrays in the interpreter. `x` must be contiguous; 3 launches (2 for k = 1)."""
+    if k == 1 and x.shape[1] >= 1:
+        return _argmax(x, tile_size)
+    arrays, constants = _gather(x, k, tile_size)
+    _kernel(select_pass, x)[x.shape[0]](*arrays, k, **constants)
+    return arrays[-2:]
 
 
 def top_p_sample(x: Any, k: int, top_p: float, uniform: Any, *, tile_size: int = TILE) -> Any:
     """One token per row of the logits `x` (int64): among the row's k largest, the fewest whose softmax mass reaches
     `top_p` (the nucleus), sampled from their renormalised softmax with the row's number in `uniform` (float32, in
     [0, 1), one per row): the token whose cumulative probability first exceeds it."""
-    vals, idx = _select(x, k, tile_size)
+    arrays, constants = _gather(x, k, tile_size)
     tokens = empty_like(x, (x.shape[0],), "int64")
-    _kernel(sample_pass, x)[x.shape[0]](vals, idx, uniform, tokens, k, float(top_p), K=survivors_tile(k))
+    _kernel(sample_pass, x)[x.shape[0]](*arrays, uniform, tokens, k, float(top_p), **constants)
     return tokens

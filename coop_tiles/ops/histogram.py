@@ -86,6 +86,7 @@ def lanes_pay(bins: int, threads: int) -> bool:
 class Histogram(TileOp):
     publics = (tile.histogram,)
     stmt = TileHistogram
+    striped_vectors = True  # (counts of items in any order; bins and valid by element_index)
     options = (
         Option("bins", (5, 40)),
         Option("valid", (None, COUNT)),
@@ -347,6 +348,7 @@ def _counts_to_tile(w, acc: ir.Var, bins: int, to_tile: bool, copies: int = 1) -
 @register
 class HistogramBeginOp(TileOp):
     stmt = HistogramBegin
+    striped_vectors = True  # (counts of items in any order; bins and valid by element_index)
 
     def interpret(self, s: HistogramBegin, frame) -> None:
         frame.env[f"counts{s.cid}"] = frame.get(s.acc).copy()
@@ -375,6 +377,7 @@ class HistogramBeginOp(TileOp):
 @register
 class HistogramCompositeOp(TileOp):
     stmt = HistogramComposite
+    striped_vectors = True  # (counts of items in any order; bins and valid by element_index)
 
     def interpret(self, s: HistogramComposite, frame) -> None:
         frame.env[f"counts{s.begin}"] += counts(frame, s.src, s.valid, s.bins)
@@ -401,6 +404,7 @@ class HistogramCompositeOp(TileOp):
 @register
 class HistogramEndOp(TileOp):
     stmt = HistogramEnd
+    striped_vectors = True  # (counts of items in any order; bins and valid by element_index)
 
     def interpret(self, s: HistogramEnd, frame) -> None:
         frame.env[s.acc.name] = frame.env.pop(f"counts{s.begin}")

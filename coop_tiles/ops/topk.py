@@ -86,6 +86,7 @@ class TileSortKey(ir.Collective, defs="out", uses="src"):
 class SortKey(TileOp):
     publics = (tile.sort_key,)
     stmt = TileSortKey
+    striped_vectors = True  # (each item on its own)
 
     def build(self, b, public, t):
         src = b.tile(t, "tile.sort_key's argument")
