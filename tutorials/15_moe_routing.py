@@ -43,8 +43,9 @@ with a sequential implementation of vLLM's semantics.
 """
 
 import numpy as np
-from _runner import ON_GPU, to_device, to_host, where
+from _runner import ON_GPU, report_speed, to_device, to_host, where
 
+import coop_tiles as ct
 from coop_tiles.examples import moe_align_block_size
 
 
@@ -75,6 +76,51 @@ def check(topk_ids: np.ndarray, block_size: int, num_experts: int) -> None:
         np.testing.assert_array_equal(g, w, err_msg=name)
 
 
+# ----- how fast: against the same routing in PyTorch operations (sort, bincount, cumsum, scatter) ------------------
+def torch_align(topk_ids, block_size: int, num_experts: int):
+    """vLLM's outputs from PyTorch operations, as a PyTorch user would write them (no host synchronisation)."""
+    import torch
+
+    flat = topk_ids.reshape(-1).long()
+    numel, device = flat.numel(), flat.device
+    length = numel * block_size if numel < num_experts else numel + num_experts * (block_size - 1)
+    expert = torch.where((flat >= 0) & (flat < num_experts), flat, num_experts)  # num_experts: not routed
+    counts = torch.bincount(expert, minlength=num_experts + 1)[:num_experts]
+    padded = (counts + block_size - 1) // block_size * block_size
+    ends = torch.cumsum(padded, 0)
+    order = torch.argsort(expert, stable=True)
+    key = expert[order]
+    rank = torch.arange(numel, device=device) - (torch.cumsum(counts, 0) - counts)[key.clamp(max=num_experts - 1)]
+    dest = torch.where(key < num_experts, (ends - padded)[key.clamp(max=num_experts - 1)] + rank, length)
+    sorted_ids = torch.full((length + 1,), numel, dtype=torch.int32, device=device)
+    sorted_ids[dest] = order.int()
+    blocks = torch.arange(-(-length // block_size), device=device) * block_size
+    expert_ids = torch.searchsorted(ends, blocks, right=True).int()
+    expert_ids[blocks >= ends[-1]] = -1
+    return sorted_ids[:length], expert_ids, ends[-1:].int()
+
+
+@ct.testing.perf_report(
+    ct.testing.Benchmark(
+        x_names=["tokens"],
+        x_vals=[256, 1024, 4096, 16384],
+        line_arg="provider",
+        line_vals=["coop_tiles", "torch"],
+        line_names=["moe_align_block_size", "PyTorch operations"],
+        plot_name="15_moe_routing",
+        xlabel="tokens (top-8 of 256 experts, blocks of 64)",
+        ylabel="µs per call",
+        x_log=True,
+    )
+)
+def speed(tokens: int, provider: str) -> float:
+    import torch
+
+    ids = torch.randint(0, 256, (tokens, 8), device="cuda", dtype=torch.int32)
+    align = moe_align_block_size if provider == "coop_tiles" else torch_align
+    return 1e3 * ct.testing.do_bench(lambda: align(ids, 64, 256))
+
+
 if __name__ == "__main__":
     small = np.array([[2, 0], [2, 1], [0, 2]], np.int32)
     sorted_ids, expert_ids, total = (to_host(a) for a in moe_align_block_size(*to_device(small), 2, 4))
@@ -86,3 +132,10 @@ if __name__ == "__main__":
     topk.reshape(-1)[::101] = -1  # (skipped)
     check(topk, 64, 256)
     print(f"moe_align_block_size matches the sequential routing ({tokens} tokens, top-8 of 256 experts) {where()}")
+    if ON_GPU:  # the speed report's baseline gives the same outputs
+        import torch
+
+        got = torch_align(torch.from_numpy(topk).cuda(), 64, 256)
+        for g, w in zip(got, sequential(topk, 64, 256)):
+            np.testing.assert_array_equal(g.cpu().numpy(), w)
+    report_speed(speed)
