@@ -69,7 +69,7 @@ def test_compiled_kernel(dtype, deterministic):
     """The full variant (variable B and C, D, z, delta_bias, softplus) at Mamba's chunk of 2048, at the default
     launch (8 items over 256 threads, 128 registers), compiles to an sm_90 cubin with every tile in registers (shared
     memory for the collectives only) and a few spilled values at most; one reverse scan and one forward scan per
-    state."""
+    state; the atomics of variable B's and C's gradients warp-exchanged to consecutive elements per lane."""
     i = make_inputs(1, 1, 16, 2, dtype)
     f32 = lambda *shape: np.zeros(shape, np.float32)  # noqa: E731
     weights = f32(1, 1, 2, 16)
@@ -83,3 +83,4 @@ def test_compiled_kernel(dtype, deterministic):
     plan = str(k.plan)
     assert plan.count("scan[combine0_affine]") == 1 and plan.count("scan[combine0_affine, reverse]") == 1, plan
     assert ("atomic_add" in plan) != deterministic
+    assert plan.count("WARP_EXCHANGE_STRIPED") == (0 if deterministic else 2), plan

@@ -22,7 +22,9 @@ Reductions, as Mamba's kernel does them: dA, and fixed B's and C's gradients (di
 per program and element (the default, `deterministic=False`), or, with `deterministic=True`, stored per program
 into a (batch, dim, ...) buffer that the host sums over the batch (two passes, the same bits every run).
 Variable B's and C's gradients (batch, groups, dstate, L) are shared by the channels of a group: atomic adds of
-each chunk's row (float32, converted to B's dtype at the end), or with `deterministic=True` one row per channel
+each chunk's row (float32, converted to B's dtype at the end; `tile.atomic_add` exchanges the blocked items within
+each warp first, so each instruction adds 32 consecutive elements: every channel of the group adds into the same
+row, and L2's atomics per sector bound the kernel), or with `deterministic=True` one row per channel
 in a (batch, dim, dstate, L) float32 buffer (dim / groups times the memory of dB) summed over each group.
 """
 
