@@ -10,7 +10,7 @@ int), with a NaN made the canonical NaN that wins (`atomic_max`: bits 0x7fff...,
 
 A blocked tile of several items per thread added at contiguous elements (the offset form, unmasked) is
 first exchanged to warp-striped order with `cub::WarpExchange` (one TempStorage per warp): blocked, a
-warp's 32 lanes hit 32 items `items` apart, up to 32 sectors of L2 per instruction where striped they hit 4,
+warp's 32 lanes hit 32 elements `items` apart, up to 32 sectors of L2 per instruction where striped they hit 4,
 and many programs adding into the same row (Mamba's dB) are bound by L2's atomic sector throughput.
 """
 
