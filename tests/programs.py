@@ -400,6 +400,16 @@ def atomic_sums(x, out, n, TILE: ct.constexpr):
 
 
 @ct.jit
+def atomic_running_sums(x, sums, tops, n, TILE: ct.constexpr):
+    """Every program adds its tile's running sums into the same slots and raises `tops` to them: a scan's
+    tile is blocked, several items per thread, so its atomics go to warp-striped order first."""
+    base = ct.program_id(0) * TILE
+    running = tile.scan(tile.load(x, base, TILE, valid=n - base, other=0))
+    tile.atomic_add(sums, 0, running, valid=n - base)
+    tile.atomic_max(tops, 0, running, valid=n - base)
+
+
+@ct.jit
 def neighbors(x, heads, diffs, n, TILE: ct.constexpr):
     base = ct.program_id(0) * TILE
     t = tile.load(x, base, TILE, valid=n - base, other=0)
@@ -859,6 +869,15 @@ def ref_atomic_sums(x, out, n, TILE):
     return [out]
 
 
+def ref_atomic_running_sums(x, sums, tops, n, TILE):
+    with np.errstate(all="ignore"):
+        for start, chunk in _tiles(x[:n], TILE):
+            running = np.cumsum(chunk).astype(sums.dtype)
+            sums[: len(chunk)] += running
+            tops[: len(chunk)] = np.maximum(tops[: len(chunk)], running)
+    return [sums, tops]
+
+
 def ref_neighbors(x, heads, diffs, n, TILE):
     for start, chunk in _tiles(x[:n], TILE):
         heads[start : start + len(chunk)] = [True] + [chunk[i] != chunk[i - 1] for i in range(1, len(chunk))]
@@ -1072,6 +1091,22 @@ def toolbox_cases(rng: np.random.Generator) -> list[Case]:
                 [1],
                 ref_atomic_sums,
                 rtol=1e-5 if np.dtype(dt).kind == "f" else 0,
+            )
+        )
+    for dt in (np.int32, np.float32, np.float64):
+        n = 5000  # (the last tile partial, ending within a warp)
+        x = _rand(rng, n, dt, -20, 50)
+        cases.append(
+            Case(
+                f"atomic_running_sums[{np.dtype(dt).name}]",
+                atomic_running_sums,
+                [x, np.zeros(1024, dt), np.full(1024, -(10**6), dt), n],
+                {"TILE": 1024},
+                ct.cdiv(n, 1024),
+                [1, 2],
+                ref_atomic_running_sums,
+                rtol=1e-5 if np.dtype(dt).kind == "f" else 0,
+                atol=1e-2 if np.dtype(dt).kind == "f" else 0,
             )
         )
     for dt in (np.int8, np.uint16, np.int32, np.int64, np.float32, np.float64, np.float16, ct.bfloat16):

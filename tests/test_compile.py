@@ -136,6 +136,16 @@ def test_gather_and_scatter_are_direct_without_shared_memory_or_barriers():
         assert "DIRECT" in str(k.plan)
 
 
+def test_atomics_of_a_blocked_tile_go_to_warp_striped_order_first():
+    """A blocked tile of several items per thread (a scan's) at contiguous elements is exchanged within each warp
+    (cub::WarpExchange) so that consecutive lanes update consecutive elements."""
+    from programs import atomic_running_sums
+
+    x = np.zeros(1, np.float32)
+    k = atomic_running_sums.compile(x, x, x, 1, TILE=1024, arch="sm_90")
+    assert str(k.plan).count("WARP_EXCHANGE_STRIPED") == 2 and "WarpExchange<float, 4, 32>" in k.shim_source
+
+
 def test_a_gather_after_a_scatter_into_the_same_array_waits_for_it():
     import coop_tiles as ct
     from coop_tiles import tile

@@ -68,8 +68,9 @@ def test_complex_weights_are_not_supported():
 def test_compiled_kernel(dtype, deterministic):
     """The full variant (variable B and C, D, z, delta_bias, softplus) at Mamba's chunk of 2048, at the default
     launch (8 items over 256 threads, 128 registers), compiles to an sm_90 cubin with every tile in registers (shared
-    memory for the collectives only) and a few spilled values at most; one reverse scan and one forward scan per
-    state."""
+    memory for the collectives only) and a few spilled values at most (bfloat16: 96 bytes of local memory before the
+    atomics' warp exchanges, 184 with them); one reverse scan and one forward scan per
+    state; the atomics of variable B's and C's gradients warp-exchanged to consecutive elements per lane."""
     i = make_inputs(1, 1, 16, 2, dtype)
     f32 = lambda *shape: np.zeros(shape, np.float32)  # noqa: E731
     weights = f32(1, 1, 2, 16)
@@ -78,8 +79,9 @@ def test_compiled_kernel(dtype, deterministic):
     args.append(f32(1, 8) if deterministic else f32(8))
     flags = dict(HAS_D=True, HAS_DELTA_BIAS=True, HAS_Z=True, SOFTPLUS=True, CHUNK=2048, DSTATE=2)
     k = kernel_for(2048, False).compile(*args, **flags, DETERMINISTIC=deterministic, arch="sm_90")
-    assert k.block_threads == 256 and k.registers() <= 128 and k.local_memory_bytes() <= 160
+    assert k.block_threads == 256 and k.registers() <= 128 and k.local_memory_bytes() <= 192
     assert not [t.name for t in k.plan.tiles.values() if t.storage != "registers"]
     plan = str(k.plan)
     assert plan.count("scan[combine0_affine]") == 1 and plan.count("scan[combine0_affine, reverse]") == 1, plan
     assert ("atomic_add" in plan) != deterministic
+    assert plan.count("WARP_EXCHANGE_STRIPED") == (0 if deterministic else 2), plan

@@ -22,7 +22,10 @@ Reductions, as Mamba's kernel does them: dA, and fixed B's and C's gradients (di
 per program and element (the default, `deterministic=False`), or, with `deterministic=True`, stored per program
 into a (batch, dim, ...) buffer that the host sums over the batch (two passes, the same bits every run).
 Variable B's and C's gradients (batch, groups, dstate, L) are shared by the channels of a group: atomic adds of
-each chunk's row (float32, converted to B's dtype at the end), or with `deterministic=True` one row per channel
+each chunk's row (float32, converted to B's dtype at the end; `tile.atomic_add` exchanges the blocked items within
+each warp first, so each instruction adds 32 consecutive elements: every channel of the group adds into the same
+row, and L2's atomics per sector bound the kernel; the grid runs the batch fastest, as Mamba's does, so that the
+programs running together add into `batch` rows, not all into one), or with `deterministic=True` one row per channel
 in a (batch, dim, dstate, L) float32 buffer (dim / groups times the memory of dB) summed over each group.
 """
 
@@ -45,7 +48,7 @@ def selective_scan_backward(
     HAS_D: ct.constexpr, HAS_DELTA_BIAS: ct.constexpr, HAS_Z: ct.constexpr, SOFTPLUS: ct.constexpr,
     CHUNK: ct.constexpr, DSTATE: ct.constexpr, DETERMINISTIC: ct.constexpr,
 ):  # fmt: skip
-    d, b = ct.program_id(0), ct.program_id(1)
+    b, d = ct.program_id(0), ct.program_id(1)  # batch fastest, as Mamba's grid: see the module docstring
     dim, L, N = u.shape[1], u.shape[2], A.shape[1]
     if B.ndim == 4:  # variable B: this row's group, and where its gradient goes
         B_rows = B[b, d // (dim // B.shape[1])]
@@ -204,7 +207,7 @@ def selective_scan_bwd(
     totals = (empty_like if deterministic else zeros_like)(u, (*lead, dim * 4 * slots), "float32")
     dB, dC = weight_grad(Bg), weight_grad(Cg)
     if batch * dim * seqlen:
-        kernel_for(chunk, isinstance(u, np.ndarray), launch)[(dim, batch)](
+        kernel_for(chunk, isinstance(u, np.ndarray), launch)[(batch, dim)](
             u, delta, A, Bg, Cg,
             A if D is None else D, A if delta_bias is None else delta_bias, u if z is None else z,
             dout, states, carries, grads["u"], grads["delta"], grads.get("z", u), dB, dC, totals,

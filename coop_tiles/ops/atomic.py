@@ -7,6 +7,11 @@ Every element's update lands, duplicates within a tile included (the interpreter
 (a float with its sign bit clear orders as a signed int, one with it set in reverse as an unsigned
 int), with a NaN made the canonical NaN that wins (`atomic_max`: bits 0x7fff..., `atomic_min`:
 0xffff...); 16-bit float adds are CUDA's `atomicAdd(__half*)` and `atomicAdd(__nv_bfloat16*)`.
+
+A blocked tile of several items per thread added at contiguous elements (the offset form, unmasked) is
+first exchanged to warp-striped order with `cub::WarpExchange` (one TempStorage per warp): blocked, a
+warp's 32 lanes hit 32 elements `items` apart, up to 32 sectors of L2 per instruction where striped they hit 4,
+and many programs adding into the same row (Mamba's dB) are bound by L2's atomic sector throughput.
 """
 
 from __future__ import annotations
@@ -16,11 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import tile
-from ..dtypes import bfloat16, float16
+from ..dtypes import bfloat16, cxx_name, float16
 from ..errors import TileTypeError, TileValueError
 from ..lang import ir
 from ..lang.types import TileType
 from ..lang.values import Const, is_tile
+from ..planner.layout import BLOCKED
 from .base import (
     ArrayArg,
     ShimCall,
@@ -68,6 +74,8 @@ ATOMIC_TYPES = {
     },
 }
 UFUNCS = {"add": np.add, "max": np.maximum, "min": np.minimum}
+#: the algorithm of an atomic whose items go to warp-striped order first (`exchanged`)
+EXCHANGED = "WARP_EXCHANGE_STRIPED"
 
 #: float max/min through integer atomics: (signed int type, unsigned type, bits of, NaN that wins each op)
 FLOAT_BITS = {
@@ -103,6 +111,15 @@ def atomic_statement(w, op: str, dt: np.dtype, where: str, value: str) -> str:
         return f"coop_atomic_{op}_{t}(reinterpret_cast<{t}*>({where}), {value});"
     name = {"add": "atomicAdd", "max": "atomicMax", "min": "atomicMin"}[op]
     return f"{name}(reinterpret_cast<{t}*>({where}), static_cast<{t}>({value}));"
+
+
+def exchanged(s: TileAtomic, tiles: dict, threads: int) -> bool:
+    """Whether atomic `s` exchanges its items to warp-striped order first: an unmasked tile of several
+    items per thread, blocked, added at contiguous elements by whole warps."""
+    if s.index or s.mask is not None or not is_tile_value(s.value) or threads % 32:
+        return False
+    lay = tiles[s.value.name]
+    return lay.arrangement == BLOCKED and lay.items_per_thread > 1 and lay.rows is None and lay.fragment is None
 
 
 @dataclass
@@ -186,6 +203,8 @@ class Atomic(TileOp):
         join_items(ctx, [*s.index, s.mask, s.value])
 
     def choose(self, s: TileAtomic, ctx):
+        if exchanged(s, ctx.tiles, ctx.threads):
+            return ctx.choice(s, f"atomic_{s.op}", "WarpExchange", EXCHANGED)
         return ctx.choice(s, f"atomic_{s.op}", f"atomic{s.op.capitalize()}", "DIRECT", storage=False)
 
     def lower(self, s: TileAtomic, w) -> ShimCall:
@@ -203,15 +222,26 @@ class Atomic(TileOp):
             stride = "" if s.array.type.unit_stride else " * a_stride"
             reads, inside, where = "", "true", f"a + a_off + (offset + e){stride}"
             body = w.clamp(size)
-        body += mask_ref(w, s.mask, items) + (w.items_ref("x", "x_items", s.value, items) if tiled else "")
+        body += mask_ref(w, s.mask, items)
+        code, index = "", w.element_index(like)
+        if w.choice(s.cid).algorithm == EXCHANGED:  # the items to warp-striped order (see the module docstring)
+            t = cxx_name(s.value.type.dtype)
+            exchange = f"cub::WarpExchange<{t}, {items}, 32>"
+            w.include("cub/warp/warp_exchange.cuh")
+            code = w.storage(s.cid, exchange, copies=w.threads // 32)
+            body += w.storage_ref(s.cid) + w.items_ref("blocked", "x_items", s.value, items) + f"  {t} x[{items}];\n"
+            body += f"  {exchange}(s.temp[threadIdx.x / 32]).BlockedToStriped(blocked, x);\n"
+            index = f"((int(threadIdx.x) / 32 * {items} + i) * 32 + int(threadIdx.x) % 32)"
+        elif tiled:
+            body += w.items_ref("x", "x_items", s.value, items)
         update = atomic_statement(w, s.op, dt, where, "x[i]" if tiled else "x")
         body += (
             f"  for (int i = 0; i < {items}; ++i) {{\n"
-            f"    const long long e = {w.element_index(like)};\n"
+            f"    const long long e = {index};\n"
             f"    if (e >= v) continue;\n{reads}"
             f"    if ({inside}{mask_test(s.mask)}) {update}\n  }}\n"
         )
         args = (ArrayArg(s.array, "a"), *where_args, valid_arg(s.valid, size), *mask_arg(s.mask), value)
         call = ShimCall(f"coop_atomic_{s.op}_{s.cid}", args)
-        w.define(call, "", body)
+        w.define(call, code, body)
         return call
