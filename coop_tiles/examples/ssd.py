@@ -8,8 +8,10 @@ n, with dt' = max(softplus(dt + dt_bias), 0) (bias and softplus optional) and a_
 
 The sequence is cut into chunks of L steps; with cs_t the cumsum of A * dt' inside a chunk (`dA_cumsum`):
 
-1. `chunk_state`, one program per (chunk, batch, head): dt' and its scaled cumsum (`tile.scan`), and the state
-   the chunk alone leaves, `S_c = (x * (exp(cs_last - cs) * dt')[:, None]).T @ B` (`tile.dot`, (P, L) @ (L, N)).
+1. `chunk_state`, one program per (chunk, batch, head): dt', its scaled cumsum (`tile.scan`) and the state the
+   chunk alone leaves, `S_c = (x * (exp(cs_last - cs) * dt')[:, None]).T @ B`, K steps at a time: the state at a
+   block's end is the previous one decayed over the block plus the block's (P, K) @ (K, N) product (`tile.dot`
+   with a loop-carried accumulator, in registers; x read transposed from memory).
 2. `state_passing`, one program per (block of E state elements, batch, head): the states entering each chunk,
    `H_c = exp(cs_last of c-1) * H_{c-1} + S_{c-1}`, as one exclusive scan along the chunks of a 2-D tile
    (chunks, E) with a `@ct.combine` of (decay, state) pairs, seeded with the initial state; its total is the
@@ -40,31 +42,44 @@ def decay_then_add(a_l, s_l, a_r, s_r):
     return a_r * a_l, a_r * s_l + s_r
 
 
-@ct.jit
-def chunk_state(
-    x, dt, A, B, dt_bias, dt_out, dA_cumsum, states, seqlen,
-    HAS_DT_BIAS: ct.constexpr, SOFTPLUS: ct.constexpr, L: ct.constexpr, P: ct.constexpr, N: ct.constexpr,
-):  # fmt: skip
-    """Chunk c of (b, h): dt' and cs into dt_out[b, h, c] and dA_cumsum[b, h, c] ((batch, nheads, nchunks, L)),
-    the chunk's own state into states[b, c, h] ((batch, nchunks, nheads, P, N), float32). x: (batch, nheads,
-    seqlen, P), dt: (batch, nheads, seqlen), B: (batch, ngroups, seqlen, N) views."""
-    c, b, h = ct.program_id(0), ct.program_id(1), ct.program_id(2)
-    g = h // (x.shape[1] // B.shape[1])
-    t0 = c * L
-    steps = min(L, seqlen - t0)
-    d = tile.load(dt[b, h], t0, L, valid=steps, other=0).astype(np.float32)
+def step_sizes(dt_row, dt_bias, h, t0, size, valid, HAS_DT_BIAS, SOFTPLUS):
+    """dt' of steps t0..t0+size of a (batch, head) row of dt: bias, softplus, clamped at 0; 0 past `valid`."""
+    d = tile.load(dt_row, t0, size, valid=valid, other=0).astype(np.float32)
     if HAS_DT_BIAS:
         d = d + dt_bias[h]
     if SOFTPLUS:
         d = ct.softplus(d)
-    d = ct.where(tile.arange(L) < steps, ct.maximum(d, 0.0), 0.0)
-    cs, last = tile.scan(d * A[h], return_total=True)
-    tile.store(dt_out[b, h, c], 0, d)
-    tile.store(dA_cumsum[b, h, c], 0, cs)
-    xs = tile.load(x[b, h], (t0, 0), (L, P), valid=(steps, None), other=0)
-    bs = tile.load(B[b, g], (t0, 0), (L, N), valid=(steps, None), other=0)
-    scaled = (xs.astype(np.float32) * (ct.exp(last - cs) * d)[:, None]).astype(xs.dtype)
-    tile.store(states[b, c, h], (0, 0), tile.dot(scaled.T, bs))
+    return ct.where(tile.arange(size) < valid, ct.maximum(d, 0.0), 0.0)
+
+
+@ct.jit
+def chunk_state(
+    xT, dt, A, B, dt_bias, dt_out, dA_cumsum, states, seqlen,
+    HAS_DT_BIAS: ct.constexpr, SOFTPLUS: ct.constexpr, L: ct.constexpr, P: ct.constexpr, N: ct.constexpr,
+    K: ct.constexpr,
+):  # fmt: skip
+    """Chunk c of (b, h): dt' and cs into dt_out[b, h, c] and dA_cumsum[b, h, c] ((batch, nheads, nchunks, L)),
+    the chunk's own state into states[b, c, h] ((batch, nchunks, nheads, P, N), float32). xT: (batch, nheads, P,
+    seqlen) (x transposed: a view), dt: (batch, nheads, seqlen), B: (batch, ngroups, seqlen, N) views. K steps a
+    block: the state at the block's end is the previous one decayed over the block plus the block's own
+    `(xT * (exp(cs_end - cs) * dt')[None, :]) @ B` (`tile.dot` with a loop-carried accumulator)."""
+    c, b, h = ct.program_id(0), ct.program_id(1), ct.program_id(2)
+    g = h // (xT.shape[1] // B.shape[1])
+    t0 = c * L
+    steps = min(L, seqlen - t0)
+    state = tile.zeros((P, N), np.float32)
+    end = 0.0  # cs at the end of the previous block
+    for k in range(0, L, K):
+        d = step_sizes(dt[b, h], dt_bias, h, t0 + k, K, steps - k, HAS_DT_BIAS, SOFTPLUS)
+        cs, total = tile.scan(d * A[h], return_total=True)
+        tile.store(dt_out[b, h, c], k, d, valid=L - k)
+        tile.store(dA_cumsum[b, h, c], k, cs + end, valid=L - k)
+        end = end + total
+        xs = tile.load(xT[b, h], (0, t0 + k), (P, K), valid=(None, steps - k), other=0)
+        bs = tile.load(B[b, g], (t0 + k, 0), (K, N), valid=(steps - k, None), other=0)
+        scaled = (xs.astype(np.float32) * (ct.exp(total - cs) * d)[None, :]).astype(xs.dtype)
+        state = tile.dot(scaled, bs, state * ct.exp(total))
+    tile.store(states[b, c, h], (0, 0), state)
 
 
 @ct.jit
@@ -138,6 +153,10 @@ def chunk_scan(
 #: rows of a chunk per `chunk_scan` program, and rows of B and x per step of its loop
 BLOCK_M = 64
 BLOCK_K = 64
+#: bytes of a `chunk_state` program's dot operands per step (two buffers of a (P, K) and a (K, N) tile); more
+#: puts the operands past 32 items a thread into shared memory and gains nothing (its registers, about 210 a
+#: thread at 256 threads, already keep one program a multiprocessor)
+STATE_OPERAND_BYTES = 48 * 1024
 #: state elements per `state_passing` program, and chunks per step of its scan
 BLOCK_E = 256
 BLOCK_CHUNKS = 16
@@ -186,8 +205,9 @@ def mamba_chunk_scan_combined(
     sizes = dict(L=chunk_size, P=headdim, N=dstate)
 
     _program(chunk_state, interpret)[nchunks, batch, nheads](
-        xh, _permute(dt, (0, 2, 1)), A, Bg, A if dt_bias is None else dt_bias, dt_out, dA_cumsum, states, seqlen,
-        HAS_DT_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus), **sizes,
+        _permute(x, (0, 2, 3, 1)), _permute(dt, (0, 2, 1)), A, Bg, A if dt_bias is None else dt_bias, dt_out,
+        dA_cumsum, states, seqlen, HAS_DT_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus),
+        K=state_block(chunk_size, headdim, dstate, _itemsize(x)), **sizes,
     )  # fmt: skip
     passed, final = pass_states(states, dA_cumsum[:, :, :, chunk_size - 1], initial_states, C.dtype, interpret)
     block_m = min(BLOCK_M, chunk_size)
@@ -197,6 +217,15 @@ def mamba_chunk_scan_combined(
         M=block_m, K=min(BLOCK_K, chunk_size), **sizes,
     )  # fmt: skip
     return (out, final) if return_final_states else out
+
+
+def state_block(chunk_size: int, headdim: int, dstate: int, itemsize: int) -> int:
+    """Steps of a chunk per `chunk_state` dot: the largest power of two, at most the chunk and at least 16, whose
+    operands fit STATE_OPERAND_BYTES."""
+    k = 16
+    while 2 * k <= chunk_size and 2 * (headdim + dstate) * 2 * k * itemsize <= STATE_OPERAND_BYTES:
+        k *= 2
+    return k
 
 
 def pass_states(states: Any, ends: Any, initial_states: Any, dtype: Any, interpret: bool = False) -> tuple[Any, Any]:
@@ -244,6 +273,11 @@ def _check(x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, dt_bias: Any
             )
     if nheads % ngroups:
         raise ValueError(f"nheads ({nheads}) must be a multiple of ngroups ({ngroups}, B.shape[2])")
+
+
+def _itemsize(a: Any) -> int:
+    """Bytes per element of a NumPy or CuPy array or a PyTorch tensor."""
+    return a.element_size() if callable(getattr(a, "element_size", None)) else a.dtype.itemsize
 
 
 def _shape(a: Any) -> tuple[int, ...]:
