@@ -99,11 +99,12 @@ def compiled_programs(batch=1, seqlen=512, nheads=2, P=64, N=128, L=256, dtype=B
             HAS_DT_BIAS=True, SOFTPLUS=True, K=ssd.state_block(L, P, N, np.dtype(dtype).itemsize), **sizes,
         ),
         "state_passing": ssd.state_passing.compile(
-            by_chunk, cs[..., 0], flat, by_chunk.astype(dtype), flat,
-            HAS_INITIAL=True, CHUNKS=ssd.BLOCK_CHUNKS, E=ssd.BLOCK_E, arch="sm_90",
+            by_chunk, cs[..., 0], flat, by_chunk.astype(dtype), flat, HAS_INITIAL=True, E=ssd.BLOCK_E, arch="sm_90",
         ),
         "chunk_scan": ssd.chunk_scan.compile(
-            x, x, np.zeros((nheads, P), f32), B, B, cs, cs, np.zeros((batch, nch, nheads, P, N), dtype), x, seqlen,
+            x, x, np.broadcast_to(np.zeros((nheads, 1, P), f32), (nheads, ssd.BLOCK_M, P)), B.transpose(0, 1, 3, 2),
+            B, cs, cs, np.broadcast_to(cs[..., None], (*cs.shape, P)),
+            np.zeros((batch, nch, nheads, P, N), dtype).transpose(0, 1, 2, 4, 3), x, seqlen,
             HAS_D=True, D_PER_ROW=True, HAS_Z=True, M=ssd.BLOCK_M, K=ssd.BLOCK_K, **sizes,
         ),
     }  # fmt: skip
@@ -114,11 +115,12 @@ def test_programs_compile_to_cubins():
     programs = compiled_programs()
     for name, k in programs.items():
         assert len(k.cubin) > 0, name
-    assert programs["chunk_state"].local_memory_bytes() == 0 and programs["state_passing"].local_memory_bytes() == 0
-    state_plan = str(programs["chunk_state"].plan)
-    assert "dot 64x128x64 bf16*bf16->f32" in state_plan and "BLAS execute (registers" in state_plan
-    assert "decay_then_add] axis=1: thread-sequential" in str(programs["state_passing"].plan)  # each thread a column
-    assert "dot 64x64x64 bf16*bf16->f32" in str(programs["chunk_scan"].plan)
+    assert all(k.local_memory_bytes() == 0 for k in programs.values())
+    state, passing, scan = (str(programs[k].plan) for k in ("chunk_state", "state_passing", "chunk_scan"))
+    registers = "BLAS execute (registers"  # the accumulator in registers: no exchange, one barrier a product
+    assert "dot 64x128x64 bf16*bf16->f32" in state and registers in state and "transpose" not in state
+    assert programs["state_passing"].shared_bytes == 0 and "exchange" not in passing  # each thread its elements
+    assert scan.count(registers) == 2 and "transpose" not in scan  # C @ H and each block's @ x; C @ B^T: shared
 
 
 # ----- GPU ---------------------------------------------------------------------------------------------------

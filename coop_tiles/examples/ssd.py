@@ -13,12 +13,14 @@ The sequence is cut into chunks of L steps; with cs_t the cumsum of A * dt' insi
    block's end is the previous one decayed over the block plus the block's (P, K) @ (K, N) product (`tile.dot`
    with a loop-carried accumulator, in registers; x read transposed from memory).
 2. `state_passing`, one program per (block of E state elements, batch, head): the states entering each chunk,
-   `H_c = exp(cs_last of c-1) * H_{c-1} + S_{c-1}`, as one exclusive scan along the chunks of a 2-D tile
-   (chunks, E) with a `@ct.combine` of (decay, state) pairs, seeded with the initial state; its total is the
-   final state. No program walks the chunks one after another (Mamba's `_state_passing_fwd` does).
+   `H_c = exp(cs_last of c-1) * H_{c-1} + S_{c-1}`, seeded with the initial state, the last one the final state:
+   a loop over the chunks, each thread its own elements (as Mamba's `_state_passing_fwd`: memory-bound, its
+   loads independent of the recurrence; a scan of (decay, state) pairs along the chunks exchanged every tile
+   through shared memory and ran at a fifth of Mamba's speed on an H100).
 3. `chunk_scan`, one program per (block of M rows of a chunk, chunk, batch * head): the output rows,
    `(C_m @ H_c.T) * exp(cs_m)[:, None]` plus, for each block k of earlier-or-equal rows,
-   `((C_m @ B_k.T) * exp(cs_m[:, None] - cs_k[None, :]) * dt'_k, causal) @ x_k`, then D and the z gate.
+   `((C_m @ B_k.T) * exp(cs_m[:, None] - cs_k[None, :]) * dt'_k, causal) @ x_k`, then D and the z gate; H_c.T
+   and B_k.T read from transposed views, the products' results in registers.
 
 As in Mamba, the states between chunks are kept in C's dtype and the final states in float32; the products run
 in x's dtype with float32 accumulation.
@@ -34,12 +36,6 @@ import coop_tiles as ct
 from coop_tiles import tile
 
 from ._arrays import empty_like
-
-
-@ct.combine
-def decay_then_add(a_l, s_l, a_r, s_r):
-    """(decay, state) pairs: the later pair's decay applied to the earlier state, then its state added."""
-    return a_r * a_l, a_r * s_l + s_r
 
 
 def step_sizes(dt_row, dt_bias, h, t0, size, valid, HAS_DT_BIAS, SOFTPLUS):
@@ -83,67 +79,66 @@ def chunk_state(
 
 
 @ct.jit
-def state_passing(
-    states, ends, initial, passed, final,
-    HAS_INITIAL: ct.constexpr, CHUNKS: ct.constexpr, E: ct.constexpr,
-):  # fmt: skip
-    """Elements e..e+E of the states entering each chunk of (b, h) into passed[b, h] (exclusive: chunk 0 gets
-    the initial state), and the final state into final[b, h]. states and passed: (batch, nheads, nchunks, P * N)
-    views; initial and final: (batch, nheads, P * N); ends: (batch, nheads, nchunks), each chunk's total
-    log-decay. CHUNKS chunks a step, the carry between steps one (decay, state) per element."""
+def state_passing(states, ends, initial, passed, final, HAS_INITIAL: ct.constexpr, E: ct.constexpr):
+    """Elements e..e+E of the states entering each chunk of (b, h) into passed[b, h] (chunk 0 gets the initial
+    state), and the final state into final[b, h]: `H_c = exp(ends[c - 1]) * H_{c-1} + states[c - 1]`, one chunk
+    a step, each thread its own elements (a memory-bound recurrence: no exchange, no barrier). states and passed:
+    (batch, nheads, nchunks, P * N) views; initial and final: (batch, nheads, P * N); ends: (batch, nheads,
+    nchunks), each chunk's total log-decay."""
     e, b, h = ct.program_id(0) * E, ct.program_id(1), ct.program_id(2)
     size = final.shape[2] - e
     if HAS_INITIAL:
-        start = tile.load(initial[b, h], e, E, valid=size, other=0).astype(np.float32)
+        state = tile.load(initial[b, h], e, E, valid=size, other=0).astype(np.float32)
     else:
-        start = tile.zeros(E, np.float32)
-    carry = (tile.full(E, 1.0, np.float32), start)
-    nchunks = ends.shape[2]
-    for c0 in range(0, nchunks, CHUNKS):
-        left = nchunks - c0
-        s = tile.load(states[b, h], (c0, e), (CHUNKS, E), valid=(left, size), other=0)
-        decay = ct.exp(tile.load(ends[b, h], c0, CHUNKS, valid=left, other=0))
-        a = tile.broadcast_to(decay[:, None], (CHUNKS, E))
-        (_, entering), carry = tile.scan(
-            (a, s), decay_then_add, axis=0, exclusive=True, initial=carry, return_total=True
-        )
-        tile.store(passed[b, h], (c0, e), entering, valid=(left, size))
-    tile.store(final[b, h], e, carry[1], valid=size)
+        state = tile.zeros(E, np.float32)
+    for c in range(ends.shape[2]):
+        tile.store(passed[b, h, c], e, state, valid=size)
+        state = ct.exp(ends[b, h, c]) * state + tile.load(states[b, h, c], e, E, valid=size, other=0)
+    tile.store(final[b, h], e, state, valid=size)
 
 
 @ct.jit
 def chunk_scan(
-    x, z, D, B, C, dt_out, dA_cumsum, passed, out, seqlen,
+    x, z, D_rows, BT, C, dt_out, dA_cumsum, cs_rows, passedT, out, seqlen,
     HAS_D: ct.constexpr, D_PER_ROW: ct.constexpr, HAS_Z: ct.constexpr,
     L: ct.constexpr, P: ct.constexpr, N: ct.constexpr, M: ct.constexpr, K: ct.constexpr,
 ):  # fmt: skip
-    """Rows m..m+M of chunk c of (b, h) into out[b, h] (a (batch, nheads, seqlen, P) view like x and z). B, C:
-    (batch, ngroups, seqlen, N) views; passed: (batch, nchunks, nheads, P, N), the state entering each chunk."""
+    """Rows m..m+M of chunk c of (b, h) into out[b, h] (a (batch, nheads, seqlen, P) view like x and z). C:
+    (batch, ngroups, seqlen, N), BT: (batch, ngroups, N, seqlen) (B transposed) views; passedT: (batch, nchunks,
+    nheads, N, P), the state entering each chunk transposed (a view). cs_rows: dA_cumsum (batch, nheads, nchunks,
+    L) repeated along a last axis of P (stride 0), D_rows: D (nheads, P) repeated along a middle axis of M (stride
+    0): 2-D loads in the output's arrangement where a broadcast would be an exchange. The output's products
+    (M, K) @ (K, P), C's and the states' K columns at a time, then each earlier block's, all of one shape: their
+    accumulator stays in registers (`tile.dot`'s fragment)."""
     m, c, bh = ct.program_id(0) * M, ct.program_id(1), ct.program_id(2)
     b, h = bh // x.shape[1], bh % x.shape[1]
-    g = h // (x.shape[1] // B.shape[1])
+    g = h // (x.shape[1] // C.shape[1])
     t0 = c * L
     steps = min(L, seqlen - t0)
     rows = steps - m
+    acc = tile.zeros((M, P), np.float32)
+    for n in range(0, N, K):
+        cn = tile.load(C[b, g], (t0 + m, n), (M, K), valid=(rows, N - n), other=0)
+        hn = tile.load(passedT[b, c, h], (n, 0), (K, P), valid=(N - n, None), other=0).astype(cn.dtype)
+        acc = tile.dot(cn, hn, acc)
+    acc = acc * ct.exp(tile.load(cs_rows[b, h, c], (m, 0), (M, P), valid=(L - m, None), other=0))
     cs_m = tile.load(dA_cumsum[b, h, c], m, M, valid=L - m, other=0)
     cm = tile.load(C[b, g], (t0 + m, 0), (M, N), valid=(rows, None), other=0)
-    entering = tile.load(passed[b, c, h], (0, 0), (P, N)).astype(cm.dtype)
-    acc = tile.dot(cm, entering.T) * ct.exp(cs_m)[:, None]
     for k in range(0, min(m + M, steps), K):
-        bk = tile.load(B[b, g], (t0 + k, 0), (K, N), valid=(steps - k, None), other=0)
+        bk = tile.load(BT[b, g], (0, t0 + k), (N, K), valid=(None, steps - k), other=0)
         xk = tile.load(x[b, h], (t0 + k, 0), (K, P), valid=(steps - k, None), other=0)
         cs_k = tile.load(dA_cumsum[b, h, c], k, K, valid=L - k, other=0)
         dt_k = tile.load(dt_out[b, h, c], k, K, valid=L - k, other=0)
         causal = (tile.arange(M) + m)[:, None] >= (tile.arange(K) + k)[None, :]
         decay = ct.exp(ct.minimum(cs_m[:, None] - cs_k[None, :], 0.0)) * dt_k[None, :]
-        cb = ct.where(causal, tile.dot(cm, bk.T) * decay, 0.0)
+        cb = ct.where(causal, tile.dot(cm, bk) * decay, 0.0)
         acc = tile.dot(cb.astype(xk.dtype), xk, acc)
     xm = tile.load(x[b, h], (t0 + m, 0), (M, P), valid=(rows, None), other=0).astype(np.float32)
     if HAS_D:
         if D_PER_ROW:
-            acc = acc + xm * tile.load(D[h], 0, P).astype(np.float32)[None, :]
+            acc = acc + xm * tile.load(D_rows[h], (0, 0), (M, P))
         else:
-            acc = acc + xm * D[h]
+            acc = acc + xm * D_rows[h, 0, 0]
     if HAS_Z:
         zm = tile.load(z[b, h], (t0 + m, 0), (M, P), valid=(rows, None), other=0).astype(np.float32)
         acc = acc * zm * ct.sigmoid(zm)
@@ -157,9 +152,8 @@ BLOCK_K = 64
 #: puts the operands past 32 items a thread into shared memory and gains nothing (its registers, about 210 a
 #: thread at 256 threads, already keep one program a multiprocessor)
 STATE_OPERAND_BYTES = 48 * 1024
-#: state elements per `state_passing` program, and chunks per step of its scan
-BLOCK_E = 256
-BLOCK_CHUNKS = 16
+#: state elements per `state_passing` program (4 a thread: 16-byte loads of float32)
+BLOCK_E = 1024
 
 
 def mamba_chunk_scan_combined(
@@ -211,8 +205,11 @@ def mamba_chunk_scan_combined(
     )  # fmt: skip
     passed, final = pass_states(states, dA_cumsum[:, :, :, chunk_size - 1], initial_states, C.dtype, interpret)
     block_m = min(BLOCK_M, chunk_size)
+    D_rows = _expand((x if D is None else D).reshape(nheads, -1)[:, None, :], (nheads, block_m, -1))
     _program(chunk_scan, interpret)[-(-chunk_size // block_m), nchunks, batch * nheads](
-        xh, zh, x if D is None else D, Bg, Cg, dt_out, dA_cumsum, passed, outh, seqlen,
+        xh, zh, D_rows, _permute(B, (0, 2, 3, 1)), Cg, dt_out, dA_cumsum,
+        _expand(dA_cumsum[..., None], (batch, nheads, nchunks, chunk_size, headdim)),
+        _permute(passed, (0, 1, 2, 4, 3)), outh, seqlen,
         HAS_D=D is not None, D_PER_ROW=D is not None and D.ndim == 2, HAS_Z=z is not None,
         M=block_m, K=min(BLOCK_K, chunk_size), **sizes,
     )  # fmt: skip
@@ -242,7 +239,7 @@ def pass_states(states: Any, ends: Any, initial_states: Any, dtype: Any, interpr
     _program(state_passing, interpret)[-(-flat // BLOCK_E), batch, nheads](
         _permute(_reshape(states, by_chunk), (0, 2, 1, 3)), ends, initial,
         _permute(_reshape(passed, by_chunk), (0, 2, 1, 3)), _reshape(final, (batch, nheads, flat)),
-        HAS_INITIAL=initial_states is not None, CHUNKS=min(BLOCK_CHUNKS, _pow2(nchunks)), E=BLOCK_E,
+        HAS_INITIAL=initial_states is not None, E=BLOCK_E,
     )  # fmt: skip
     return passed, final
 
@@ -289,11 +286,20 @@ def _permute(a: Any, axes: tuple[int, ...]) -> Any:
     return a.permute(*axes) if callable(getattr(a, "permute", None)) else a.transpose(axes)
 
 
+def _expand(a: Any, shape: tuple[int, ...]) -> Any:
+    """A view of `a` with its axes of extent 1 repeated to `shape` (stride 0; -1 keeps an axis)."""
+    if callable(getattr(a, "expand", None)):
+        return a.expand(*shape)
+    shape = tuple(n if n != -1 else a.shape[i] for i, n in enumerate(shape))
+    return np.broadcast_to(a, shape) if isinstance(a, np.ndarray) else _cupy().broadcast_to(a, shape)
+
+
+def _cupy() -> Any:
+    import cupy
+
+    return cupy
+
+
 def _reshape(a: Any, shape: tuple[int, ...]) -> Any:
     """`a` (contiguous: a view) in `shape`; an initial state of other strides is copied."""
     return a.reshape(shape)
-
-
-def _pow2(n: int) -> int:
-    """The power of two at or above n."""
-    return 1 << max(0, n - 1).bit_length()
