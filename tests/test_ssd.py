@@ -93,6 +93,8 @@ def compiled_programs(batch=1, seqlen=512, nheads=2, P=64, N=128, L=256, dtype=B
     cs, flat = np.zeros((batch, nheads, nch, L), f32), np.zeros((batch, nheads, P * N), f32)
     by_chunk = np.zeros((batch, nheads, nch, P * N), f32)
     sizes = dict(L=L, P=P, N=N, arch="sm_90")
+    M, K = min(ssd.BLOCK_M, L), min(ssd.BLOCK_K, L)
+    cols = np.broadcast_to(cs[:, :, :, None, :], (batch, nheads, nch, M, L))
     return {
         "chunk_state": ssd.chunk_state.compile(
             x.transpose(0, 1, 3, 2), dt, A, B, A, cs, cs, np.zeros((batch, nch, nheads, P, N), f32), seqlen,
@@ -102,10 +104,10 @@ def compiled_programs(batch=1, seqlen=512, nheads=2, P=64, N=128, L=256, dtype=B
             by_chunk, cs[..., 0], flat, by_chunk.astype(dtype), flat, HAS_INITIAL=True, E=ssd.BLOCK_E, arch="sm_90",
         ),
         "chunk_scan": ssd.chunk_scan.compile(
-            x, x, np.broadcast_to(np.zeros((nheads, 1, P), f32), (nheads, ssd.BLOCK_M, P)), B.transpose(0, 1, 3, 2),
-            B, cs, cs, np.broadcast_to(cs[..., None], (*cs.shape, P)),
+            x, x, np.broadcast_to(np.zeros((nheads, 1, P), f32), (nheads, M, P)), B.transpose(0, 1, 3, 2), B,
+            np.zeros((L, L), f32), cols, cols, np.broadcast_to(cs[..., None], (*cs.shape, max(P, K))),
             np.zeros((batch, nch, nheads, P, N), dtype).transpose(0, 1, 2, 4, 3), x, seqlen,
-            HAS_D=True, D_PER_ROW=True, HAS_Z=True, M=ssd.BLOCK_M, K=ssd.BLOCK_K, **sizes,
+            HAS_D=True, D_PER_ROW=True, HAS_Z=True, M=M, K=K, **sizes,
         ),
     }  # fmt: skip
 
@@ -120,7 +122,7 @@ def test_programs_compile_to_cubins():
     registers = "BLAS execute (registers"  # the accumulator in registers: no exchange, one barrier a product
     assert "dot 64x128x64 bf16*bf16->f32" in state and registers in state and "transpose" not in state
     assert programs["state_passing"].shared_bytes == 0 and "exchange" not in passing  # each thread its elements
-    assert scan.count(registers) == 2 and "transpose" not in scan  # C @ H and each block's @ x; C @ B^T: shared
+    assert scan.count(registers) == 3 and "transpose" not in scan and "broadcast" not in scan
 
 
 # ----- GPU ---------------------------------------------------------------------------------------------------

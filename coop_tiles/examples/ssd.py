@@ -99,17 +99,19 @@ def state_passing(states, ends, initial, passed, final, HAS_INITIAL: ct.constexp
 
 @ct.jit
 def chunk_scan(
-    x, z, D_rows, BT, C, dt_out, dA_cumsum, cs_rows, passedT, out, seqlen,
+    x, z, D_rows, BT, C, causal, dt_cols, cs_cols, cs_rows, passedT, out, seqlen,
     HAS_D: ct.constexpr, D_PER_ROW: ct.constexpr, HAS_Z: ct.constexpr,
     L: ct.constexpr, P: ct.constexpr, N: ct.constexpr, M: ct.constexpr, K: ct.constexpr,
 ):  # fmt: skip
     """Rows m..m+M of chunk c of (b, h) into out[b, h] (a (batch, nheads, seqlen, P) view like x and z). C:
     (batch, ngroups, seqlen, N), BT: (batch, ngroups, N, seqlen) (B transposed) views; passedT: (batch, nchunks,
-    nheads, N, P), the state entering each chunk transposed (a view). cs_rows: dA_cumsum (batch, nheads, nchunks,
-    L) repeated along a last axis of P (stride 0), D_rows: D (nheads, P) repeated along a middle axis of M (stride
-    0): 2-D loads in the output's arrangement where a broadcast would be an exchange. The output's products
-    (M, K) @ (K, P), C's and the states' K columns at a time, then each earlier block's, all of one shape: their
-    accumulator stays in registers (`tile.dot`'s fragment)."""
+    nheads, N, P), the state entering each chunk transposed (a view). Every per-row or per-column factor is a 2-D
+    load from a view that repeats a vector (stride 0), where a broadcast would be an exchange: cs_rows, dA_cumsum
+    (batch, nheads, nchunks, L) repeated along a last axis (at least P and K wide), cs_cols and dt_cols, dA_cumsum
+    and dt' repeated along a next-to-last axis of M, D_rows, D (nheads, P) repeated along a middle axis of M; and
+    causal (L, L) is 0 on and below the diagonal, -inf above. So the products' results stay in registers
+    (`tile.dot`'s fragment): C B^T's, and the output's, all (M, K) @ (K, P) (C and the states K columns at a
+    time, then each earlier block's)."""
     m, c, bh = ct.program_id(0) * M, ct.program_id(1), ct.program_id(2)
     b, h = bh // x.shape[1], bh % x.shape[1]
     g = h // (x.shape[1] // C.shape[1])
@@ -122,16 +124,15 @@ def chunk_scan(
         hn = tile.load(passedT[b, c, h], (n, 0), (K, P), valid=(N - n, None), other=0).astype(cn.dtype)
         acc = tile.dot(cn, hn, acc)
     acc = acc * ct.exp(tile.load(cs_rows[b, h, c], (m, 0), (M, P), valid=(L - m, None), other=0))
-    cs_m = tile.load(dA_cumsum[b, h, c], m, M, valid=L - m, other=0)
     cm = tile.load(C[b, g], (t0 + m, 0), (M, N), valid=(rows, None), other=0)
     for k in range(0, min(m + M, steps), K):
         bk = tile.load(BT[b, g], (0, t0 + k), (N, K), valid=(None, steps - k), other=0)
         xk = tile.load(x[b, h], (t0 + k, 0), (K, P), valid=(steps - k, None), other=0)
-        cs_k = tile.load(dA_cumsum[b, h, c], k, K, valid=L - k, other=0)
-        dt_k = tile.load(dt_out[b, h, c], k, K, valid=L - k, other=0)
-        causal = (tile.arange(M) + m)[:, None] >= (tile.arange(K) + k)[None, :]
-        decay = ct.exp(ct.minimum(cs_m[:, None] - cs_k[None, :], 0.0)) * dt_k[None, :]
-        cb = ct.where(causal, tile.dot(cm, bk) * decay, 0.0)
+        cs_m = tile.load(cs_rows[b, h, c], (m, 0), (M, K), valid=(L - m, None), other=0)
+        cs_k = tile.load(cs_cols[b, h, c], (0, k), (M, K), valid=(None, L - k), other=0)
+        dt_k = tile.load(dt_cols[b, h, c], (0, k), (M, K), valid=(None, L - k), other=0)
+        above = tile.load(causal, (m, k), (M, K), valid=(L - m, L - k), other=0)
+        cb = tile.dot(cm, bk) * (ct.exp(ct.minimum(cs_m - cs_k, 0.0) + above) * dt_k)
         acc = tile.dot(cb.astype(xk.dtype), xk, acc)
     xm = tile.load(x[b, h], (t0 + m, 0), (M, P), valid=(rows, None), other=0).astype(np.float32)
     if HAS_D:
@@ -206,12 +207,15 @@ def mamba_chunk_scan_combined(
     passed, final = pass_states(states, dA_cumsum[:, :, :, chunk_size - 1], initial_states, C.dtype, interpret)
     block_m = min(BLOCK_M, chunk_size)
     D_rows = _expand((x if D is None else D).reshape(nheads, -1)[:, None, :], (nheads, block_m, -1))
+    block_k = min(BLOCK_K, chunk_size)
+    by_step = (batch, nheads, nchunks, block_m, chunk_size)
     _program(chunk_scan, interpret)[-(-chunk_size // block_m), nchunks, batch * nheads](
-        xh, zh, D_rows, _permute(B, (0, 2, 3, 1)), Cg, dt_out, dA_cumsum,
-        _expand(dA_cumsum[..., None], (batch, nheads, nchunks, chunk_size, headdim)),
+        xh, zh, D_rows, _permute(B, (0, 2, 3, 1)), Cg, _causal_bias(x, chunk_size),
+        _expand(dt_out[:, :, :, None, :], by_step), _expand(dA_cumsum[:, :, :, None, :], by_step),
+        _expand(dA_cumsum[..., None], (batch, nheads, nchunks, chunk_size, max(headdim, block_k))),
         _permute(passed, (0, 1, 2, 4, 3)), outh, seqlen,
         HAS_D=D is not None, D_PER_ROW=D is not None and D.ndim == 2, HAS_Z=z is not None,
-        M=block_m, K=min(BLOCK_K, chunk_size), **sizes,
+        M=block_m, K=block_k, **sizes,
     )  # fmt: skip
     return (out, final) if return_final_states else out
 
@@ -292,6 +296,19 @@ def _expand(a: Any, shape: tuple[int, ...]) -> Any:
         return a.expand(*shape)
     shape = tuple(n if n != -1 else a.shape[i] for i, n in enumerate(shape))
     return np.broadcast_to(a, shape) if isinstance(a, np.ndarray) else _cupy().broadcast_to(a, shape)
+
+
+def _causal_bias(like: Any, n: int) -> Any:
+    """(n, n) float32 of like's library and device: 0 on and below the diagonal, -inf above (exp: the mask)."""
+    if isinstance(like, np.ndarray):
+        return np.triu(np.full((n, n), -np.inf, np.float32), 1)
+    if callable(getattr(like, "expand", None)):
+        import torch
+
+        return torch.full((n, n), float("-inf"), dtype=torch.float32, device=like.device).triu(1)
+    cp = _cupy()
+    with cp.cuda.Device(like.device.id):
+        return cp.triu(cp.full((n, n), -cp.inf, cp.float32), 1)
 
 
 def _cupy() -> Any:
