@@ -19,8 +19,9 @@ chunk:
    elements, a memory-bound loop with no exchange (as Mamba's `_state_passing_fwd`):
 
        for c in range(nchunks):
+           own = tile.load(states[b, h, c], e, E, valid=size, other=0)
            tile.store(passed[b, h, c], e, state, valid=size)
-           state = ct.exp(ends[b, h, c]) * state + tile.load(states[b, h, c], e, E, valid=size, other=0)
+           state = ct.exp(ends[b, h, c]) * state + own
 
 3. **The output**: inside the chunk a causal, decayed attention-like product, `((C B^T) * exp(cs_l - cs_s) * dt_s,
    for s <= l) @ X`, plus the entering state's contribution `(C H_c^T) * exp(cs_l)`, then D and the z gate. Two

@@ -92,8 +92,9 @@ def state_passing(states, ends, initial, passed, final, HAS_INITIAL: ct.constexp
     else:
         state = tile.zeros(E, np.float32)
     for c in range(ends.shape[2]):
+        own = tile.load(states[b, h, c], e, E, valid=size, other=0)  # (issued before the barrier the store needs)
         tile.store(passed[b, h, c], e, state, valid=size)
-        state = ct.exp(ends[b, h, c]) * state + tile.load(states[b, h, c], e, E, valid=size, other=0)
+        state = ct.exp(ends[b, h, c]) * state + own
     tile.store(final[b, h], e, state, valid=size)
 
 
