@@ -180,8 +180,11 @@ def ssd_lines(rows: list[dict]) -> list[str]:
         "dt_bias; softplus on; no z, no initial states). Mamba's is its own `mamba_ssm/ops/triton/ssd_combined.py` "
         "(five Triton kernels: chunk cumsum, chunk state, state passing, C·B^T, chunk scan), run from a git-ignored "
         "copy (benchmarks/_mamba_triton.py); coop_tiles': `coop_tiles.examples.mamba_chunk_scan_combined`, three "
-        "tile programs (chunk cumsum and state with `tile.dot`; the state passing as one scan of (decay, state) "
-        "pairs along the chunks; the chunk scan). *Mamba / coop* above 1: coop_tiles faster.",
+        "tile programs (chunk cumsum and state with `tile.dot`, K steps at a time; the state passing, a loop over "
+        "the chunks per block of state elements; the chunk scan, C·B^T and its products in one program, every "
+        "`tile.dot`'s result in registers). *Mamba / coop* above 1: coop_tiles faster. The state passing moves "
+        "(4 + 2) bytes per state element and chunk: Mamba's already runs near the memory's rate, which bounds "
+        "any implementation's gain over it.",
         f"Correct: out of the first {CHECKED_BATCH} batch row(s) against a float64 PyTorch reference of Mamba's "
         f"chunked equations, its largest error over the reference's largest magnitude at most {SSD_TOLERANCE:g} "
         "(the errors in brackets). The state passing alone: `pass_states` against `_state_passing_fwd` on the same "
