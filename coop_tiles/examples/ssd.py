@@ -207,7 +207,7 @@ def mamba_chunk_scan_combined(
     )  # fmt: skip
     passed, final = pass_states(states, dA_cumsum[:, :, :, chunk_size - 1], initial_states, C.dtype, interpret)
     block_m = min(BLOCK_M, chunk_size)
-    D_rows = _expand((x if D is None else D).reshape(nheads, -1)[:, None, :], (nheads, block_m, -1))
+    D_rows = _expand((A if D is None else D).reshape(nheads, -1)[:, None, :], (nheads, block_m, -1))
     block_k = min(BLOCK_K, chunk_size)
     by_step = (batch, nheads, nchunks, block_m, chunk_size)
     _program(chunk_scan, interpret)[-(-chunk_size // block_m), nchunks, batch * nheads](
