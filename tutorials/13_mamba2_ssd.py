@@ -31,10 +31,11 @@ chunk:
     Mamba's Triton (ssd_combined.py)                      coop_tiles.examples.ssd
     _chunk_cumsum_fwd + _chunk_state_fwd (2 kernels)      chunk_state: tile.scan, tile.dot
     _state_passing_fwd (a loop over the chunks)           state_passing: a loop over the chunks
-    _bmm_chunk_fwd + _chunk_scan_fwd (2 kernels)          chunk_scan: tile.dot (C B^T, then @ X) in one program
+    _bmm_chunk_fwd (C B^T per group)                      chunk_cb: tile.dot, once per group
+    _chunk_scan_fwd                                       chunk_scan: tile.dot (C H^T, then each block @ X)
 
 The drop-in `coop_tiles.examples.mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D, z, dt_bias,
-dt_softplus, initial_states, return_final_states=...)` launches the three; below it runs at a small shape (in the
+dt_softplus, initial_states, return_final_states=...)` launches the four; below it runs at a small shape (in the
 interpreter without a GPU) and is checked against the step-by-step recurrence in float64 NumPy.
 
     python tutorials/13_mamba2_ssd.py

@@ -179,10 +179,10 @@ def ssd_lines(rows: list[dict]) -> list[str]:
         "The forward with the arguments `mamba2.Mamba2` passes (bfloat16 x, dt, B, C; float32 A, D per head, "
         "dt_bias; softplus on; no z, no initial states). Mamba's is its own `mamba_ssm/ops/triton/ssd_combined.py` "
         "(five Triton kernels: chunk cumsum, chunk state, state passing, C·B^T, chunk scan), run from a git-ignored "
-        "copy (benchmarks/_mamba_triton.py); coop_tiles': `coop_tiles.examples.mamba_chunk_scan_combined`, three "
+        "copy (benchmarks/_mamba_triton.py); coop_tiles': `coop_tiles.examples.mamba_chunk_scan_combined`, four "
         "tile programs (chunk cumsum and state with `tile.dot`, K steps at a time; the state passing, a loop over "
-        "the chunks per block of state elements; the chunk scan, C·B^T and its products in one program, every "
-        "`tile.dot`'s result in registers). *Mamba / coop* above 1: coop_tiles faster. The state passing moves "
+        "the chunks per block of state elements; C·B^T once per group; the chunk scan; every `tile.dot`'s result "
+        "in registers). *Mamba / coop* above 1: coop_tiles faster. The state passing moves "
         "(4 + 2) bytes per state element and chunk: Mamba's already runs near the memory's rate, which bounds "
         "any implementation's gain over it.",
         f"Correct: out of the first {CHECKED_BATCH} batch row(s) against a float64 PyTorch reference of Mamba's "

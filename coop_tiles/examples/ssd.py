@@ -1,4 +1,4 @@
-"""Mamba-2's SSD chunked scan forward (`mamba_chunk_scan_combined`) as three tile programs, and its host entry point.
+"""Mamba-2's SSD chunked scan forward (`mamba_chunk_scan_combined`) as four tile programs, and its host entry point.
 
 For batch b, head h (reading group g = h // (nheads // ngroups) of B and C), time t, row p of the head and state
 n, with dt' = max(softplus(dt + dt_bias), 0) (bias and softplus optional) and a_t = exp(A[h] * dt'_t):
@@ -17,10 +17,12 @@ The sequence is cut into chunks of L steps; with cs_t the cumsum of A * dt' insi
    a loop over the chunks, each thread its own elements (as Mamba's `_state_passing_fwd`: memory-bound, its
    loads independent of the recurrence; a scan of (decay, state) pairs along the chunks exchanged every tile
    through shared memory and ran at a fifth of Mamba's speed on an H100).
-3. `chunk_scan`, one program per (block of M rows of a chunk, chunk, batch * head): the output rows,
+3. `chunk_cb`, one program per (block of M rows of a chunk, chunk, batch * group): C B^T inside the chunk, on and
+   below the diagonal, once per group (as Mamba's `_bmm_chunk_fwd`; every head of the group reads it).
+4. `chunk_scan`, one program per (block of M rows of a chunk, chunk, batch * head): the output rows,
    `(C_m @ H_c.T) * exp(cs_m)[:, None]` plus, for each block k of earlier-or-equal rows,
-   `((C_m @ B_k.T) * exp(cs_m[:, None] - cs_k[None, :]) * dt'_k, causal) @ x_k`, then D and the z gate; H_c.T
-   and B_k.T read from transposed views, the products' results in registers.
+   `((C B^T)_mk * exp(cs_m[:, None] - cs_k[None, :]) * dt'_k, causal) @ x_k`, then D and the z gate; H_c.T read
+   from a transposed view, the factors from stride-0 views, the products' accumulator in registers.
 
 As in Mamba, the states between chunks are kept in C's dtype and the final states in float32; the products run
 in x's dtype with float32 accumulation.
@@ -99,20 +101,35 @@ def state_passing(states, ends, initial, passed, final, HAS_INITIAL: ct.constexp
 
 
 @ct.jit
+def chunk_cb(C, BT, cb, seqlen, L: ct.constexpr, N: ct.constexpr, M: ct.constexpr, K: ct.constexpr):
+    """Rows m..m+M of C_c B_c^T for chunk c of (b, g) into cb[b, c, g] ((batch, nchunks, ngroups, L, L), float32),
+    the (M, K) blocks on and below the diagonal that `chunk_scan` reads (once per group, not per head). C:
+    (batch, ngroups, seqlen, N), BT: (batch, ngroups, N, seqlen) (B transposed) views."""
+    m, c, bg = ct.program_id(0) * M, ct.program_id(1), ct.program_id(2)
+    b, g = bg // C.shape[1], bg % C.shape[1]
+    t0 = c * L
+    steps = min(L, seqlen - t0)
+    cm = tile.load(C[b, g], (t0 + m, 0), (M, N), valid=(steps - m, None), other=0)
+    for k in range(0, min(m + M, steps), K):
+        bk = tile.load(BT[b, g], (0, t0 + k), (N, K), valid=(None, steps - k), other=0)
+        tile.store(cb[b, c, g], (m, k), tile.dot(cm, bk), valid=(L - m, L - k))
+
+
+@ct.jit
 def chunk_scan(
-    x, z, D_rows, BT, C, causal, dt_cols, cs_cols, cs_rows, passedT, out, seqlen,
+    x, z, D_rows, cb, C, causal, dt_cols, cs_cols, cs_rows, passedT, out, seqlen,
     HAS_D: ct.constexpr, D_PER_ROW: ct.constexpr, HAS_Z: ct.constexpr,
     L: ct.constexpr, P: ct.constexpr, N: ct.constexpr, M: ct.constexpr, K: ct.constexpr,
 ):  # fmt: skip
     """Rows m..m+M of chunk c of (b, h) into out[b, h] (a (batch, nheads, seqlen, P) view like x and z). C:
-    (batch, ngroups, seqlen, N), BT: (batch, ngroups, N, seqlen) (B transposed) views; passedT: (batch, nchunks,
-    nheads, N, P), the state entering each chunk transposed (a view). Every per-row or per-column factor is a 2-D
-    load from a view that repeats a vector (stride 0), where a broadcast would be an exchange: cs_rows, dA_cumsum
-    (batch, nheads, nchunks, L) repeated along a last axis (at least P and K wide), cs_cols and dt_cols, dA_cumsum
-    and dt' repeated along a next-to-last axis of M, D_rows, D (nheads, P) repeated along a middle axis of M; and
-    causal (L, L) is 0 on and below the diagonal, -inf above. So the products' results stay in registers
-    (`tile.dot`'s fragment): C B^T's, and the output's, all (M, K) @ (K, P) (C and the states K columns at a
-    time, then each earlier block's)."""
+    (batch, ngroups, seqlen, N); cb: (batch, nchunks, ngroups, L, L), C B^T of each chunk (`chunk_cb`); passedT:
+    (batch, nchunks, nheads, N, P), the state entering each chunk transposed (a view). Every per-row or
+    per-column factor is a 2-D load from a view that repeats a vector (stride 0), where a broadcast would be an
+    exchange: cs_rows, dA_cumsum (batch, nheads, nchunks, L) repeated along a last axis (at least P and K wide),
+    cs_cols and dt_cols, dA_cumsum and dt' repeated along a next-to-last axis of M, D_rows, D (nheads, P)
+    repeated along a middle axis of M; and causal (L, L) is 0 on and below the diagonal, -inf above. So the
+    products into the output, all (M, K) @ (K, P) (C and the states K columns at a time, then each earlier
+    block's), keep their accumulator in registers (`tile.dot`'s fragment)."""
     m, c, bh = ct.program_id(0) * M, ct.program_id(1), ct.program_id(2)
     b, h = bh // x.shape[1], bh % x.shape[1]
     g = h // (x.shape[1] // C.shape[1])
@@ -125,16 +142,15 @@ def chunk_scan(
         hn = tile.load(passedT[b, c, h], (n, 0), (K, P), valid=(N - n, None), other=0).astype(cn.dtype)
         acc = tile.dot(cn, hn, acc)
     acc = acc * ct.exp(tile.load(cs_rows[b, h, c], (m, 0), (M, P), valid=(L - m, None), other=0))
-    cm = tile.load(C[b, g], (t0 + m, 0), (M, N), valid=(rows, None), other=0)
     for k in range(0, min(m + M, steps), K):
-        bk = tile.load(BT[b, g], (0, t0 + k), (N, K), valid=(None, steps - k), other=0)
         xk = tile.load(x[b, h], (t0 + k, 0), (K, P), valid=(steps - k, None), other=0)
         cs_m = tile.load(cs_rows[b, h, c], (m, 0), (M, K), valid=(L - m, None), other=0)
         cs_k = tile.load(cs_cols[b, h, c], (0, k), (M, K), valid=(None, L - k), other=0)
         dt_k = tile.load(dt_cols[b, h, c], (0, k), (M, K), valid=(None, L - k), other=0)
         above = tile.load(causal, (m, k), (M, K), valid=(L - m, L - k), other=0)
-        cb = tile.dot(cm, bk) * (ct.exp(ct.minimum(cs_m - cs_k, 0.0) + above) * dt_k)
-        acc = tile.dot(cb.astype(xk.dtype), xk, acc)
+        cb_k = tile.load(cb[b, c, g], (m, k), (M, K), valid=(L - m, L - k), other=0)
+        weights = cb_k * (ct.exp(ct.minimum(cs_m - cs_k, 0.0) + above) * dt_k)
+        acc = tile.dot(weights.astype(xk.dtype), xk, acc)
     xm = tile.load(x[b, h], (t0 + m, 0), (M, P), valid=(rows, None), other=0).astype(np.float32)
     if HAS_D:
         if D_PER_ROW:
@@ -210,8 +226,13 @@ def mamba_chunk_scan_combined(
     D_rows = _expand((A if D is None else D).reshape(nheads, -1)[:, None, :], (nheads, block_m, -1))
     block_k = min(BLOCK_K, chunk_size)
     by_step = (batch, nheads, nchunks, block_m, chunk_size)
+    ngroups = B.shape[2]
+    cb = empty_like(x, (batch, nchunks, ngroups, chunk_size, chunk_size), f32)
+    _program(chunk_cb, interpret)[-(-chunk_size // block_m), nchunks, batch * ngroups](
+        Cg, _permute(B, (0, 2, 3, 1)), cb, seqlen, L=chunk_size, N=dstate, M=block_m, K=block_k
+    )
     _program(chunk_scan, interpret)[-(-chunk_size // block_m), nchunks, batch * nheads](
-        xh, zh, D_rows, _permute(B, (0, 2, 3, 1)), Cg, _causal_bias(x, chunk_size),
+        xh, zh, D_rows, cb, Cg, _causal_bias(x, chunk_size),
         _expand(dt_out[:, :, :, None, :], by_step), _expand(dA_cumsum[:, :, :, None, :], by_step),
         _expand(dA_cumsum[..., None], (batch, nheads, nchunks, chunk_size, max(headdim, block_k))),
         _permute(passed, (0, 1, 2, 4, 3)), outh, seqlen,
@@ -249,7 +270,7 @@ def pass_states(states: Any, ends: Any, initial_states: Any, dtype: Any, interpr
     return passed, final
 
 
-_INTERPRETING = {k: ct.jit(k.fn, interpret=True) for k in (chunk_state, state_passing, chunk_scan)}
+_INTERPRETING = {k: ct.jit(k.fn, interpret=True) for k in (chunk_state, state_passing, chunk_cb, chunk_scan)}
 
 
 def _program(kernel: ct.JITFunction, interpret: bool) -> ct.JITFunction:
