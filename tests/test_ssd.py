@@ -1,5 +1,5 @@
 """Mamba-2's chunked scan forward (coop_tiles.examples.mamba_chunk_scan_combined): the interpreter against the
-float64 step-by-step recurrence (tests/ssm_references.py) with every option, its argument checks, the three
+float64 step-by-step recurrence (tests/ssm_references.py) with every option, its argument checks, the four
 programs compiled to sm_90 cubins, and on the GPU against the same reference (and Mamba's own Triton function when
 benchmarks/.mamba/triton holds it) at Mamba's tolerances."""
 
@@ -84,27 +84,32 @@ def test_argument_checks():
 needs_mathdx = pytest.mark.skipif(not mathdx.available(), reason="libmathdx (nvidia-libmathdx-cu13) not installed")
 
 
-def compiled_programs(batch=1, seqlen=512, nheads=2, P=64, N=128, L=256) -> dict:
-    """The three programs compiled to sm_90 for bfloat16 at the benchmark's headdim, dstate and chunk."""
-    f32, bf = np.float32, BF16
+def compiled_programs(batch=1, seqlen=512, nheads=2, P=64, N=128, L=256, dtype=BF16) -> dict:
+    """The four programs compiled to sm_90 for `dtype` at the benchmark's headdim, dstate and chunk."""
+    f32 = np.float32
     nch = -(-seqlen // L)
-    x, B = np.zeros((batch, nheads, seqlen, P), bf), np.zeros((batch, 1, seqlen, N), bf)
+    x, B = np.zeros((batch, nheads, seqlen, P), dtype), np.zeros((batch, 1, seqlen, N), dtype)
     dt, A = np.zeros((batch, nheads, seqlen), f32), np.zeros(nheads, f32)
     cs, flat = np.zeros((batch, nheads, nch, L), f32), np.zeros((batch, nheads, P * N), f32)
     by_chunk = np.zeros((batch, nheads, nch, P * N), f32)
     sizes = dict(L=L, P=P, N=N, arch="sm_90")
+    M, K = min(ssd.BLOCK_M, L), min(ssd.BLOCK_K, L)
+    cols = np.broadcast_to(cs[:, :, :, None, :], (batch, nheads, nch, M, L))
+    cb = np.zeros((batch, nch, 1, L, L), f32)
     return {
         "chunk_state": ssd.chunk_state.compile(
-            x, dt, A, B, A, cs, cs, np.zeros((batch, nch, nheads, P, N), f32), seqlen,
-            HAS_DT_BIAS=True, SOFTPLUS=True, **sizes,
+            x.transpose(0, 1, 3, 2), dt, A, B, A, cs, cs, np.zeros((batch, nch, nheads, P, N), f32), seqlen,
+            HAS_DT_BIAS=True, SOFTPLUS=True, K=ssd.state_block(L, P, N, np.dtype(dtype).itemsize), **sizes,
         ),
         "state_passing": ssd.state_passing.compile(
-            by_chunk, cs[..., 0], flat, by_chunk.astype(bf), flat,
-            HAS_INITIAL=True, CHUNKS=ssd.BLOCK_CHUNKS, E=ssd.BLOCK_E, arch="sm_90",
+            by_chunk, cs[..., 0], flat, by_chunk.astype(dtype), flat, HAS_INITIAL=True, E=ssd.BLOCK_E, arch="sm_90",
         ),
+        "chunk_cb": ssd.chunk_cb.compile(B, B.transpose(0, 1, 3, 2), cb, seqlen, L=L, N=N, M=M, K=K, arch="sm_90"),
         "chunk_scan": ssd.chunk_scan.compile(
-            x, x, np.zeros((nheads, P), f32), B, B, cs, cs, np.zeros((batch, nch, nheads, P, N), bf), x, seqlen,
-            HAS_D=True, D_PER_ROW=True, HAS_Z=True, M=ssd.BLOCK_M, K=ssd.BLOCK_K, **sizes,
+            x, x, np.broadcast_to(np.zeros((nheads, 1, P), f32), (nheads, M, P)), cb, B,
+            np.zeros((L, L), f32), cols, cols, np.broadcast_to(cs[..., None], (*cs.shape, max(P, K))),
+            np.zeros((batch, nch, nheads, P, N), dtype).transpose(0, 1, 2, 4, 3), x, seqlen,
+            HAS_D=True, D_PER_ROW=True, HAS_Z=True, M=M, K=K, **sizes,
         ),
     }  # fmt: skip
 
@@ -114,10 +119,13 @@ def test_programs_compile_to_cubins():
     programs = compiled_programs()
     for name, k in programs.items():
         assert len(k.cubin) > 0, name
-    assert programs["chunk_state"].local_memory_bytes() == 0 and programs["state_passing"].local_memory_bytes() == 0
-    assert "dot 64x128x256 bf16*bf16->f32" in str(programs["chunk_state"].plan)
-    assert "decay_then_add] axis=1: thread-sequential" in str(programs["state_passing"].plan)  # each thread a column
-    assert "dot 64x64x64 bf16*bf16->f32" in str(programs["chunk_scan"].plan)
+    assert all(k.local_memory_bytes() == 0 for k in programs.values())
+    state, passing, scan = (str(programs[k].plan) for k in ("chunk_state", "state_passing", "chunk_scan"))
+    registers = "BLAS execute (registers"  # the accumulator in registers: no exchange, one barrier a product
+    assert "dot 64x128x64 bf16*bf16->f32" in state and registers in state and "transpose" not in state
+    assert programs["state_passing"].shared_bytes == 0 and "exchange" not in passing  # each thread its elements
+    assert scan.count(registers) == 2 and "transpose" not in scan and "broadcast" not in scan
+    assert "dot 64x64x128 bf16*bf16->f32" in str(programs["chunk_cb"].plan)
 
 
 # ----- GPU ---------------------------------------------------------------------------------------------------

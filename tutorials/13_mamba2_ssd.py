@@ -10,31 +10,32 @@ turns most of the work into matrix products (the "state space duality"). With cs
 chunk:
 
 1. **The chunk's own state** (what the chunk would leave from a zero state): `S_c = X^T diag(exp(cs_last - cs)
-   * dt) B`, one (headdim, L) @ (L, dstate) product. `tile.scan(dt * A, return_total=True)` gives cs and its
-   last value; `tile.dot(scaled.T, b)` the product (a block GEMM of cuBLASDx on the GPU; `.T` costs no copy).
+   * dt) B`, a (headdim, L) @ (L, dstate) product, taken K steps at a time: `tile.scan(dt * A,
+   return_total=True)` gives a block's cs and total, and `state = tile.dot(scaled, b, state * ct.exp(total))`
+   decays the state over the block and adds the block's product (a block GEMM of cuBLASDx on the GPU, its
+   accumulator in registers; `scaled` is X^T's block, loaded from a transposed view of x).
 2. **The states between chunks**: `H_c = exp(cs_last of c-1) * H_{c-1} + S_{c-1}`, a linear recurrence over the
-   chunks, one per state element. Mamba's `_state_passing_fwd` walks the chunks one after another; here it is one
-   exclusive scan along the chunk axis of a 2-D tile (chunks, state elements) with a `@ct.combine` of
-   (decay, state) pairs, its `initial` the initial state and its `total` the final state:
+   chunks, one per state element, independent between elements: each thread walks the chunks for its own
+   elements, a memory-bound loop with no exchange (as Mamba's `_state_passing_fwd`):
 
-       @ct.combine
-       def decay_then_add(a_l, s_l, a_r, s_r):
-           return a_r * a_l, a_r * s_l + s_r
-
-       (_, entering), carry = tile.scan((a, s), decay_then_add, axis=0, exclusive=True, initial=carry,
-                                        return_total=True)
+       for c in range(nchunks):
+           own = tile.load(states[b, h, c], e, E, valid=size, other=0)
+           tile.store(passed[b, h, c], e, state, valid=size)
+           state = ct.exp(ends[b, h, c]) * state + own
 
 3. **The output**: inside the chunk a causal, decayed attention-like product, `((C B^T) * exp(cs_l - cs_s) * dt_s,
    for s <= l) @ X`, plus the entering state's contribution `(C H_c^T) * exp(cs_l)`, then D and the z gate. Two
-   `tile.dot`s per block of earlier rows, the mask and the decay element-wise on the (M, K) block in between.
+   `tile.dot`s per block of earlier rows, the mask and the decay element-wise on the (M, K) block in between;
+   every product into the output of one shape, so that its accumulator stays in registers.
 
     Mamba's Triton (ssd_combined.py)                      coop_tiles.examples.ssd
     _chunk_cumsum_fwd + _chunk_state_fwd (2 kernels)      chunk_state: tile.scan, tile.dot
-    _state_passing_fwd (a loop over the chunks)           state_passing: one tile.scan of (decay, state) pairs
-    _bmm_chunk_fwd + _chunk_scan_fwd (2 kernels)          chunk_scan: tile.dot (C B^T, then @ X) in one program
+    _state_passing_fwd (a loop over the chunks)           state_passing: a loop over the chunks
+    _bmm_chunk_fwd (C B^T per group)                      chunk_cb: tile.dot, once per group
+    _chunk_scan_fwd                                       chunk_scan: tile.dot (C H^T, then each block @ X)
 
 The drop-in `coop_tiles.examples.mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D, z, dt_bias,
-dt_softplus, initial_states, return_final_states=...)` launches the three; below it runs at a small shape (in the
+dt_softplus, initial_states, return_final_states=...)` launches the four; below it runs at a small shape (in the
 interpreter without a GPU) and is checked against the step-by-step recurrence in float64 NumPy.
 
     python tutorials/13_mamba2_ssd.py

@@ -1,4 +1,4 @@
-"""Mamba-2's SSD chunked scan forward (`mamba_chunk_scan_combined`) as three tile programs, and its host entry point.
+"""Mamba-2's SSD chunked scan forward (`mamba_chunk_scan_combined`) as four tile programs, and its host entry point.
 
 For batch b, head h (reading group g = h // (nheads // ngroups) of B and C), time t, row p of the head and state
 n, with dt' = max(softplus(dt + dt_bias), 0) (bias and softplus optional) and a_t = exp(A[h] * dt'_t):
@@ -8,15 +8,21 @@ n, with dt' = max(softplus(dt + dt_bias), 0) (bias and softplus optional) and a_
 
 The sequence is cut into chunks of L steps; with cs_t the cumsum of A * dt' inside a chunk (`dA_cumsum`):
 
-1. `chunk_state`, one program per (chunk, batch, head): dt' and its scaled cumsum (`tile.scan`), and the state
-   the chunk alone leaves, `S_c = (x * (exp(cs_last - cs) * dt')[:, None]).T @ B` (`tile.dot`, (P, L) @ (L, N)).
+1. `chunk_state`, one program per (chunk, batch, head): dt', its scaled cumsum (`tile.scan`) and the state the
+   chunk alone leaves, `S_c = (x * (exp(cs_last - cs) * dt')[:, None]).T @ B`, K steps at a time: the state at a
+   block's end is the previous one decayed over the block plus the block's (P, K) @ (K, N) product (`tile.dot`
+   with a loop-carried accumulator, in registers; x read transposed from memory).
 2. `state_passing`, one program per (block of E state elements, batch, head): the states entering each chunk,
-   `H_c = exp(cs_last of c-1) * H_{c-1} + S_{c-1}`, as one exclusive scan along the chunks of a 2-D tile
-   (chunks, E) with a `@ct.combine` of (decay, state) pairs, seeded with the initial state; its total is the
-   final state. No program walks the chunks one after another (Mamba's `_state_passing_fwd` does).
-3. `chunk_scan`, one program per (block of M rows of a chunk, chunk, batch * head): the output rows,
+   `H_c = exp(cs_last of c-1) * H_{c-1} + S_{c-1}`, seeded with the initial state, the last one the final state:
+   a loop over the chunks, each thread its own elements (as Mamba's `_state_passing_fwd`: memory-bound, its
+   loads independent of the recurrence; a scan of (decay, state) pairs along the chunks exchanged every tile
+   through shared memory and ran at a fifth of Mamba's speed on an H100).
+3. `chunk_cb`, one program per (block of M rows of a chunk, chunk, batch * group): C B^T inside the chunk, on and
+   below the diagonal, once per group (as Mamba's `_bmm_chunk_fwd`; every head of the group reads it).
+4. `chunk_scan`, one program per (block of M rows of a chunk, chunk, batch * head): the output rows,
    `(C_m @ H_c.T) * exp(cs_m)[:, None]` plus, for each block k of earlier-or-equal rows,
-   `((C_m @ B_k.T) * exp(cs_m[:, None] - cs_k[None, :]) * dt'_k, causal) @ x_k`, then D and the z gate.
+   `((C B^T)_mk * exp(cs_m[:, None] - cs_k[None, :]) * dt'_k, causal) @ x_k`, then D and the z gate; H_c.T read
+   from a transposed view, the factors from stride-0 views, the products' accumulator in registers.
 
 As in Mamba, the states between chunks are kept in C's dtype and the final states in float32; the products run
 in x's dtype with float32 accumulation.
@@ -34,101 +40,123 @@ from coop_tiles import tile
 from ._arrays import empty_like
 
 
-@ct.combine
-def decay_then_add(a_l, s_l, a_r, s_r):
-    """(decay, state) pairs: the later pair's decay applied to the earlier state, then its state added."""
-    return a_r * a_l, a_r * s_l + s_r
-
-
-@ct.jit
-def chunk_state(
-    x, dt, A, B, dt_bias, dt_out, dA_cumsum, states, seqlen,
-    HAS_DT_BIAS: ct.constexpr, SOFTPLUS: ct.constexpr, L: ct.constexpr, P: ct.constexpr, N: ct.constexpr,
-):  # fmt: skip
-    """Chunk c of (b, h): dt' and cs into dt_out[b, h, c] and dA_cumsum[b, h, c] ((batch, nheads, nchunks, L)),
-    the chunk's own state into states[b, c, h] ((batch, nchunks, nheads, P, N), float32). x: (batch, nheads,
-    seqlen, P), dt: (batch, nheads, seqlen), B: (batch, ngroups, seqlen, N) views."""
-    c, b, h = ct.program_id(0), ct.program_id(1), ct.program_id(2)
-    g = h // (x.shape[1] // B.shape[1])
-    t0 = c * L
-    steps = min(L, seqlen - t0)
-    d = tile.load(dt[b, h], t0, L, valid=steps, other=0).astype(np.float32)
+def step_sizes(dt_row, dt_bias, h, t0, size, valid, HAS_DT_BIAS, SOFTPLUS):
+    """dt' of steps t0..t0+size of a (batch, head) row of dt: bias, softplus, clamped at 0; 0 past `valid`."""
+    d = tile.load(dt_row, t0, size, valid=valid, other=0).astype(np.float32)
     if HAS_DT_BIAS:
         d = d + dt_bias[h]
     if SOFTPLUS:
         d = ct.softplus(d)
-    d = ct.where(tile.arange(L) < steps, ct.maximum(d, 0.0), 0.0)
-    cs, last = tile.scan(d * A[h], return_total=True)
-    tile.store(dt_out[b, h, c], 0, d)
-    tile.store(dA_cumsum[b, h, c], 0, cs)
-    xs = tile.load(x[b, h], (t0, 0), (L, P), valid=(steps, None), other=0)
-    bs = tile.load(B[b, g], (t0, 0), (L, N), valid=(steps, None), other=0)
-    scaled = (xs.astype(np.float32) * (ct.exp(last - cs) * d)[:, None]).astype(xs.dtype)
-    tile.store(states[b, c, h], (0, 0), tile.dot(scaled.T, bs))
+    return ct.where(tile.arange(size) < valid, ct.maximum(d, 0.0), 0.0)
 
 
 @ct.jit
-def state_passing(
-    states, ends, initial, passed, final,
-    HAS_INITIAL: ct.constexpr, CHUNKS: ct.constexpr, E: ct.constexpr,
+def chunk_state(
+    xT, dt, A, B, dt_bias, dt_out, dA_cumsum, states, seqlen,
+    HAS_DT_BIAS: ct.constexpr, SOFTPLUS: ct.constexpr, L: ct.constexpr, P: ct.constexpr, N: ct.constexpr,
+    K: ct.constexpr,
 ):  # fmt: skip
-    """Elements e..e+E of the states entering each chunk of (b, h) into passed[b, h] (exclusive: chunk 0 gets
-    the initial state), and the final state into final[b, h]. states and passed: (batch, nheads, nchunks, P * N)
-    views; initial and final: (batch, nheads, P * N); ends: (batch, nheads, nchunks), each chunk's total
-    log-decay. CHUNKS chunks a step, the carry between steps one (decay, state) per element."""
+    """Chunk c of (b, h): dt' and cs into dt_out[b, h, c] and dA_cumsum[b, h, c] ((batch, nheads, nchunks, L)),
+    the chunk's own state into states[b, c, h] ((batch, nchunks, nheads, P, N), float32). xT: (batch, nheads, P,
+    seqlen) (x transposed: a view), dt: (batch, nheads, seqlen), B: (batch, ngroups, seqlen, N) views. K steps a
+    block: the state at the block's end is the previous one decayed over the block plus the block's own
+    `(xT * (exp(cs_end - cs) * dt')[None, :]) @ B` (`tile.dot` with a loop-carried accumulator)."""
+    c, b, h = ct.program_id(0), ct.program_id(1), ct.program_id(2)
+    g = h // (xT.shape[1] // B.shape[1])
+    t0 = c * L
+    steps = min(L, seqlen - t0)
+    state = tile.zeros((P, N), np.float32)
+    end = 0.0  # cs at the end of the previous block
+    for k in range(0, L, K):
+        d = step_sizes(dt[b, h], dt_bias, h, t0 + k, K, steps - k, HAS_DT_BIAS, SOFTPLUS)
+        cs, total = tile.scan(d * A[h], return_total=True)
+        tile.store(dt_out[b, h, c], k, d, valid=L - k)
+        tile.store(dA_cumsum[b, h, c], k, cs + end, valid=L - k)
+        end = end + total
+        xs = tile.load(xT[b, h], (0, t0 + k), (P, K), valid=(None, steps - k), other=0)
+        bs = tile.load(B[b, g], (t0 + k, 0), (K, N), valid=(steps - k, None), other=0)
+        scaled = (xs.astype(np.float32) * (ct.exp(total - cs) * d)[None, :]).astype(xs.dtype)
+        state = tile.dot(scaled, bs, state * ct.exp(total))
+    tile.store(states[b, c, h], (0, 0), state)
+
+
+@ct.jit
+def state_passing(states, ends, initial, passed, final, HAS_INITIAL: ct.constexpr, E: ct.constexpr):
+    """Elements e..e+E of the states entering each chunk of (b, h) into passed[b, h] (chunk 0 gets the initial
+    state), and the final state into final[b, h]: `H_c = exp(ends[c - 1]) * H_{c-1} + states[c - 1]`, one chunk
+    a step, each thread its own elements (a memory-bound recurrence: no exchange, no barrier). states and passed:
+    (batch, nheads, nchunks, P * N) views; initial and final: (batch, nheads, P * N); ends: (batch, nheads,
+    nchunks), each chunk's total log-decay."""
     e, b, h = ct.program_id(0) * E, ct.program_id(1), ct.program_id(2)
     size = final.shape[2] - e
     if HAS_INITIAL:
-        start = tile.load(initial[b, h], e, E, valid=size, other=0).astype(np.float32)
+        state = tile.load(initial[b, h], e, E, valid=size, other=0).astype(np.float32)
     else:
-        start = tile.zeros(E, np.float32)
-    carry = (tile.full(E, 1.0, np.float32), start)
-    nchunks = ends.shape[2]
-    for c0 in range(0, nchunks, CHUNKS):
-        left = nchunks - c0
-        s = tile.load(states[b, h], (c0, e), (CHUNKS, E), valid=(left, size), other=0)
-        decay = ct.exp(tile.load(ends[b, h], c0, CHUNKS, valid=left, other=0))
-        a = tile.broadcast_to(decay[:, None], (CHUNKS, E))
-        (_, entering), carry = tile.scan(
-            (a, s), decay_then_add, axis=0, exclusive=True, initial=carry, return_total=True
-        )
-        tile.store(passed[b, h], (c0, e), entering, valid=(left, size))
-    tile.store(final[b, h], e, carry[1], valid=size)
+        state = tile.zeros(E, np.float32)
+    for c in range(ends.shape[2]):
+        own = tile.load(states[b, h, c], e, E, valid=size, other=0)  # (issued before the barrier the store needs)
+        tile.store(passed[b, h, c], e, state, valid=size)
+        state = ct.exp(ends[b, h, c]) * state + own
+    tile.store(final[b, h], e, state, valid=size)
+
+
+@ct.jit
+def chunk_cb(C, BT, cb, seqlen, L: ct.constexpr, N: ct.constexpr, M: ct.constexpr, K: ct.constexpr):
+    """Rows m..m+M of C_c B_c^T for chunk c of (b, g) into cb[b, c, g] ((batch, nchunks, ngroups, L, L), float32),
+    the (M, K) blocks on and below the diagonal that `chunk_scan` reads (once per group, not per head). C:
+    (batch, ngroups, seqlen, N), BT: (batch, ngroups, N, seqlen) (B transposed) views."""
+    m, c, bg = ct.program_id(0) * M, ct.program_id(1), ct.program_id(2)
+    b, g = bg // C.shape[1], bg % C.shape[1]
+    t0 = c * L
+    steps = min(L, seqlen - t0)
+    cm = tile.load(C[b, g], (t0 + m, 0), (M, N), valid=(steps - m, None), other=0)
+    for k in range(0, min(m + M, steps), K):
+        bk = tile.load(BT[b, g], (0, t0 + k), (N, K), valid=(None, steps - k), other=0)
+        tile.store(cb[b, c, g], (m, k), tile.dot(cm, bk), valid=(L - m, L - k))
 
 
 @ct.jit
 def chunk_scan(
-    x, z, D, B, C, dt_out, dA_cumsum, passed, out, seqlen,
+    x, z, D_rows, cb, C, causal, dt_cols, cs_cols, cs_rows, passedT, out, seqlen,
     HAS_D: ct.constexpr, D_PER_ROW: ct.constexpr, HAS_Z: ct.constexpr,
     L: ct.constexpr, P: ct.constexpr, N: ct.constexpr, M: ct.constexpr, K: ct.constexpr,
 ):  # fmt: skip
-    """Rows m..m+M of chunk c of (b, h) into out[b, h] (a (batch, nheads, seqlen, P) view like x and z). B, C:
-    (batch, ngroups, seqlen, N) views; passed: (batch, nchunks, nheads, P, N), the state entering each chunk."""
+    """Rows m..m+M of chunk c of (b, h) into out[b, h] (a (batch, nheads, seqlen, P) view like x and z). C:
+    (batch, ngroups, seqlen, N); cb: (batch, nchunks, ngroups, L, L), C B^T of each chunk (`chunk_cb`); passedT:
+    (batch, nchunks, nheads, N, P), the state entering each chunk transposed (a view). Every per-row or
+    per-column factor is a 2-D load from a view that repeats a vector (stride 0), where a broadcast would be an
+    exchange: cs_rows, dA_cumsum (batch, nheads, nchunks, L) repeated along a last axis (at least P and K wide),
+    cs_cols and dt_cols, dA_cumsum and dt' repeated along a next-to-last axis of M, D_rows, D (nheads, P)
+    repeated along a middle axis of M; and causal (L, L) is 0 on and below the diagonal, -inf above. So the
+    products into the output, all (M, K) @ (K, P) (C and the states K columns at a time, then each earlier
+    block's), keep their accumulator in registers (`tile.dot`'s fragment)."""
     m, c, bh = ct.program_id(0) * M, ct.program_id(1), ct.program_id(2)
     b, h = bh // x.shape[1], bh % x.shape[1]
-    g = h // (x.shape[1] // B.shape[1])
+    g = h // (x.shape[1] // C.shape[1])
     t0 = c * L
     steps = min(L, seqlen - t0)
     rows = steps - m
-    cs_m = tile.load(dA_cumsum[b, h, c], m, M, valid=L - m, other=0)
-    cm = tile.load(C[b, g], (t0 + m, 0), (M, N), valid=(rows, None), other=0)
-    entering = tile.load(passed[b, c, h], (0, 0), (P, N)).astype(cm.dtype)
-    acc = tile.dot(cm, entering.T) * ct.exp(cs_m)[:, None]
+    acc = tile.zeros((M, P), np.float32)
+    for n in range(0, N, K):
+        cn = tile.load(C[b, g], (t0 + m, n), (M, K), valid=(rows, N - n), other=0)
+        hn = tile.load(passedT[b, c, h], (n, 0), (K, P), valid=(N - n, None), other=0).astype(cn.dtype)
+        acc = tile.dot(cn, hn, acc)
+    acc = acc * ct.exp(tile.load(cs_rows[b, h, c], (m, 0), (M, P), valid=(L - m, None), other=0))
     for k in range(0, min(m + M, steps), K):
-        bk = tile.load(B[b, g], (t0 + k, 0), (K, N), valid=(steps - k, None), other=0)
         xk = tile.load(x[b, h], (t0 + k, 0), (K, P), valid=(steps - k, None), other=0)
-        cs_k = tile.load(dA_cumsum[b, h, c], k, K, valid=L - k, other=0)
-        dt_k = tile.load(dt_out[b, h, c], k, K, valid=L - k, other=0)
-        causal = (tile.arange(M) + m)[:, None] >= (tile.arange(K) + k)[None, :]
-        decay = ct.exp(ct.minimum(cs_m[:, None] - cs_k[None, :], 0.0)) * dt_k[None, :]
-        cb = ct.where(causal, tile.dot(cm, bk.T) * decay, 0.0)
-        acc = tile.dot(cb.astype(xk.dtype), xk, acc)
+        cs_m = tile.load(cs_rows[b, h, c], (m, 0), (M, K), valid=(L - m, None), other=0)
+        cs_k = tile.load(cs_cols[b, h, c], (0, k), (M, K), valid=(None, L - k), other=0)
+        dt_k = tile.load(dt_cols[b, h, c], (0, k), (M, K), valid=(None, L - k), other=0)
+        above = tile.load(causal, (m, k), (M, K), valid=(L - m, L - k), other=0)
+        cb_k = tile.load(cb[b, c, g], (m, k), (M, K), valid=(L - m, L - k), other=0)
+        weights = cb_k * (ct.exp(ct.minimum(cs_m - cs_k, 0.0) + above) * dt_k)
+        acc = tile.dot(weights.astype(xk.dtype), xk, acc)
     xm = tile.load(x[b, h], (t0 + m, 0), (M, P), valid=(rows, None), other=0).astype(np.float32)
     if HAS_D:
         if D_PER_ROW:
-            acc = acc + xm * tile.load(D[h], 0, P).astype(np.float32)[None, :]
+            acc = acc + xm * tile.load(D_rows[h], (0, 0), (M, P))
         else:
-            acc = acc + xm * D[h]
+            acc = acc + xm * D_rows[h, 0, 0]
     if HAS_Z:
         zm = tile.load(z[b, h], (t0 + m, 0), (M, P), valid=(rows, None), other=0).astype(np.float32)
         acc = acc * zm * ct.sigmoid(zm)
@@ -138,9 +166,12 @@ def chunk_scan(
 #: rows of a chunk per `chunk_scan` program, and rows of B and x per step of its loop
 BLOCK_M = 64
 BLOCK_K = 64
-#: state elements per `state_passing` program, and chunks per step of its scan
-BLOCK_E = 256
-BLOCK_CHUNKS = 16
+#: bytes of a `chunk_state` program's dot operands per step (two buffers of a (P, K) and a (K, N) tile); more
+#: puts the operands past 32 items a thread into shared memory and gains nothing (its registers, about 210 a
+#: thread at 256 threads, already keep one program a multiprocessor)
+STATE_OPERAND_BYTES = 48 * 1024
+#: state elements per `state_passing` program (4 a thread: 16-byte loads of float32)
+BLOCK_E = 1024
 
 
 def mamba_chunk_scan_combined(
@@ -186,17 +217,38 @@ def mamba_chunk_scan_combined(
     sizes = dict(L=chunk_size, P=headdim, N=dstate)
 
     _program(chunk_state, interpret)[nchunks, batch, nheads](
-        xh, _permute(dt, (0, 2, 1)), A, Bg, A if dt_bias is None else dt_bias, dt_out, dA_cumsum, states, seqlen,
-        HAS_DT_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus), **sizes,
+        _permute(x, (0, 2, 3, 1)), _permute(dt, (0, 2, 1)), A, Bg, A if dt_bias is None else dt_bias, dt_out,
+        dA_cumsum, states, seqlen, HAS_DT_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus),
+        K=state_block(chunk_size, headdim, dstate, _itemsize(x)), **sizes,
     )  # fmt: skip
     passed, final = pass_states(states, dA_cumsum[:, :, :, chunk_size - 1], initial_states, C.dtype, interpret)
     block_m = min(BLOCK_M, chunk_size)
+    D_rows = _expand((A if D is None else D).reshape(nheads, -1)[:, None, :], (nheads, block_m, -1))
+    block_k = min(BLOCK_K, chunk_size)
+    by_step = (batch, nheads, nchunks, block_m, chunk_size)
+    ngroups = B.shape[2]
+    cb = empty_like(x, (batch, nchunks, ngroups, chunk_size, chunk_size), f32)
+    _program(chunk_cb, interpret)[-(-chunk_size // block_m), nchunks, batch * ngroups](
+        Cg, _permute(B, (0, 2, 3, 1)), cb, seqlen, L=chunk_size, N=dstate, M=block_m, K=block_k
+    )
     _program(chunk_scan, interpret)[-(-chunk_size // block_m), nchunks, batch * nheads](
-        xh, zh, x if D is None else D, Bg, Cg, dt_out, dA_cumsum, passed, outh, seqlen,
+        xh, zh, D_rows, cb, Cg, _causal_bias(x, chunk_size),
+        _expand(dt_out[:, :, :, None, :], by_step), _expand(dA_cumsum[:, :, :, None, :], by_step),
+        _expand(dA_cumsum[..., None], (batch, nheads, nchunks, chunk_size, max(headdim, block_k))),
+        _permute(passed, (0, 1, 2, 4, 3)), outh, seqlen,
         HAS_D=D is not None, D_PER_ROW=D is not None and D.ndim == 2, HAS_Z=z is not None,
-        M=block_m, K=min(BLOCK_K, chunk_size), **sizes,
+        M=block_m, K=block_k, **sizes,
     )  # fmt: skip
     return (out, final) if return_final_states else out
+
+
+def state_block(chunk_size: int, headdim: int, dstate: int, itemsize: int) -> int:
+    """Steps of a chunk per `chunk_state` dot: the largest power of two, at most the chunk and at least 16, whose
+    operands fit STATE_OPERAND_BYTES."""
+    k = 16
+    while 2 * k <= chunk_size and 2 * (headdim + dstate) * 2 * k * itemsize <= STATE_OPERAND_BYTES:
+        k *= 2
+    return k
 
 
 def pass_states(states: Any, ends: Any, initial_states: Any, dtype: Any, interpret: bool = False) -> tuple[Any, Any]:
@@ -213,12 +265,12 @@ def pass_states(states: Any, ends: Any, initial_states: Any, dtype: Any, interpr
     _program(state_passing, interpret)[-(-flat // BLOCK_E), batch, nheads](
         _permute(_reshape(states, by_chunk), (0, 2, 1, 3)), ends, initial,
         _permute(_reshape(passed, by_chunk), (0, 2, 1, 3)), _reshape(final, (batch, nheads, flat)),
-        HAS_INITIAL=initial_states is not None, CHUNKS=min(BLOCK_CHUNKS, _pow2(nchunks)), E=BLOCK_E,
+        HAS_INITIAL=initial_states is not None, E=BLOCK_E,
     )  # fmt: skip
     return passed, final
 
 
-_INTERPRETING = {k: ct.jit(k.fn, interpret=True) for k in (chunk_state, state_passing, chunk_scan)}
+_INTERPRETING = {k: ct.jit(k.fn, interpret=True) for k in (chunk_state, state_passing, chunk_cb, chunk_scan)}
 
 
 def _program(kernel: ct.JITFunction, interpret: bool) -> ct.JITFunction:
@@ -246,6 +298,11 @@ def _check(x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, dt_bias: Any
         raise ValueError(f"nheads ({nheads}) must be a multiple of ngroups ({ngroups}, B.shape[2])")
 
 
+def _itemsize(a: Any) -> int:
+    """Bytes per element of a NumPy or CuPy array or a PyTorch tensor."""
+    return a.element_size() if callable(getattr(a, "element_size", None)) else a.dtype.itemsize
+
+
 def _shape(a: Any) -> tuple[int, ...]:
     return tuple(int(n) for n in a.shape)
 
@@ -255,11 +312,33 @@ def _permute(a: Any, axes: tuple[int, ...]) -> Any:
     return a.permute(*axes) if callable(getattr(a, "permute", None)) else a.transpose(axes)
 
 
+def _expand(a: Any, shape: tuple[int, ...]) -> Any:
+    """A view of `a` with its axes of extent 1 repeated to `shape` (stride 0; -1 keeps an axis)."""
+    if callable(getattr(a, "expand", None)):
+        return a.expand(*shape)
+    shape = tuple(n if n != -1 else a.shape[i] for i, n in enumerate(shape))
+    return np.broadcast_to(a, shape) if isinstance(a, np.ndarray) else _cupy().broadcast_to(a, shape)
+
+
+def _causal_bias(like: Any, n: int) -> Any:
+    """(n, n) float32 of like's library and device: 0 on and below the diagonal, -inf above (exp: the mask)."""
+    if isinstance(like, np.ndarray):
+        return np.triu(np.full((n, n), -np.inf, np.float32), 1)
+    if callable(getattr(like, "expand", None)):
+        import torch
+
+        return torch.full((n, n), float("-inf"), dtype=torch.float32, device=like.device).triu(1)
+    cp = _cupy()
+    with cp.cuda.Device(like.device.id):
+        return cp.triu(cp.full((n, n), -cp.inf, cp.float32), 1)
+
+
+def _cupy() -> Any:
+    import cupy
+
+    return cupy
+
+
 def _reshape(a: Any, shape: tuple[int, ...]) -> Any:
     """`a` (contiguous: a view) in `shape`; an initial state of other strides is copied."""
     return a.reshape(shape)
-
-
-def _pow2(n: int) -> int:
-    """The power of two at or above n."""
-    return 1 << max(0, n - 1).bit_length()
