@@ -27,7 +27,8 @@ def test_tutorial_runs(path, capsys):
 
 
 SPEED_TUTORIALS = ("02_cumsum", "05_histogram", "07_sort", "08_mamba_selective_scan", "09_softmax_layernorm",
-                   "10_mamba_decode", "11_mamba_backward", "14_topk_sampling", "15_moe_routing")  # fmt: skip
+                   "10_mamba_decode", "11_mamba_backward", "13_mamba2_ssd", "14_topk_sampling",
+                   "15_moe_routing")  # fmt: skip
 
 
 @pytest.mark.parametrize("stem", SPEED_TUTORIALS)

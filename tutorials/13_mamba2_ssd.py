@@ -44,8 +44,9 @@ interpreter without a GPU) and is checked against the step-by-step recurrence in
 from __future__ import annotations
 
 import numpy as np
-from _runner import ON_GPU, to_device, to_host, where
+from _runner import ON_GPU, report_speed, to_device, to_host, where
 
+import coop_tiles as ct
 from coop_tiles.examples import mamba_chunk_scan_combined
 
 
@@ -91,5 +92,66 @@ def main() -> None:
     print(f"mamba_chunk_scan_combined {shape}, chunk {chunk}, {where()}: matches the step-by-step recurrence")
 
 
+# ----- how fast: against the same chunked algorithm in PyTorch operations (einsums, one loop over the chunks) -------
+def torch_ssd(x, dt, A, B, C, chunk, D, dt_bias):
+    """(out, final state) of the three steps above in PyTorch operations, as Mamba's `ssd_minimal_discrete` does
+    them (without an initial state): softplus(dt + dt_bias), the products per chunk, the states passed in a loop."""
+    import torch
+    import torch.nn.functional as F
+
+    batch, seqlen, nheads, headdim = x.shape
+    B, C = (t.repeat_interleave(nheads // B.shape[2], dim=2) for t in (B, C))
+    dt = F.softplus(dt + dt_bias)
+    pad = -seqlen % chunk  # the padded steps have dt = 0: no decay, no input
+    x, dt, B, C = (F.pad(t, (0, 0) * (t.dim() - 2) + (0, pad)) for t in (x, dt, B, C))
+    chunks = x.shape[1] // chunk
+    X = (x * dt[..., None]).reshape(batch, chunks, chunk, nheads, headdim)
+    B, C = (t.reshape(batch, chunks, chunk, nheads, -1) for t in (B, C))
+    cs = torch.cumsum((A * dt).reshape(batch, chunks, chunk, nheads).permute(0, 3, 1, 2), dim=-1)  # (b, h, c, l)
+    causal = torch.ones(chunk, chunk, dtype=torch.bool, device=x.device).tril()
+    decay = torch.exp((cs[..., :, None] - cs[..., None, :]).masked_fill(~causal, float("-inf")))
+    inside = torch.einsum("bclhn,bcshn,bhcls,bcshp->bclhp", C, B, decay, X)
+    own = torch.einsum("bclhn,bhcl,bclhp->bchpn", B, torch.exp(cs[..., -1:] - cs), X)
+    state, entering = torch.zeros_like(own[:, 0]), []
+    for c in range(chunks):
+        entering.append(state)
+        state = torch.exp(cs[:, :, c, -1])[..., None, None] * state + own[:, c]
+    out = inside + torch.einsum("bclhn,bchpn,bhcl->bclhp", C, torch.stack(entering, 1), torch.exp(cs))
+    return out.reshape(batch, -1, nheads, headdim)[:, :seqlen] + D[:, None] * x[:, :seqlen], state
+
+
+@ct.testing.perf_report(
+    ct.testing.Benchmark(
+        x_names=["seqlen"],
+        x_vals=[1024, 4096, 16384],
+        line_arg="provider",
+        line_vals=["coop_tiles", "torch"],
+        line_names=["mamba_chunk_scan_combined", "PyTorch operations"],
+        plot_name="13_mamba2_ssd",
+        xlabel="sequence length (batch 2, 8 heads of 64, 128 states, chunks of 256, float32)",
+        ylabel="ms per forward",
+        x_log=True,
+    )
+)
+def speed(seqlen: int, provider: str) -> float:
+    import torch
+
+    batch, nheads, headdim, dstate = 2, 8, 64, 128
+    x = torch.randn(batch, seqlen, nheads, headdim, device="cuda")
+    dt = torch.randn(batch, seqlen, nheads, device="cuda") - 3
+    A, D, dt_bias = (
+        -torch.rand(nheads, device="cuda"),
+        torch.randn(nheads, device="cuda"),
+        torch.zeros(nheads, device="cuda"),
+    )
+    B, C = (torch.randn(batch, seqlen, 1, dstate, device="cuda") for _ in range(2))
+    if provider == "coop_tiles":
+        run = lambda: mamba_chunk_scan_combined(x, dt, A, B, C, 256, D=D, dt_bias=dt_bias, dt_softplus=True)  # noqa: E731
+    else:
+        run = lambda: torch_ssd(x, dt, A, B, C, 256, D, dt_bias)  # noqa: E731
+    return ct.testing.do_bench(run)
+
+
 if __name__ == "__main__":
     main()
+    report_speed(speed)
