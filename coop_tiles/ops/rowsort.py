@@ -22,13 +22,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..dtypes import cxx_name, storage_dtype
+from ..dtypes import cxx_name
 from ..lang import ir
 from ..lang.types import INT64, TileType
 from ..planner.layout import SYNCS, RowShape
 from .base import ShimCall, TileArg, ValueArg
 from .rows import WARP, exchanged
-from .sortkeys import key_code, low_nan, ordered_code, pad_code, unsigned_cxx
+from .sortkeys import compare_item, key_code, low_nan, ordered_code, pad_code, unsigned_cxx
 
 THREAD, WARP_SORT, BLOCK = "StableOddEvenSort", "WarpMergeSort", "BlockMergeSort"
 
@@ -109,19 +109,7 @@ def lower(s: Any, w: Any) -> ShimCall:
             f"const {{ {by_row}return {field.format('a.o')} {cmp} {field.format('b.o')}; }} }};\n"
         )
     else:
-        k = len(s.keys)
-        types = [cxx_name(storage_dtype(v.type.dtype)) for v in s.keys]
-        fn = w.combine_symbol(s.compare)
-        fields = " ".join(f"{t} f{i};" for i, t in enumerate(types))
-        params = ", ".join([*types, *types, "bool*"])
-        operands = ", ".join([*(f"a.f{i}" for i in range(k)), *(f"b.f{i}" for i in range(k)), "&r"])
-        prelude = (
-            f"struct {item_t} {{ {fields} bool ok;{row_field} }};\n"
-            f'extern "C" __device__ void {fn}({params});\n'
-            f"struct {less} {{ __device__ __forceinline__ bool operator()(const {item_t}& a, const {item_t}& b) "
-            f"const {{ {by_row}if (!a.ok) return false; if (!b.ok) return true; bool r; {fn}({operands}); "
-            "return r; } };\n"
-        )
+        prelude = compare_item(w, s, item_t, less, row_field, by_row)
 
     # TempStorage: the primitive's, the exchange of a block-wide sort, the per-row counts
     fields, sort_t = "", None

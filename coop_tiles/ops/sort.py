@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import tile
-from ..dtypes import bool_, cxx_name, storage_dtype
+from ..dtypes import bool_, cxx_name
 from ..errors import TileTypeError, TileValueError
 from ..lang import ir
 from ..lang.combine import CombineFunction
@@ -33,7 +33,16 @@ from ..planner.layout import PER_ROW
 from . import rowsort
 from .base import ShimCall, TileArg, TileOp, register, seq, valid_arg, valid_count, valid_value
 from .options import COMBINE, COUNT, TILE, TUPLE, Forbidden, Option
-from .sortkeys import from_order_bits, key_code, low_nan, order_bits, ordered_code, pad_code, unsigned_cxx
+from .sortkeys import (
+    compare_item,
+    from_order_bits,
+    key_code,
+    low_nan,
+    order_bits,
+    ordered_code,
+    pad_code,
+    unsigned_cxx,
+)
 
 RADIX_ONLY = "descending, begin_bit and end_bit belong to the radix sort; with compare= the comparison says the order"
 TUPLE_NEEDS_COMPARE = "sorting a tuple of key tiles needs a comparison: tile.sort(keys, compare=fn)"
@@ -235,18 +244,8 @@ class Sort(TileOp):
     @staticmethod
     def _merge(s: TileSort, w, k: int, items: int, value_t: str, index: str, body: str) -> tuple[str, str]:
         w.include("cub/block/block_merge_sort.cuh")
-        types = [cxx_name(storage_dtype(v.type.dtype)) for v in s.keys]
         key_t, less = f"coop_sortkey_{s.cid}", f"coop_less_{s.cid}"
-        fn = w.combine_symbol(s.compare)
-        fields = " ".join(f"{t} f{i};" for i, t in enumerate(types))
-        params = ", ".join([*types, *types, "bool*"])
-        operands = ", ".join([*(f"a.f{i}" for i in range(k)), *(f"b.f{i}" for i in range(k)), "&r"])
-        prelude = (
-            f"struct {key_t} {{ {fields} bool ok; }};\n"
-            f'extern "C" __device__ void {fn}({params});\n'
-            f"struct {less} {{ __device__ __forceinline__ bool operator()(const {key_t}& a, const {key_t}& b) "
-            f"const {{ if (!a.ok) return false; if (!b.ok) return true; bool r; {fn}({operands}); return r; }} }};\n"
-        )
+        prelude = compare_item(w, s, key_t, less)
         cub_type = f"cub::BlockMergeSort<{key_t}, {w.threads}, {items}, {value_t}>"
         code = w.storage(s.cid, cub_type, prelude=prelude)
         body = w.storage_ref(s.cid) + body

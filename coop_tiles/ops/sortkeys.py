@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import cxx_name, is_float
+from ..dtypes import cxx_name, is_float, storage_dtype
 
 #: exponent and mantissa masks of each float width (bits), to find NaNs among stored bits
 _NAN_MASKS = {
@@ -103,3 +103,22 @@ def key_code(dt: np.dtype, ordered: str) -> str:
     if dt.kind == "i":
         return f"{cxx_name(dt)}(({ordered}) ^ {sign})"
     return ordered
+
+
+def compare_item(w, s, item_t: str, less: str, row_field: str = "", by_row: str = "") -> str:
+    """The C++ item of a `compare=` sort (one field per key tile, `ok`: the item is valid, then `row_field`) and
+    its `less` functor: invalid items last, `by_row` first where rows are sorted together, then the combine
+    function `s.compare` on the two items' keys."""
+    k = len(s.keys)
+    types = [cxx_name(storage_dtype(v.type.dtype)) for v in s.keys]
+    fn = w.combine_symbol(s.compare)
+    fields = " ".join(f"{t} f{i};" for i, t in enumerate(types))
+    params = ", ".join([*types, *types, "bool*"])
+    operands = ", ".join([*(f"a.f{i}" for i in range(k)), *(f"b.f{i}" for i in range(k)), "&r"])
+    return (
+        f"struct {item_t} {{ {fields} bool ok;{row_field} }};\n"
+        f'extern "C" __device__ void {fn}({params});\n'
+        f"struct {less} {{ __device__ __forceinline__ bool operator()(const {item_t}& a, const {item_t}& b) "
+        f"const {{ {by_row}if (!a.ok) return false; if (!b.ok) return true; bool r; {fn}({operands}); "
+        "return r; } };\n"
+    )
