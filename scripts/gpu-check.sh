@@ -27,8 +27,36 @@ find_sanitizer() {
     return 1
 }
 
-sanitize() {  # racecheck and memcheck over the selection; logs in $out/sanitize-<tool>.log
-    local sanitizer tool log rc failed=0
+# GPU tests whose programs are not shared test programs (library GEMMs, the examples: SSD, top-k, MoE routing,
+# the selective-scan backward), small cases, run by pytest under each tool: "file|-k expression"
+SANITIZE_TESTS=(
+    "tests/test_dot.py|gpu_k_loop_and_transposed or (gpu_fragment_map and 32-48)"
+    "tests/test_ssd.py|gpu and small"
+    "tests/test_topk_rows.py|gpu and cupy and float32"
+    "tests/test_moe.py|gpu and cupy-700"
+    "tests/test_selective_scan_backward.py|compiled_kernel and bfloat16"
+)
+
+# verdict of one sanitizer log: racecheck prints "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)",
+# memcheck "ERROR SUMMARY: N errors"; no summary means the tool did not run to the end; any N > 0 fails
+judge() {  # judge TOOL LOG STATUS
+    local tool=$1 log=$2 rc=$3
+    if ! grep -qE "(RACECHECK|ERROR) SUMMARY:" "$log"; then
+        echo "sanitize: $tool printed no summary (exit status $rc, $log)"
+    elif grep -qE "SUMMARY: [1-9]|\([1-9][0-9]* errors|, [1-9][0-9]* warnings" "$log"; then
+        echo "sanitize: $tool found hazards or errors ($log):"
+        grep -E "SUMMARY:" "$log"
+    elif [ "$rc" -ne 0 ]; then
+        echo "sanitize: $tool run failed (exit status $rc, $log)"
+    else
+        echo "sanitize: $tool clean ($log): $(grep -E 'SUMMARY:' "$log" | tr -s ' =' ' ' | paste -sd';')"
+        return 0
+    fi
+    return 1
+}
+
+sanitize() {  # racecheck and memcheck over the selection and SANITIZE_TESTS; logs in $out/sanitize-*.log
+    local sanitizer tool log rc failed=0 i
     if ! sanitizer=$(find_sanitizer); then
         echo "sanitize: compute-sanitizer not found" | tee "$out/sanitize.log"
         return 1
@@ -40,22 +68,15 @@ sanitize() {  # racecheck and memcheck over the selection; logs in $out/sanitize
         # --error-exitcode: non-zero on any error it finds; the script's own status: a wrong result
         "$sanitizer" --tool "$tool" --error-exitcode 86 --report-api-errors no --print-limit 200 \
             python3 scripts/sanitize_cases.py 2>&1 | tee "$log"
-        rc=${PIPESTATUS[0]}
-        # racecheck: "RACECHECK SUMMARY: N hazards displayed (E errors, W warnings)"; memcheck:
-        # "ERROR SUMMARY: N errors". No summary: the tool did not run to the end. Any N > 0 fails.
-        if ! grep -qE "(RACECHECK|ERROR) SUMMARY:" "$log"; then
-            echo "sanitize: $tool printed no summary (exit status $rc)"
-            failed=1
-        elif grep -qE "SUMMARY: [1-9]|\([1-9][0-9]* errors|, [1-9][0-9]* warnings" "$log"; then
-            echo "sanitize: $tool found hazards or errors:"
-            grep -E "SUMMARY:" "$log"
-            failed=1
-        elif [ "$rc" -ne 0 ]; then
-            echo "sanitize: $tool run failed (exit status $rc)"
-            failed=1
-        else
-            echo "sanitize: $tool clean: $(grep -E 'SUMMARY:' "$log" | tr -s ' =' ' ' | paste -sd';')"
-        fi
+        judge "$tool" "$log" "${PIPESTATUS[0]}" || failed=1
+        for i in "${!SANITIZE_TESTS[@]}"; do
+            IFS='|' read -r file selection <<< "${SANITIZE_TESTS[$i]}"
+            log="$out/sanitize-$tool-test$i.log"
+            "$sanitizer" --tool "$tool" --error-exitcode 86 --report-api-errors no --print-limit 200 \
+                python3 -m pytest -q -p no:cacheprovider "$file" -k "$selection" 2>&1 | tee "$log"
+            judge "$tool" "$log" "${PIPESTATUS[0]}" || failed=1
+            grep -qE "[1-9][0-9]* passed" "$log" || { echo "sanitize: no test ran in $log"; failed=1; }
+        done
     done
     # every allowed combination of every op's options once under memcheck (tests/option_matrix.py)
     "$sanitizer" --tool memcheck --error-exitcode 86 --report-api-errors no \
