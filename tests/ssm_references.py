@@ -190,12 +190,18 @@ def selective_scan_backward(
     return grads
 
 
-def ssd_combined(x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False, initial_states=None):
+def ssd_combined(x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False, initial_states=None, seq_idx=None):
     """(out, final_states) in float64 of Mamba-2's SSD forward, one time step after another: with
     dt' = max(softplus(dt + dt_bias), 0) and head h reading group h // (nheads // ngroups) of B and C,
     state = exp(A[h] dt') state + dt' x B^T, out = (state C + D x) * silu(z). Shapes as Mamba's
     `mamba_chunk_scan_combined`: x, z (batch, seqlen, nheads, headdim), dt (batch, seqlen, nheads), A and
-    dt_bias (nheads,), B and C (batch, seqlen, ngroups, dstate), D (nheads, headdim) or (nheads,)."""
+    dt_bias (nheads,), B and C (batch, seqlen, ngroups, dstate), D (nheads, headdim) or (nheads,).
+
+    seq_idx (batch, seqlen), nondecreasing along a row, packs sequences: each run of equal ids goes through the
+    recurrence on its own, from initial_states when it is the row's first and its id is 0 (Mamba's rule), else
+    from zeros; the final state is the state at the row's end."""
+    if seq_idx is not None:
+        return _ssd_packed(x, dt, A, B, C, D, z, dt_bias, dt_softplus, initial_states, np.asarray(seq_idx))
     f = lambda a: None if a is None else np.asarray(a, np.float64)  # noqa: E731
     x, dt, A, B, C, D, z, dt_bias = map(f, (x, dt, A, B, C, D, z, dt_bias))
     batch, seqlen, nheads, headdim = x.shape
@@ -217,3 +223,23 @@ def ssd_combined(x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False
     if z is not None:
         out *= z / (1.0 + np.exp(-z))
     return out, state
+
+
+def _ssd_packed(x, dt, A, B, C, D, z, dt_bias, dt_softplus, initial_states, seq_idx):
+    """`ssd_combined` of each run of equal ids of each row of seq_idx on its own, concatenated."""
+    outs, finals = [], []
+    for b in range(seq_idx.shape[0]):
+        row = seq_idx[b]
+        starts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
+        pieces = []
+        for start, stop in zip(starts, np.r_[starts[1:], row.size]):
+            part = lambda a: None if a is None else a[b : b + 1, start:stop]  # noqa: B023, E731
+            first = initial_states is not None and start == 0 and row[0] == 0
+            out, final = ssd_combined(
+                part(x), part(dt), A, part(B), part(C), D, part(z), dt_bias, dt_softplus,
+                initial_states[b : b + 1] if first else None,
+            )  # fmt: skip
+            pieces.append(out)
+        outs.append(np.concatenate(pieces, axis=1))
+        finals.append(final)
+    return np.concatenate(outs), np.concatenate(finals)

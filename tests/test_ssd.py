@@ -84,8 +84,9 @@ def test_argument_checks():
 needs_mathdx = pytest.mark.skipif(not mathdx.available(), reason="libmathdx (nvidia-libmathdx-cu13) not installed")
 
 
-def compiled_programs(batch=1, seqlen=512, nheads=2, P=64, N=128, L=256, dtype=BF16) -> dict:
-    """The four programs compiled to sm_90 for `dtype` at the benchmark's headdim, dstate and chunk."""
+def compiled_programs(batch=1, seqlen=512, nheads=2, P=64, N=128, L=256, dtype=BF16, seq=False) -> dict:
+    """The four programs compiled to sm_90 for `dtype` at the benchmark's headdim, dstate and chunk, with seq_idx
+    (HAS_SEQ_IDX) or without (A in its place, as `mamba_chunk_scan_combined` passes it)."""
     f32 = np.float32
     nch = -(-seqlen // L)
     x, B = np.zeros((batch, nheads, seqlen, P), dtype), np.zeros((batch, 1, seqlen, N), dtype)
@@ -94,22 +95,31 @@ def compiled_programs(batch=1, seqlen=512, nheads=2, P=64, N=128, L=256, dtype=B
     by_chunk = np.zeros((batch, nheads, nch, P * N), f32)
     sizes = dict(L=L, P=P, N=N, arch="sm_90")
     M, K = min(ssd.BLOCK_M, L), min(ssd.BLOCK_K, L)
-    cols = np.broadcast_to(cs[:, :, :, None, :], (batch, nheads, nch, M, L))
+    by_step = np.broadcast_to(cs[:, :, :, None, :], (batch, nheads, nch, M, L))
     cb = np.zeros((batch, nch, 1, L, L), f32)
+    seq_idx = np.zeros((batch, seqlen), np.int32)
+    rows = np.broadcast_to(seq_idx[:, :, None], (batch, seqlen, max(P, K))) if seq else A
+    cb_m = min(ssd.SEQ_CB_ROWS, L) if seq else M
+    cols = np.broadcast_to(seq_idx[:, None, :], (batch, cb_m, seqlen)) if seq else A
+    by_seq = dict(HAS_SEQ_IDX=seq)
     return {
         "chunk_state": ssd.chunk_state.compile(
-            x.transpose(0, 1, 3, 2), dt, A, B, A, cs, cs, np.zeros((batch, nch, nheads, P, N), f32), seqlen,
-            HAS_DT_BIAS=True, SOFTPLUS=True, K=ssd.state_block(L, P, N, np.dtype(dtype).itemsize), **sizes,
+            x.transpose(0, 1, 3, 2), dt, A, B, A, seq_idx if seq else A, cs, cs,
+            np.zeros((batch, nch, nheads, P, N), f32), seqlen, HAS_DT_BIAS=True, SOFTPLUS=True,
+            K=ssd.state_block(L, P, N, np.dtype(dtype).itemsize), **by_seq, **sizes,
         ),
         "state_passing": ssd.state_passing.compile(
-            by_chunk, cs[..., 0], flat, by_chunk.astype(dtype), flat, HAS_INITIAL=True, E=ssd.BLOCK_E, arch="sm_90",
+            by_chunk, cs[..., 0], flat, seq_idx if seq else cs[..., 0], by_chunk.astype(dtype), flat,
+            HAS_INITIAL=True, L=L if seq else 0, E=ssd.BLOCK_E, arch="sm_90", **by_seq,
         ),
-        "chunk_cb": ssd.chunk_cb.compile(B, B.transpose(0, 1, 3, 2), cb, seqlen, L=L, N=N, M=M, K=K, arch="sm_90"),
+        "chunk_cb": ssd.chunk_cb.compile(
+            B, B.transpose(0, 1, 3, 2), rows, cols, cb, seqlen, L=L, N=N, M=cb_m, K=K, arch="sm_90", **by_seq
+        ),
         "chunk_scan": ssd.chunk_scan.compile(
             x, x, np.broadcast_to(np.zeros((nheads, 1, P), f32), (nheads, M, P)), cb, B,
-            np.zeros((L, L), f32), cols, cols, np.broadcast_to(cs[..., None], (*cs.shape, max(P, K))),
+            np.zeros((L, L), f32), by_step, by_step, np.broadcast_to(cs[..., None], (*cs.shape, max(P, K))), rows,
             np.zeros((batch, nch, nheads, P, N), dtype).transpose(0, 1, 2, 4, 3), x, seqlen,
-            HAS_D=True, D_PER_ROW=True, HAS_Z=True, M=M, K=K, **sizes,
+            HAS_D=True, D_PER_ROW=True, HAS_Z=True, M=M, K=K, **by_seq, **sizes,
         ),
     }  # fmt: skip
 

@@ -52,21 +52,24 @@ def step_sizes(dt_row, dt_bias, h, t0, size, valid, HAS_DT_BIAS, SOFTPLUS):
 
 @ct.jit
 def chunk_state(
-    xT, dt, A, B, dt_bias, dt_out, dA_cumsum, states, seqlen,
-    HAS_DT_BIAS: ct.constexpr, SOFTPLUS: ct.constexpr, L: ct.constexpr, P: ct.constexpr, N: ct.constexpr,
-    K: ct.constexpr,
+    xT, dt, A, B, dt_bias, seq_idx, dt_out, dA_cumsum, states, seqlen,
+    HAS_DT_BIAS: ct.constexpr, SOFTPLUS: ct.constexpr, HAS_SEQ_IDX: ct.constexpr, L: ct.constexpr,
+    P: ct.constexpr, N: ct.constexpr, K: ct.constexpr,
 ):  # fmt: skip
     """Chunk c of (b, h): dt' and cs into dt_out[b, h, c] and dA_cumsum[b, h, c] ((batch, nheads, nchunks, L)),
     the chunk's own state into states[b, c, h] ((batch, nchunks, nheads, P, N), float32). xT: (batch, nheads, P,
     seqlen) (x transposed: a view), dt: (batch, nheads, seqlen), B: (batch, ngroups, seqlen, N) views. K steps a
     block: the state at the block's end is the previous one decayed over the block plus the block's own
-    `(xT * (exp(cs_end - cs) * dt')[None, :]) @ B` (`tile.dot` with a loop-carried accumulator)."""
+    `(xT * (exp(cs_end - cs) * dt')[None, :]) @ B` (`tile.dot` with a loop-carried accumulator). With
+    HAS_SEQ_IDX only the steps of the sequence the chunk ends in count (seq_idx: (batch, seqlen) int32)."""
     c, b, h = ct.program_id(0), ct.program_id(1), ct.program_id(2)
     g = h // (xT.shape[1] // B.shape[1])
     t0 = c * L
     steps = min(L, seqlen - t0)
     state = tile.zeros((P, N), np.float32)
     end = 0.0  # cs at the end of the previous block
+    if HAS_SEQ_IDX:
+        last = seq_idx[b, t0 + steps - 1]
     for k in range(0, L, K):
         d = step_sizes(dt[b, h], dt_bias, h, t0 + k, K, steps - k, HAS_DT_BIAS, SOFTPLUS)
         cs, total = tile.scan(d * A[h], return_total=True)
@@ -75,36 +78,55 @@ def chunk_state(
         end = end + total
         xs = tile.load(xT[b, h], (0, t0 + k), (P, K), valid=(None, steps - k), other=0)
         bs = tile.load(B[b, g], (t0 + k, 0), (K, N), valid=(steps - k, None), other=0)
+        if HAS_SEQ_IDX:  # (d is stored: from here it only weighs the steps into the state)
+            d = ct.where(tile.load(seq_idx[b], t0 + k, K, valid=steps - k, other=-1) == last, d, 0.0)
         scaled = (xs.astype(np.float32) * (ct.exp(total - cs) * d)[None, :]).astype(xs.dtype)
         state = tile.dot(scaled, bs, state * ct.exp(total))
     tile.store(states[b, c, h], (0, 0), state)
 
 
 @ct.jit
-def state_passing(states, ends, initial, passed, final, HAS_INITIAL: ct.constexpr, E: ct.constexpr):
+def state_passing(
+    states, ends, initial, seq_idx, passed, final,
+    HAS_INITIAL: ct.constexpr, HAS_SEQ_IDX: ct.constexpr, L: ct.constexpr, E: ct.constexpr,
+):  # fmt: skip
     """Elements e..e+E of the states entering each chunk of (b, h) into passed[b, h] (chunk 0 gets the initial
     state), and the final state into final[b, h]: `H_c = exp(ends[c - 1]) * H_{c-1} + states[c - 1]`, one chunk
     a step, each thread its own elements (a memory-bound recurrence: no exchange, no barrier). states and passed:
     (batch, nheads, nchunks, P * N) views; initial and final: (batch, nheads, P * N); ends: (batch, nheads,
-    nchunks), each chunk's total log-decay."""
+    nchunks), each chunk's total log-decay. With HAS_SEQ_IDX (seq_idx: (batch, seqlen) int32, L the chunk length)
+    the state is zeroed before a chunk that ends in another sequence than the previous chunk (or than sequence 0,
+    the initial state's, for chunk 0): Mamba's rule."""
     e, b, h = ct.program_id(0) * E, ct.program_id(1), ct.program_id(2)
     size = final.shape[2] - e
     if HAS_INITIAL:
         state = tile.load(initial[b, h], e, E, valid=size, other=0).astype(np.float32)
     else:
         state = tile.zeros(E, np.float32)
+    if HAS_SEQ_IDX:
+        seq = 0  # the sequence `state` belongs to
     for c in range(ends.shape[2]):
         own = tile.load(states[b, h, c], e, E, valid=size, other=0)  # (issued before the barrier the store needs)
         tile.store(passed[b, h, c], e, state, valid=size)
+        if HAS_SEQ_IDX:
+            last = seq_idx[b, min((c + 1) * L, seq_idx.shape[1]) - 1]
+            state = ct.where(last == seq, state, 0.0)
+            seq = last
         state = ct.exp(ends[b, h, c]) * state + own
     tile.store(final[b, h], e, state, valid=size)
 
 
 @ct.jit
-def chunk_cb(C, BT, cb, seqlen, L: ct.constexpr, N: ct.constexpr, M: ct.constexpr, K: ct.constexpr):
+def chunk_cb(
+    C, BT, seq_rows, seq_cols, cb, seqlen,
+    HAS_SEQ_IDX: ct.constexpr, L: ct.constexpr, N: ct.constexpr, M: ct.constexpr, K: ct.constexpr,
+):  # fmt: skip
     """Rows m..m+M of C_c B_c^T for chunk c of (b, g) into cb[b, c, g] ((batch, nchunks, ngroups, L, L), float32),
-    the (M, K) blocks on and below the diagonal that `chunk_scan` reads (once per group, not per head). C:
-    (batch, ngroups, seqlen, N), BT: (batch, ngroups, N, seqlen) (B transposed) views."""
+    the (M, K) blocks on and below the diagonal (those `chunk_scan` reads when its rows per program are a
+    multiple of M and its steps per block K; once per group, not per head). C:
+    (batch, ngroups, seqlen, N), BT: (batch, ngroups, N, seqlen) (B transposed) views. With HAS_SEQ_IDX the
+    entries between steps of different sequences are 0: seq_rows (batch, seqlen, at least K) and seq_cols
+    (batch, M, seqlen), seq_idx repeated along a last and a middle axis (stride-0 views, as chunk_scan's)."""
     m, c, bg = ct.program_id(0) * M, ct.program_id(1), ct.program_id(2)
     b, g = bg // C.shape[1], bg % C.shape[1]
     t0 = c * L
@@ -112,13 +134,19 @@ def chunk_cb(C, BT, cb, seqlen, L: ct.constexpr, N: ct.constexpr, M: ct.constexp
     cm = tile.load(C[b, g], (t0 + m, 0), (M, N), valid=(steps - m, None), other=0)
     for k in range(0, min(m + M, steps), K):
         bk = tile.load(BT[b, g], (0, t0 + k), (N, K), valid=(None, steps - k), other=0)
-        tile.store(cb[b, c, g], (m, k), tile.dot(cm, bk), valid=(L - m, L - k))
+        if HAS_SEQ_IDX:
+            cbk = tile.dot(cm, bk)
+            row_seq = tile.load(seq_rows[b], (t0 + m, 0), (M, K), valid=(steps - m, None), other=-1)
+            col_seq = tile.load(seq_cols[b], (0, t0 + k), (M, K), valid=(None, steps - k), other=-2)
+            tile.store(cb[b, c, g], (m, k), ct.where(row_seq == col_seq, cbk, 0.0), valid=(L - m, L - k))
+        else:
+            tile.store(cb[b, c, g], (m, k), tile.dot(cm, bk), valid=(L - m, L - k))
 
 
 @ct.jit
 def chunk_scan(
-    x, z, D_rows, cb, C, causal, dt_cols, cs_cols, cs_rows, passedT, out, seqlen,
-    HAS_D: ct.constexpr, D_PER_ROW: ct.constexpr, HAS_Z: ct.constexpr,
+    x, z, D_rows, cb, C, causal, dt_cols, cs_cols, cs_rows, seq_rows, passedT, out, seqlen,
+    HAS_D: ct.constexpr, D_PER_ROW: ct.constexpr, HAS_Z: ct.constexpr, HAS_SEQ_IDX: ct.constexpr,
     L: ct.constexpr, P: ct.constexpr, N: ct.constexpr, M: ct.constexpr, K: ct.constexpr,
 ):  # fmt: skip
     """Rows m..m+M of chunk c of (b, h) into out[b, h] (a (batch, nheads, seqlen, P) view like x and z). C:
@@ -129,7 +157,9 @@ def chunk_scan(
     cs_cols and dt_cols, dA_cumsum and dt' repeated along a next-to-last axis of M, D_rows, D (nheads, P)
     repeated along a middle axis of M; and causal (L, L) is 0 on and below the diagonal, -inf above. So the
     products into the output, all (M, K) @ (K, P) (C and the states K columns at a time, then each earlier
-    block's), keep their accumulator in registers (`tile.dot`'s fragment)."""
+    block's), keep their accumulator in registers (`tile.dot`'s fragment). With HAS_SEQ_IDX (seq_rows as
+    `chunk_cb`'s, at least P wide) the entering state reaches only the rows of the sequence the previous chunk
+    ends in (sequence 0 for chunk 0), and cb is already 0 between sequences."""
     m, c, bh = ct.program_id(0) * M, ct.program_id(1), ct.program_id(2)
     b, h = bh // x.shape[1], bh % x.shape[1]
     g = h // (x.shape[1] // C.shape[1])
@@ -141,6 +171,11 @@ def chunk_scan(
         cn = tile.load(C[b, g], (t0 + m, n), (M, K), valid=(rows, N - n), other=0)
         hn = tile.load(passedT[b, c, h], (n, 0), (K, P), valid=(N - n, None), other=0).astype(cn.dtype)
         acc = tile.dot(cn, hn, acc)
+    if HAS_SEQ_IDX:
+        prev = 0
+        if c > 0:
+            prev = seq_rows[b, t0 - 1, 0]
+        acc = ct.where(tile.load(seq_rows[b], (t0 + m, 0), (M, P), valid=(rows, None), other=-1) == prev, acc, 0.0)
     acc = acc * ct.exp(tile.load(cs_rows[b, h, c], (m, 0), (M, P), valid=(L - m, None), other=0))
     for k in range(0, min(m + M, steps), K):
         xk = tile.load(x[b, h], (t0 + k, 0), (K, P), valid=(steps - k, None), other=0)
@@ -165,6 +200,8 @@ def chunk_scan(
 
 #: rows of a chunk per `chunk_scan` program, and rows of B and x per step of its loop
 BLOCK_M = 64
+#: rows per `chunk_cb` program with seq_idx (its two int32 masks at 64 rows put it past 255 registers: spills)
+SEQ_CB_ROWS = 32
 BLOCK_K = 64
 #: bytes of a `chunk_state` program's dot operands per step (two buffers of a (P, K) and a (K, N) tile); more
 #: puts the operands past 32 items a thread into shared memory and gains nothing (its registers, about 210 a
@@ -197,14 +234,18 @@ def mamba_chunk_scan_combined(
         initial_states, final_states: (batch, nheads, headdim, dstate)
         out: (batch, seqlen, nheads, headdim), x's dtype; final_states float32
 
+        seq_idx: (batch, seqlen) int32, nondecreasing along a row (not checked, as Mamba)
+
     headdim, dstate and chunk_size are tile sizes (each program specialises on them). PyTorch tensors or CuPy
-    arrays run on their GPU; NumPy arrays in the interpreter. `seq_idx` (several sequences packed in one row) is
-    not implemented."""
-    if seq_idx is not None:
-        raise NotImplementedError("mamba_chunk_scan_combined: seq_idx (packed sequences) is not implemented")
+    arrays run on their GPU; NumPy arrays in the interpreter. seq_idx packs several sequences in a row, as
+    Mamba's: each run of equal ids is a sequence of its own, no state passes from one to the next, and
+    initial_states is the state entering sequence 0 (a row whose first id is not 0 starts from zeros);
+    final_states is the state at the row's end."""
     batch, seqlen, nheads, headdim = x.shape
     dstate = B.shape[3]
     _check(x, dt, A, B, C, D, z, dt_bias, initial_states)
+    if seq_idx is not None:
+        _check_seq_idx(x, seq_idx)
     interpret = isinstance(x, np.ndarray)
     nchunks = -(-seqlen // chunk_size)
     f32 = "float32"
@@ -215,28 +256,38 @@ def mamba_chunk_scan_combined(
     xh, Bg, Cg, outh = (_permute(a, (0, 2, 1, 3)) for a in (x, B, C, out))
     zh = xh if z is None else _permute(z, (0, 2, 1, 3))
     sizes = dict(L=chunk_size, P=headdim, N=dstate)
+    has_seq = seq_idx is not None
+    seq = A if seq_idx is None else seq_idx  # (A: a placeholder the programs do not read without HAS_SEQ_IDX)
 
     _program(chunk_state, interpret)[nchunks, batch, nheads](
-        _permute(x, (0, 2, 3, 1)), _permute(dt, (0, 2, 1)), A, Bg, A if dt_bias is None else dt_bias, dt_out,
+        _permute(x, (0, 2, 3, 1)), _permute(dt, (0, 2, 1)), A, Bg, A if dt_bias is None else dt_bias, seq, dt_out,
         dA_cumsum, states, seqlen, HAS_DT_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus),
-        K=state_block(chunk_size, headdim, dstate, _itemsize(x)), **sizes,
+        HAS_SEQ_IDX=has_seq, K=state_block(chunk_size, headdim, dstate, _itemsize(x)), **sizes,
     )  # fmt: skip
-    passed, final = pass_states(states, dA_cumsum[:, :, :, chunk_size - 1], initial_states, C.dtype, interpret)
+    passed, final = pass_states(
+        states, dA_cumsum[:, :, :, chunk_size - 1], initial_states, C.dtype, interpret, seq_idx, chunk_size
+    )
     block_m = min(BLOCK_M, chunk_size)
     D_rows = _expand((A if D is None else D).reshape(nheads, -1)[:, None, :], (nheads, block_m, -1))
     block_k = min(BLOCK_K, chunk_size)
+    cb_m = min(SEQ_CB_ROWS, chunk_size) if has_seq else block_m
+    seq_rows = seq_cols = A
+    if has_seq:
+        seq_rows = _expand(seq_idx[:, :, None], (batch, seqlen, max(headdim, block_k)))
+        seq_cols = _expand(seq_idx[:, None, :], (batch, cb_m, seqlen))
     by_step = (batch, nheads, nchunks, block_m, chunk_size)
     ngroups = B.shape[2]
     cb = empty_like(x, (batch, nchunks, ngroups, chunk_size, chunk_size), f32)
-    _program(chunk_cb, interpret)[-(-chunk_size // block_m), nchunks, batch * ngroups](
-        Cg, _permute(B, (0, 2, 3, 1)), cb, seqlen, L=chunk_size, N=dstate, M=block_m, K=block_k
-    )
+    _program(chunk_cb, interpret)[-(-chunk_size // cb_m), nchunks, batch * ngroups](
+        Cg, _permute(B, (0, 2, 3, 1)), seq_rows, seq_cols, cb, seqlen,
+        HAS_SEQ_IDX=has_seq, L=chunk_size, N=dstate, M=cb_m, K=block_k,
+    )  # fmt: skip
     _program(chunk_scan, interpret)[-(-chunk_size // block_m), nchunks, batch * nheads](
         xh, zh, D_rows, cb, Cg, _causal_bias(x, chunk_size),
         _expand(dt_out[:, :, :, None, :], by_step), _expand(dA_cumsum[:, :, :, None, :], by_step),
-        _expand(dA_cumsum[..., None], (batch, nheads, nchunks, chunk_size, max(headdim, block_k))),
+        _expand(dA_cumsum[..., None], (batch, nheads, nchunks, chunk_size, max(headdim, block_k))), seq_rows,
         _permute(passed, (0, 1, 2, 4, 3)), outh, seqlen,
-        HAS_D=D is not None, D_PER_ROW=D is not None and D.ndim == 2, HAS_Z=z is not None,
+        HAS_D=D is not None, D_PER_ROW=D is not None and D.ndim == 2, HAS_Z=z is not None, HAS_SEQ_IDX=has_seq,
         M=block_m, K=block_k, **sizes,
     )  # fmt: skip
     return (out, final) if return_final_states else out
@@ -251,10 +302,19 @@ def state_block(chunk_size: int, headdim: int, dstate: int, itemsize: int) -> in
     return k
 
 
-def pass_states(states: Any, ends: Any, initial_states: Any, dtype: Any, interpret: bool = False) -> tuple[Any, Any]:
+def pass_states(
+    states: Any,
+    ends: Any,
+    initial_states: Any,
+    dtype: Any,
+    interpret: bool = False,
+    seq_idx: Any = None,
+    chunk_size: int = 0,
+) -> tuple[Any, Any]:
     """(the state entering each chunk, in `dtype`; the final state, float32) from each chunk's own state `states`
     ((batch, nchunks, nheads, headdim, dstate), float32) and its total log-decay `ends` ((batch, nheads, nchunks)),
-    seeded with `initial_states` ((batch, nheads, headdim, dstate), or None for zeros): Mamba's
+    seeded with `initial_states` ((batch, nheads, headdim, dstate), or None for zeros), reset where a chunk ends
+    in another sequence of `seq_idx` ((batch, seqlen) int32, chunks of `chunk_size` steps; or None): Mamba's
     `_state_passing_fwd` as one `state_passing` launch."""
     batch, nchunks, nheads, headdim, dstate = states.shape
     flat = headdim * dstate
@@ -263,9 +323,10 @@ def pass_states(states: Any, ends: Any, initial_states: Any, dtype: Any, interpr
     by_chunk = (batch, nchunks, nheads, flat)
     initial = final if initial_states is None else _reshape(initial_states, (batch, nheads, flat))
     _program(state_passing, interpret)[-(-flat // BLOCK_E), batch, nheads](
-        _permute(_reshape(states, by_chunk), (0, 2, 1, 3)), ends, initial,
+        _permute(_reshape(states, by_chunk), (0, 2, 1, 3)), ends, initial, ends if seq_idx is None else seq_idx,
         _permute(_reshape(passed, by_chunk), (0, 2, 1, 3)), _reshape(final, (batch, nheads, flat)),
-        HAS_INITIAL=initial_states is not None, E=BLOCK_E,
+        HAS_INITIAL=initial_states is not None, HAS_SEQ_IDX=seq_idx is not None,
+        L=0 if seq_idx is None else chunk_size, E=BLOCK_E,
     )  # fmt: skip
     return passed, final
 
@@ -296,6 +357,22 @@ def _check(x: Any, dt: Any, A: Any, B: Any, C: Any, D: Any, z: Any, dt_bias: Any
             )
     if nheads % ngroups:
         raise ValueError(f"nheads ({nheads}) must be a multiple of ngroups ({ngroups}, B.shape[2])")
+
+
+def _check_seq_idx(x: Any, seq_idx: Any) -> None:
+    """Raise a ValueError unless seq_idx is an int32 (batch, seqlen) array of x's library and device."""
+    expected = _shape(x)[:2]
+    if _shape(seq_idx) != expected:
+        raise ValueError(f"seq_idx must be {expected} for x of shape {_shape(x)}, not {_shape(seq_idx)}")
+    if str(seq_idx.dtype).removeprefix("torch.") != "int32":
+        raise ValueError(f"seq_idx must be int32, not {seq_idx.dtype}")
+    if _place(seq_idx) != _place(x):
+        raise ValueError(f"seq_idx must be on x's device ({_place(x)}), not {_place(seq_idx)}")
+
+
+def _place(a: Any) -> str:
+    """The library and device of an array: "numpy cpu", "torch cuda:0", "cupy <CUDA Device 0>"."""
+    return f"{type(a).__module__.split('.')[0]} {getattr(a, 'device', 'cpu')}"
 
 
 def _itemsize(a: Any) -> int:
