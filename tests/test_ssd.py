@@ -62,6 +62,38 @@ def test_interpreter_matches_reference(options, batch, seqlen, nheads, headdim, 
     assert isinstance(mamba_chunk_scan_combined(**args, chunk_size=chunk), np.ndarray)
 
 
+def packed(batch: int, lengths: list[list[int]], first: list[int] | None = None) -> np.ndarray:
+    """seq_idx (batch, sum of a row's lengths) int32: row b holds sequences of lengths[b], numbered from first[b]."""
+    rows = [np.repeat(np.arange(len(ls)) + (first or [0] * batch)[b], ls) for b, ls in enumerate(lengths)]
+    return np.array(rows, np.int32)
+
+
+SEQ_IDX = {  # (batch, seqlen, nheads, headdim, dstate, ngroups, chunk), lengths of the packed sequences, first ids
+    # boundaries inside chunks and on their edges (16, 32); a one-step sequence; row 1 numbered from 1: no
+    # initial state (Mamba's rule: it is sequence 0's)
+    "several": ((2, 40, 4, 8, 16, 2, 16), [[5, 11, 16, 1, 7], [3, 29, 8]], [0, 1]),
+    "one-sequence": ((2, 40, 4, 8, 16, 2, 16), [[40], [40]], [0, 3]),
+    # dstate over several blocks of K = 8 steps (chunk_cb's loop over the states); short sequences in a chunk
+    "small-chunks": ((1, 70, 2, 4, 20, 1, 8), [[20, 4, 2, 3, 1, 24, 16]], None),
+}
+
+
+@pytest.mark.parametrize("options", ["all", "plain"])
+@pytest.mark.parametrize("case", SEQ_IDX)
+def test_interpreter_seq_idx(case, options):
+    """Packed sequences against each sequence run on its own through the recurrence (and with all ids 0 against
+    no seq_idx)."""
+    shape, lengths, first = SEQ_IDX[case]
+    args = make_inputs(*shape[:-1]) | OPTIONS[options]
+    seq_idx = packed(shape[0], lengths, first)
+    out, final = mamba_chunk_scan_combined(**args, chunk_size=shape[-1], seq_idx=seq_idx, return_final_states=True)
+    ref_out, ref_final = reference(**args, seq_idx=seq_idx)
+    np.testing.assert_allclose(out, ref_out, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(final, ref_final, rtol=1e-4, atol=1e-4)
+    if case == "one-sequence":  # row 0 is sequence 0 throughout: what it gives without seq_idx
+        np.testing.assert_allclose(out[:1], reference(**args)[0][:1], rtol=1e-4, atol=1e-4)
+
+
 def test_interpreter_bfloat16():
     """bfloat16 inputs: products in bfloat16 with float32 accumulation, the states between chunks in bfloat16."""
     args = make_inputs(1, 48, 2, 8, 16, 1, dtype=BF16) | dict(dt_softplus=True)
@@ -77,8 +109,17 @@ def test_argument_checks():
         mamba_chunk_scan_combined(**args | dict(D=np.zeros(3, np.float32)), chunk_size=4)
     with pytest.raises(ValueError, match=r"nheads \(4\) must be a multiple of ngroups \(3"):
         mamba_chunk_scan_combined(**args | dict(B=np.zeros((1, 8, 3, 8)), C=np.zeros((1, 8, 3, 8))), chunk_size=4)
-    with pytest.raises(NotImplementedError, match="seq_idx"):
-        mamba_chunk_scan_combined(**args, chunk_size=4, seq_idx=np.zeros((1, 8), np.int32))
+    with pytest.raises(ValueError, match=r"seq_idx must be \(1, 8\) for x of shape \(1, 8, 4, 4\), not \(1, 9\)"):
+        mamba_chunk_scan_combined(**args, chunk_size=4, seq_idx=np.zeros((1, 9), np.int32))
+    with pytest.raises(ValueError, match="seq_idx must be int32, not int64"):
+        mamba_chunk_scan_combined(**args, chunk_size=4, seq_idx=np.zeros((1, 8), np.int64))
+
+
+def test_seq_idx_device_check():
+    torch = pytest.importorskip("torch")
+    args = make_inputs(1, 8, 4, 4, 8, 2)
+    with pytest.raises(ValueError, match=r"seq_idx must be on x's device \(numpy cpu\), not torch cpu"):
+        mamba_chunk_scan_combined(**args, chunk_size=4, seq_idx=torch.zeros((1, 8), dtype=torch.int32))
 
 
 needs_mathdx = pytest.mark.skipif(not mathdx.available(), reason="libmathdx (nvidia-libmathdx-cu13) not installed")
@@ -99,8 +140,7 @@ def compiled_programs(batch=1, seqlen=512, nheads=2, P=64, N=128, L=256, dtype=B
     cb = np.zeros((batch, nch, 1, L, L), f32)
     seq_idx = np.zeros((batch, seqlen), np.int32)
     rows = np.broadcast_to(seq_idx[:, :, None], (batch, seqlen, max(P, K))) if seq else A
-    cb_m = min(ssd.SEQ_CB_ROWS, L) if seq else M
-    cols = np.broadcast_to(seq_idx[:, None, :], (batch, cb_m, seqlen)) if seq else A
+    cols = np.broadcast_to(seq_idx[:, None, :], (batch, M, seqlen)) if seq else A
     by_seq = dict(HAS_SEQ_IDX=seq)
     return {
         "chunk_state": ssd.chunk_state.compile(
@@ -113,7 +153,7 @@ def compiled_programs(batch=1, seqlen=512, nheads=2, P=64, N=128, L=256, dtype=B
             HAS_INITIAL=True, L=L if seq else 0, E=ssd.BLOCK_E, arch="sm_90", **by_seq,
         ),
         "chunk_cb": ssd.chunk_cb.compile(
-            B, B.transpose(0, 1, 3, 2), rows, cols, cb, seqlen, L=L, N=N, M=cb_m, K=K, arch="sm_90", **by_seq
+            B, B.transpose(0, 1, 3, 2), rows, cols, cb, seqlen, L=L, N=N, M=M, K=K, arch="sm_90", **by_seq
         ),
         "chunk_scan": ssd.chunk_scan.compile(
             x, x, np.broadcast_to(np.zeros((nheads, 1, P), f32), (nheads, M, P)), cb, B,
@@ -136,6 +176,20 @@ def test_programs_compile_to_cubins():
     assert programs["state_passing"].shared_bytes == 0 and "exchange" not in passing  # each thread its elements
     assert scan.count(registers) == 2 and "transpose" not in scan and "broadcast" not in scan
     assert "dot 64x64x128 bf16*bf16->f32" in str(programs["chunk_cb"].plan)
+
+
+@needs_mathdx
+def test_seq_idx_programs_compile_to_cubins():
+    """With HAS_SEQ_IDX: the same products (chunk_cb's K states at a time: chunk_scan's shape), no local memory,
+    no exchange added."""
+    programs = compiled_programs(seq=True)
+    assert all(len(k.cubin) > 0 and k.local_memory_bytes() == 0 for k in programs.values())
+    plans = {name: str(k.plan) for name, k in programs.items()}
+    assert "dot 64x128x64 bf16*bf16->f32" in plans["chunk_state"] and "transpose" not in plans["chunk_state"]
+    assert programs["state_passing"].shared_bytes == 0 and "exchange" not in plans["state_passing"]
+    assert "dot 64x64x64 bf16*bf16->f32" in plans["chunk_cb"] and "exchange" not in plans["chunk_cb"]
+    scan = plans["chunk_scan"]
+    assert scan.count("BLAS execute (registers") == 2 and "transpose" not in scan and "broadcast" not in scan
 
 
 # ----- GPU ---------------------------------------------------------------------------------------------------
@@ -168,8 +222,33 @@ def _mamba():
     ids=["ragged-groups", "chunk128", "small"],
 )
 def test_gpu_matches_reference(dtype, batch, seqlen, nheads, headdim, dstate, ngroups, chunk):
-    torch = pytest.importorskip("torch")
     args = make_inputs(batch, seqlen, nheads, headdim, dstate, ngroups, dtype=dtype) | dict(dt_softplus=True)
+    _check_on_gpu(args, chunk, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float32, BF16], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize(
+    ("batch", "seqlen", "nheads", "headdim", "dstate", "ngroups", "chunk"),
+    [(2, 1000, 8, 64, 128, 2, 256), (1, 300, 4, 32, 16, 4, 64)],
+    ids=["ragged-groups", "small"],
+)
+def test_gpu_seq_idx_matches_reference(dtype, batch, seqlen, nheads, headdim, dstate, ngroups, chunk):
+    """Packed sequences of random lengths (some ending on a chunk's edge, some of one step; row 1 numbered from
+    1, so without the initial state) against each run through the recurrence on its own."""
+    rng = np.random.default_rng(1)
+    lengths = []
+    for _ in range(batch):
+        cuts = np.unique(np.r_[rng.integers(1, seqlen, 6), chunk, 2 * chunk, 2 * chunk + 1, seqlen - 1])
+        lengths.append(np.diff(np.r_[0, cuts[cuts < seqlen], seqlen]).tolist())
+    args = make_inputs(batch, seqlen, nheads, headdim, dstate, ngroups, dtype=dtype) | dict(dt_softplus=True)
+    _check_on_gpu(args | dict(seq_idx=packed(batch, lengths, [0, 1][:batch])), chunk, dtype)
+
+
+def _check_on_gpu(args: dict, chunk: int, dtype) -> None:
+    """`mamba_chunk_scan_combined` on the GPU against the float64 reference at Mamba's tolerances, and no further
+    from it than Mamba's own Triton function (when benchmarks/.mamba/triton holds it)."""
+    torch = pytest.importorskip("torch")
     ref_out, ref_final = reference(**args)
     device = _torch(args, torch)
     out, final = mamba_chunk_scan_combined(**device, chunk_size=chunk, return_final_states=True)

@@ -122,8 +122,7 @@ def chunk_cb(
     HAS_SEQ_IDX: ct.constexpr, L: ct.constexpr, N: ct.constexpr, M: ct.constexpr, K: ct.constexpr,
 ):  # fmt: skip
     """Rows m..m+M of C_c B_c^T for chunk c of (b, g) into cb[b, c, g] ((batch, nchunks, ngroups, L, L), float32),
-    the (M, K) blocks on and below the diagonal (those `chunk_scan` reads when its rows per program are a
-    multiple of M and its steps per block K; once per group, not per head). C:
+    the (M, K) blocks on and below the diagonal that `chunk_scan` reads (once per group, not per head). C:
     (batch, ngroups, seqlen, N), BT: (batch, ngroups, N, seqlen) (B transposed) views. With HAS_SEQ_IDX the
     entries between steps of different sequences are 0: seq_rows (batch, seqlen, at least K) and seq_cols
     (batch, M, seqlen), seq_idx repeated along a last and a middle axis (stride-0 views, as chunk_scan's)."""
@@ -131,15 +130,20 @@ def chunk_cb(
     b, g = bg // C.shape[1], bg % C.shape[1]
     t0 = c * L
     steps = min(L, seqlen - t0)
-    cm = tile.load(C[b, g], (t0 + m, 0), (M, N), valid=(steps - m, None), other=0)
-    for k in range(0, min(m + M, steps), K):
-        bk = tile.load(BT[b, g], (0, t0 + k), (N, K), valid=(None, steps - k), other=0)
-        if HAS_SEQ_IDX:
-            cbk = tile.dot(cm, bk)
+    if HAS_SEQ_IDX:  # K states at a time (with the masks, the whole (M, N) block of C spills registers)
+        for k in range(0, min(m + M, steps), K):
+            acc = tile.zeros((M, K), np.float32)
+            for n in range(0, N, K):
+                cn = tile.load(C[b, g], (t0 + m, n), (M, K), valid=(steps - m, N - n), other=0)
+                bn = tile.load(BT[b, g], (n, t0 + k), (K, K), valid=(N - n, steps - k), other=0)
+                acc = tile.dot(cn, bn, acc)
             row_seq = tile.load(seq_rows[b], (t0 + m, 0), (M, K), valid=(steps - m, None), other=-1)
             col_seq = tile.load(seq_cols[b], (0, t0 + k), (M, K), valid=(None, steps - k), other=-2)
-            tile.store(cb[b, c, g], (m, k), ct.where(row_seq == col_seq, cbk, 0.0), valid=(L - m, L - k))
-        else:
+            tile.store(cb[b, c, g], (m, k), ct.where(row_seq == col_seq, acc, 0.0), valid=(L - m, L - k))
+    else:
+        cm = tile.load(C[b, g], (t0 + m, 0), (M, N), valid=(steps - m, None), other=0)
+        for k in range(0, min(m + M, steps), K):
+            bk = tile.load(BT[b, g], (0, t0 + k), (N, K), valid=(None, steps - k), other=0)
             tile.store(cb[b, c, g], (m, k), tile.dot(cm, bk), valid=(L - m, L - k))
 
 
@@ -200,8 +204,6 @@ def chunk_scan(
 
 #: rows of a chunk per `chunk_scan` program, and rows of B and x per step of its loop
 BLOCK_M = 64
-#: rows per `chunk_cb` program with seq_idx (its two int32 masks at 64 rows put it past 255 registers: spills)
-SEQ_CB_ROWS = 32
 BLOCK_K = 64
 #: bytes of a `chunk_state` program's dot operands per step (two buffers of a (P, K) and a (K, N) tile); more
 #: puts the operands past 32 items a thread into shared memory and gains nothing (its registers, about 210 a
@@ -270,17 +272,16 @@ def mamba_chunk_scan_combined(
     block_m = min(BLOCK_M, chunk_size)
     D_rows = _expand((A if D is None else D).reshape(nheads, -1)[:, None, :], (nheads, block_m, -1))
     block_k = min(BLOCK_K, chunk_size)
-    cb_m = min(SEQ_CB_ROWS, chunk_size) if has_seq else block_m
     seq_rows = seq_cols = A
     if has_seq:
         seq_rows = _expand(seq_idx[:, :, None], (batch, seqlen, max(headdim, block_k)))
-        seq_cols = _expand(seq_idx[:, None, :], (batch, cb_m, seqlen))
+        seq_cols = _expand(seq_idx[:, None, :], (batch, block_m, seqlen))
     by_step = (batch, nheads, nchunks, block_m, chunk_size)
     ngroups = B.shape[2]
     cb = empty_like(x, (batch, nchunks, ngroups, chunk_size, chunk_size), f32)
-    _program(chunk_cb, interpret)[-(-chunk_size // cb_m), nchunks, batch * ngroups](
+    _program(chunk_cb, interpret)[-(-chunk_size // block_m), nchunks, batch * ngroups](
         Cg, _permute(B, (0, 2, 3, 1)), seq_rows, seq_cols, cb, seqlen,
-        HAS_SEQ_IDX=has_seq, L=chunk_size, N=dstate, M=cb_m, K=block_k,
+        HAS_SEQ_IDX=has_seq, L=chunk_size, N=dstate, M=block_m, K=block_k,
     )  # fmt: skip
     _program(chunk_scan, interpret)[-(-chunk_size // block_m), nchunks, batch * nheads](
         xh, zh, D_rows, cb, Cg, _causal_bias(x, chunk_size),
