@@ -34,9 +34,17 @@ chunk:
     _bmm_chunk_fwd (C B^T per group)                      chunk_cb: tile.dot, once per group
     _chunk_scan_fwd                                       chunk_scan: tile.dot (C H^T, then each block @ X)
 
+**Packed sequences** (`seq_idx`, Mamba's (batch, seqlen) int32 ids, nondecreasing along a row): several
+sequences share a row, and none may see another's state. Each program takes a constexpr `HAS_SEQ_IDX` (without
+it the generated code is what it was) and masks, as Mamba's kernels do: a chunk's own state takes only the steps
+of the sequence it ends in; the state passing zeroes the state before a chunk that ends in another sequence than
+the chunk before it; C B^T is 0 between steps of different sequences; and the entering state reaches only the
+rows of the sequence the previous chunk ended in. The initial state is sequence 0's.
+
 The drop-in `coop_tiles.examples.mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D, z, dt_bias,
-dt_softplus, initial_states, return_final_states=...)` launches the four; below it runs at a small shape (in the
-interpreter without a GPU) and is checked against the step-by-step recurrence in float64 NumPy.
+dt_softplus, initial_states, seq_idx, return_final_states=...)` launches the four; below it runs at a small shape
+(in the interpreter without a GPU) and is checked against the step-by-step recurrence in float64 NumPy, then with
+two sequences packed in each row against each sequence run on its own.
 
     python tutorials/13_mamba2_ssd.py
 """
@@ -90,6 +98,18 @@ def main() -> None:
     np.testing.assert_allclose(to_host(final), expected_final, rtol=tol, atol=tol)
     shape = (batch, seqlen, nheads, headdim, dstate, ngroups)
     print(f"mamba_chunk_scan_combined {shape}, chunk {chunk}, {where()}: matches the step-by-step recurrence")
+
+    cut = seqlen * 3 // 8  # inside a chunk: sequence 0 (from the initial state), then sequence 1 (from zeros)
+    seq_idx = np.repeat(np.array([[0, 1]], np.int32), [cut, seqlen - cut], axis=1).repeat(batch, axis=0)
+    out, final = mamba_chunk_scan_combined(
+        *args[:5], chunk, D=args[5], dt_bias=args[6], dt_softplus=True, initial_states=args[7],
+        seq_idx=to_device(seq_idx)[0], return_final_states=True,
+    )  # fmt: skip
+    first, _ = reference(x[:, :cut], dt[:, :cut], A, B[:, :cut], C[:, :cut], D, dt_bias, initial)
+    second, expected_final = reference(x[:, cut:], dt[:, cut:], A, B[:, cut:], C[:, cut:], D, dt_bias, 0 * initial)
+    np.testing.assert_allclose(to_host(out), np.concatenate([first, second], axis=1), rtol=tol, atol=tol)
+    np.testing.assert_allclose(to_host(final), expected_final, rtol=tol, atol=tol)
+    print(f"with seq_idx (sequences of {cut} and {seqlen - cut} steps in each row): matches each one run alone")
 
 
 # ----- how fast: against the same chunked algorithm in PyTorch operations (einsums, one loop over the chunks) -------

@@ -26,6 +26,13 @@ The sequence is cut into chunks of L steps; with cs_t the cumsum of A * dt' insi
 
 As in Mamba, the states between chunks are kept in C's dtype and the final states in float32; the products run
 in x's dtype with float32 accumulation.
+
+Packed sequences (`seq_idx`, Mamba's rules): each program takes a constexpr HAS_SEQ_IDX (without it, the code
+generated is the same as before it existed). `chunk_state` weighs only the steps of the sequence a chunk ends in,
+`state_passing` zeroes the state before a chunk that ends in another sequence than the previous chunk (the
+initial state is sequence 0's), `chunk_cb` zeroes C B^T between steps of different sequences (K states at a
+time: the masks beside a whole (M, N) block of C spill registers), and `chunk_scan` gives the entering state only
+to the rows of the sequence the previous chunk ended in.
 """
 
 from __future__ import annotations
@@ -234,15 +241,14 @@ def mamba_chunk_scan_combined(
         x, z: (batch, seqlen, nheads, headdim)     dt: (batch, seqlen, nheads)     A, dt_bias: (nheads,)
         B, C: (batch, seqlen, ngroups, dstate)      D: (nheads, headdim) or (nheads,)
         initial_states, final_states: (batch, nheads, headdim, dstate)
+        seq_idx: (batch, seqlen) int32, nondecreasing along a row (not checked, as in Mamba)
         out: (batch, seqlen, nheads, headdim), x's dtype; final_states float32
-
-        seq_idx: (batch, seqlen) int32, nondecreasing along a row (not checked, as Mamba)
 
     headdim, dstate and chunk_size are tile sizes (each program specialises on them). PyTorch tensors or CuPy
     arrays run on their GPU; NumPy arrays in the interpreter. seq_idx packs several sequences in a row, as
     Mamba's: each run of equal ids is a sequence of its own, no state passes from one to the next, and
     initial_states is the state entering sequence 0 (a row whose first id is not 0 starts from zeros);
-    final_states is the state at the row's end."""
+    final_states is the state at the row's end (its last sequence's)."""
     batch, seqlen, nheads, headdim = x.shape
     dstate = B.shape[3]
     _check(x, dt, A, B, C, D, z, dt_bias, initial_states)
