@@ -81,6 +81,9 @@ def test_compiles_to_cubin_with_the_gemm_in_the_plan():
     plan = str(k.plan)
     assert "dot 16x24x40 bf16*bf16->f32, a row, b col, c row" in plan and "cuBLASDx" in plan
     assert "cublasdx_execute_" in k.shim_source
+    # run once (no loop): one TempStorage, no alternation
+    assert "BLAS execute (registers; a, b swizzled in shared memory, 1 buffer)" in plan
+    assert "parity" not in _dot_shim(k.shim_source) and "s.temp[" not in _dot_shim(k.shim_source)
 
 
 def test_interpreter_k_loop_and_transposed_result():
@@ -107,7 +110,7 @@ def test_k_loop_keeps_the_accumulator_in_registers():
     x, y = np.zeros((50, 70), ct.bfloat16), np.zeros((70, 24), ct.bfloat16)
     k = ct.jit(k_loop).compile(x, y, np.zeros((50, 24), np.float32), M=16, N=24, BK=40, ACC=np.float32, arch="sm_90")
     plan = str(k.plan)
-    assert "dot 16x24x40 bf16*bf16->f32" in plan and "BLAS execute (registers" in plan
+    assert "dot 16x24x40 bf16*bf16->f32" in plan and "BLAS execute (registers" in plan and "2 buffers" in plan
     assert all("GEMM fragment" in line and "registers" in line for line in plan.splitlines() if "16x24 " in line)
     assert "store 2-D, item by item, GEMM fragment" in plan
     assert "barriers (__syncthreads before):\n  none" in plan

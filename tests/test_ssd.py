@@ -255,6 +255,14 @@ def _check_on_gpu(args: dict, chunk: int, dtype) -> None:
     torch.cuda.synchronize()
     rtol, atol = (1e-2, 3e-3) if dtype == np.float32 else (2e-2, 5e-2)  # Mamba's; bfloat16 outputs round once more
     got = out.float().cpu().numpy()
+    scale = np.abs(ref_out).max()
+    if dtype == BF16:
+        # In bfloat16 the products' operands (C B^T with its decay, the passed states) are rounded, so an output's
+        # error follows the size of the terms summed into it, not its own: measured on an H100, Mamba's own Triton
+        # kernel is up to 0.23 off on outputs up to 105 (33 of 1,024,000 past (2e-2, 5e-2)), ours likewise. Its
+        # bound: the same tolerance plus 4e-3 of the largest output, and a mean error under 1e-4 of it.
+        assert np.abs(got - ref_out).mean() <= 1e-4 * scale
+        atol += 4e-3 * scale
     np.testing.assert_allclose(got, ref_out, rtol=rtol, atol=atol)
     np.testing.assert_allclose(final.cpu().numpy(), ref_final, rtol=rtol, atol=atol)
     mamba = _mamba()

@@ -4,9 +4,9 @@ Two lowerings, the planner choosing (the plan names it). Where the result's grou
 library's accumulator (`planner/layout.py`, FRAGMENT: element-wise ops, copies, fills, 2-D loads and
 stores; `acc = tile.dot(a, b, acc)` in a loop), the result stays in registers: cuBLASDx's tensor API
 (`mathdx.fragment_gemm`), `a` and `b` written by each thread's items into the shared-memory layouts the
-library suggests (swizzled), one barrier, then `execute(A, B, C)` adds into the registers; its two
+library suggests (swizzled), one barrier, then `execute(A, B, C)` adds into the registers; in a loop its two
 TempStorage alternate from run to run, so a K loop has one barrier per step and no shared-memory copy of
-the accumulator. Otherwise the shared-memory API:
+the accumulator (outside loops it runs once: one TempStorage). Otherwise the shared-memory API:
 
 The planner keeps the GEMM's operands and result in one TempStorage region, each at the leading
 dimension and alignment cuBLASDx asks for (`runtime/mathdx.py`; NVRTC sizes the struct, like
@@ -125,8 +125,10 @@ class Dot(TileOp):
     def choose(self, s: TileDot, ctx):
         spec = gemm_spec(s, ctx.threads, "")
         if ctx.tiles[s.out.name].fragment is not None:
-            how = "BLAS execute (registers; a, b swizzled in shared memory, 2 buffers)"
-            return ctx.choice(s, f"dot {spec}", "cuBLASDx", how, sync=REENTRANT)
+            # in a loop, two TempStorage alternate (no barrier before the next run); run once, one suffices
+            looped = ctx.depths.get(s.cid, 0) > 0
+            how = f"BLAS execute (registers; a, b swizzled in shared memory, {2 if looped else 1} buffer{'s' * looped})"
+            return ctx.choice(s, f"dot {spec}", "cuBLASDx", how, sync=REENTRANT if looped else SYNCS)
         return ctx.choice(s, f"dot {spec}", "cuBLASDx", "BLAS execute (shared memory)", sync=SYNCS)
 
     def lower(self, s: TileDot, w) -> ShimCall:
@@ -221,7 +223,8 @@ def lower_registers(s: TileDot, w, spec: GemmSpec) -> ShimCall:
     prelude = f"struct coop_gemm_{s.cid} {{ struct TempStorage {{{fields} }}; }};\n"
     args = [TileArg(s.a, "a_items"), TileArg(s.b, "b_items")]
     args += [TileArg(s.acc, "acc_items")] if s.acc is not None else []
-    call = ShimCall(f"coop_dot_{s.cid}", (*args, TileArg(s.out, "out_items"), PARITY))
+    looped = w.choice(s.cid).sync == REENTRANT
+    call = ShimCall(f"coop_dot_{s.cid}", (*args, TileArg(s.out, "out_items"), *([PARITY] if looped else [])))
 
     def put(var: ir.Var, items: str, field: str, mapping: str) -> str:
         rows, cols = var.type.shape
@@ -235,8 +238,7 @@ def lower_registers(s: TileDot, w, spec: GemmSpec) -> ShimCall:
     start = "acc_items[i]" if s.acc is not None else "0"
     body = (
         w.storage_ref(s.cid)
-        + w.alternate()
-        + "  auto& st = s.temp[run];\n"
+        + (w.alternate() + "  auto& st = s.temp[run];\n" if looped else "  auto& st = s.temp;\n")
         + "  coop_dx_tensor ta{st.a}, tb{st.b}, tc{out_items};\n"
         + put(s.a, "a_items", "a", t.map_a)
         + put(s.b, "b_items", "b", t.map_b)
@@ -244,5 +246,5 @@ def lower_registers(s: TileDot, w, spec: GemmSpec) -> ShimCall:
         + "  __syncthreads();\n"
         + f"  {t.execute}(ta, tb, tc);\n"
     )
-    w.define(call, w.storage(s.cid, f"coop_gemm_{s.cid}", prelude=prelude, copies=2), body)
+    w.define(call, w.storage(s.cid, f"coop_gemm_{s.cid}", prelude=prelude, copies=2 if looped else None), body)
     return call
