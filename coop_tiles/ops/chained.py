@@ -191,7 +191,7 @@ def define_prefetches(program: ir.Program, w: Lowering) -> None:
     """Define in `w` the shim of each load the program prefetches (`prefetch_call`)."""
     for load in prefetched_loads(program)[0]:
         call = prefetch_call(load)
-        a = call.args[0]
+        a = call.args[0]  # (its ArrayArg)
         fetch = f"  coop::chain_prefetch({a.parts.ptr} + {a.parts.offset(['offset'])}, v);\n"
         w.define(call, "", w.clamp(load.out.type.size, a) + fetch)
 
