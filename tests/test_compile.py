@@ -131,7 +131,7 @@ def test_gather_and_scatter_are_direct_without_shared_memory_or_barriers():
         k = kernel.compile(*args, TILE=4096, arch="sm_90")
         assert k.shared_bytes == 0 and k.local_memory_bytes() == 0
         assert not BARRIER.findall(k.ptx)
-        assert "static_cast<unsigned long long>(j0) < static_cast<unsigned long long>(a_len)" in k.shim_source
+        assert "static_cast<unsigned long long>(j0) < static_cast<unsigned long long>(a_shape0)" in k.shim_source
         assert re.search(r"setp\.(lt|ge)\.u64", k.ptx) and "div" not in k.ptx
         assert "DIRECT" in str(k.plan)
 

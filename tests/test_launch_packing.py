@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from programs import vector_add
 
+from coop_tiles.codegen.params import ArrayParts, kernel_params
 from coop_tiles.dtypes import bfloat16
 from coop_tiles.jit import JITFunction
 from coop_tiles.lang.types import ArrayType, ScalarType
@@ -73,6 +74,21 @@ def test_strided_arrays_and_half_scalars_are_packed():
     bits = int(np.asarray(1.5, bfloat16).view(np.uint16))
     prepared.launch(1, 1, 1, 0, 0x1000, (3, 5, 1, 3), bits, 0, 0x2000, (4, 7, 7))
     assert seen["slots"] == [0x1000, 3, 5, 1, 3, bits, 0x2000, 4, 7, 7]
+
+
+def test_an_array_of_any_rank_is_one_abi_and_a_unit_stride_multiplies_nothing():
+    """`ArrayParts` names an array's parameters for the entry, the body and the shims alike: a contiguous
+    1-D array is (pointer, length) and its element offset a plain sum; a strided axis multiplies its index."""
+    contiguous = ArrayParts.named("a", ArrayType(np.dtype(np.float32)))
+    assert contiguous.sizes == ("a_shape0",)
+    assert contiguous.offset(["offset + e"]) == "a_off + offset + e"
+    assert [p.name for p in kernel_params("a", ArrayType(np.dtype(np.float32)))] == ["a", "a_shape0"]
+    strided = ArrayParts.named("a", ArrayType(np.dtype(np.float32), 1, False))
+    assert strided.sizes == ("a_shape0", "a_stride0")
+    assert strided.offset(["offset + e"]) == "a_off + (offset + e) * a_stride0"
+    rows = ArrayParts.named("x", ArrayType(np.dtype(np.int8), 3, True), off="0")
+    assert rows.sizes == ("x_shape0", "x_shape1", "x_shape2", "x_stride0", "x_stride1")
+    assert rows.offset(["i", "j", "k"]) == "0 + i * x_stride0 + j * x_stride1 + k"
 
 
 def _recording_kernel(base: type) -> type:

@@ -20,10 +20,10 @@ import numpy as np
 from ..dtypes import bfloat16, compute_dtype, float32, is_half, storage_dtype
 from ..lang import ir
 from ..lang.types import ArrayType, ScalarType, TileType
-from ..ops.base import Array2DArg, ArrayArg, BodyStart, OutArg, ShimCall, StateArg, TileArg, ValueArg, element_op, op_of
+from ..ops.base import ArrayArg, BodyStart, OutArg, ShimCall, StateArg, TileArg, ValueArg, element_op, op_of
 from ..planner.carve import tile_stride
 from ..planner.plan import Plan
-from .params import array_parts, kernel_params, numba_storage
+from .params import ArrayParts, kernel_params, numba_storage
 from .shims import combine_symbol, element_index
 
 BOOL = np.dtype(np.bool_)
@@ -110,20 +110,11 @@ def element_expr(op: str, args: list[str], dtypes: list[np.dtype], compute: np.d
 
 
 @dataclass
-class _ArrayParts:
-    ptr: str
-    off: str
-    shapes: list[str]
-    strides: list[str]
-    unit: bool
-
-
-@dataclass
 class _BodyWriter:
     plan: Plan | None
     lines: list[str] = field(default_factory=list)
     shims: list[ShimDecl] = field(default_factory=lambda: list(HALF_DECLS))
-    arrays: dict[str, _ArrayParts] = field(default_factory=dict)
+    arrays: dict[str, ArrayParts] = field(default_factory=dict)
     calls: dict[int, ShimCall] = field(default_factory=dict)
     #: what an op with grid-wide state has the body do first (a chained scan's ticket is its program id)
     start: BodyStart | None = None
@@ -209,16 +200,10 @@ class _BodyWriter:
             elif isinstance(a, ValueArg):
                 parts.append(self.operand(a.value, False))
                 types.append(numba_storage(a.value.type.dtype))
-            elif isinstance(a, ArrayArg):
-                p = self.arrays[a.var.name]  # (as `array_names` orders them)
-                sizes = [*p.shapes, *(s for s in p.strides if s != "1")]
-                parts += [p.ptr, p.off, *sizes]
-                types += [f"CPointer({numba_storage(a.var.type.dtype)})", "int64", *["int64"] * len(sizes)]
-            elif isinstance(a, Array2DArg):
+            elif isinstance(a, ArrayArg):  # (the shim's parameters, `ArrayArg.parts`, in the same order)
                 p = self.arrays[a.var.name]
-                parts += [p.ptr, p.off, *p.shapes, p.strides[0]] + ([] if p.unit else [p.strides[1]])
-                types += [f"CPointer({numba_storage(a.var.type.dtype)})", "int64", "int64", "int64", "int64"]
-                types += [] if p.unit else ["int64"]
+                parts += [p.ptr, p.off, *p.sizes]
+                types += [f"CPointer({numba_storage(a.var.type.dtype)})", "int64", *["int64"] * len(p.sizes)]
             elif isinstance(a, StateArg):
                 parts.append(f"ptr({_state_name(cid, a)})")
                 types.append("CPointer(int32)")
@@ -234,15 +219,15 @@ class _BodyWriter:
         for text in after:
             self.line(depth, text)
 
-    def address(self, array: ir.Var, indices: tuple[ir.Value, ...]) -> tuple[str, str]:
-        """(in-range condition, element expression) of `array[indices]`. Each index is checked with one
-        unsigned comparison (a negative index wraps past any extent), and the checks are combined
-        without branches, so that those of loop-invariant indices can leave a loop."""
+    def address(self, array: ir.Var, indices: tuple[ir.Value, ...]) -> tuple[str, str, str]:
+        """(in-range condition, element offset, element expression) of `array[indices]`. Each index is
+        checked with one unsigned comparison (a negative index wraps past any extent), and the checks are
+        combined without branches, so that those of loop-invariant indices can leave a loop."""
         p = self.arrays[array.name]
         idx = [self.operand(i, False) for i in indices]
         ok = " & ".join(f"(np.uint64({i}) < np.uint64({n}))" for i, n in zip(idx, p.shapes))
-        offset = " + ".join([p.off, *(i if s == "1" else f"{i} * {s}" for i, s in zip(idx, p.strides))])
-        return ok, f"{p.ptr}[{offset}]"
+        offset = p.offset(idx)
+        return ok, offset, f"{p.ptr}[{offset}]"
 
 
 def _state_name(cid: int, a: StateArg) -> str:
@@ -290,15 +275,14 @@ def _program_id(w: _BodyWriter, s: ir.ProgramId, depth: int) -> None:
 def _array_view(w: _BodyWriter, s: ir.ArrayView, depth: int) -> None:
     base = w.arrays[s.array.name]
     k = len(s.indices)
-    ok, element = w.address(s.array, s.indices)
-    offset = element[len(base.ptr) + 1 : -1]
+    ok, offset, _ = w.address(s.array, s.indices)
     name = s.out.name
     w.line(depth, f"{name}_ok = {ok}")
     w.line(depth, f"{name}_off = ({offset}) if {name}_ok else np.int64(0)")
     shapes = [f"{name}_shape{j}" for j in range(s.out.type.ndim)]
     for j, n in enumerate(shapes):
         w.line(depth, f"{n} = {base.shapes[k + j]} if {name}_ok else np.int64(0)")
-    w.arrays[name] = _ArrayParts(base.ptr, f"{name}_off", shapes, base.strides[k:], base.unit)
+    w.arrays[name] = ArrayParts(base.ptr, f"{name}_off", tuple(shapes), base.strides[k:])
 
 
 def _array_shape(w: _BodyWriter, s: ir.ArrayShape, depth: int) -> None:
@@ -306,7 +290,7 @@ def _array_shape(w: _BodyWriter, s: ir.ArrayShape, depth: int) -> None:
 
 
 def _array_read(w: _BodyWriter, s: ir.ArrayRead, depth: int) -> None:
-    ok, element = w.address(s.array, s.indices)
+    ok, _, element = w.address(s.array, s.indices)
     if s.out.name not in w.plan.block_values:  # only thread 0 needs it (the plan orders it as thread 0's)
         w.line(depth, "if tid == 0:")
         depth += 1
@@ -314,7 +298,7 @@ def _array_read(w: _BodyWriter, s: ir.ArrayRead, depth: int) -> None:
 
 
 def _array_write(w: _BodyWriter, s: ir.ArrayWrite, depth: int) -> None:
-    ok, element = w.address(s.array, s.indices)
+    ok, _, element = w.address(s.array, s.indices)
     w.line(depth, f"if tid == 0 and {ok}:")
     w.line(depth + 1, f"{element} = {w.operand(s.value, False)}")
 
@@ -405,8 +389,7 @@ def generate_body(
             params.append(f"{p.name}_u8" if is_bool else p.name)
             param_types.append(p.numba)
         if isinstance(t, ArrayType):
-            shapes, strides = array_parts(var.name, t)
-            w.arrays[var.name] = _ArrayParts(var.name, "0", shapes, strides, t.unit_stride)
+            w.arrays[var.name] = ArrayParts.named(var.name, t, off="0")
     if w.start is not None:
         params.append("coop_grid_state")
         param_types.append("CPointer(uint8)")

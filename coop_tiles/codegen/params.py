@@ -1,14 +1,16 @@
 """The kernel's parameter list, defined once: the C++ entry, the body's signature and the
-launchers' packing all derive from `kernel_params`.
+launchers' packing all derive from `kernel_params`, and the shims' array parameters from `ArrayParts`.
 
 An array is its data pointer, its shape, and its strides in elements (the last stride is left
 out when the kernel is specialised on unit stride, so a contiguous 1-D array is exactly
 `(pointer, length)`); a scalar is one parameter of its dtype (bool as a byte, 16-bit floats as
-their bits). Every parameter occupies one 8-byte slot in the launch buffer.
+their bits). Every parameter occupies one 8-byte slot in the launch buffer. A shim takes an array
+(or a view of one) the same way, with its first element's offset after the pointer.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,23 +27,45 @@ class KernelParam:
     slot: str  # how the launchers pack it: P pointer, q int64, Q unsigned/bool/16-bit bits, d float64, f float32
 
 
-def array_parts(name: str, t: ArrayType) -> tuple[list[str], list[str]]:
-    """(shape names, stride names) of array parameter `name` (a stride of "1" is the literal)."""
-    shapes = [f"{name}_shape{k}" for k in range(t.ndim)]
-    strides = [f"{name}_stride{k}" for k in range(t.ndim)]
-    if t.unit_stride:
-        strides[-1] = "1"
-    return shapes, strides
+@dataclass(frozen=True)
+class ArrayParts:
+    """An array of any rank by the names of its parts, as the kernel, the body and the shims pass it:
+    its data pointer, its first element's offset, then each axis's length and stride (in elements), the
+    last stride the literal "1" when the kernel is specialised on unit stride (then not passed)."""
+
+    ptr: str
+    off: str
+    shapes: tuple[str, ...]
+    strides: tuple[str, ...]
+
+    @classmethod
+    def named(cls, name: str, t: ArrayType, off: str | None = None) -> ArrayParts:
+        """The parts of array `name` of type `t`: `name`, `name_off` (or `off`), `name_shape0` ...,
+        `name_stride0` ..."""
+        strides = [f"{name}_stride{k}" for k in range(t.ndim)]
+        if t.unit_stride:
+            strides[-1] = "1"
+        shapes = tuple(f"{name}_shape{k}" for k in range(t.ndim))
+        return cls(name, f"{name}_off" if off is None else off, shapes, tuple(strides))
+
+    @property
+    def sizes(self) -> tuple[str, ...]:
+        """The lengths and strides passed after the pointer (and offset), in order: a unit stride is not."""
+        return (*self.shapes, *(s for s in self.strides if s != "1"))
+
+    def offset(self, indices: Sequence[str]) -> str:
+        """The offset of the element at `indices` of the leading axes (an expression of C++ and Python
+        alike): a unit stride multiplies nothing, so a contiguous 1-D array's is `off + index`."""
+        terms = (i if s == "1" else f"{f'({i})' if ' ' in i else i} * {s}" for i, s in zip(indices, self.strides))
+        return " + ".join([self.off, *terms])
 
 
 def kernel_params(name: str, t: ArrayType | ScalarType) -> list[KernelParam]:
     """The parameters of argument `name` of type `t`, in order."""
     if isinstance(t, ArrayType):
-        shapes, strides = array_parts(name, t)
+        sizes = ArrayParts.named(name, t).sizes
         out = [KernelParam(name, f"{cxx_name(t.dtype)}*", f"CPointer({numba_storage(t.dtype)})", "P")]
-        out += [KernelParam(n, "long long", "int64", "q") for n in shapes]
-        out += [KernelParam(n, "long long", "int64", "q") for n in strides if n != "1"]
-        return out
+        return out + [KernelParam(n, "long long", "int64", "q") for n in sizes]
     dt = t.dtype
     if dt == np.bool_ or is_half(dt):
         c = "cuda::std::uint8_t" if dt == np.bool_ else "cuda::std::uint16_t"

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from ..dtypes import cxx_identity, cxx_name, is_half
 from ..errors import InternalError
 from ..lang import ir
-from ..ops.base import Array2DArg, ArrayArg, OutArg, ShimCall, StateArg, TileArg, ValueArg, array_names, op_of
+from ..ops.base import ArrayArg, OutArg, ShimCall, StateArg, TileArg, ValueArg, op_of
 from ..planner.carve import StorageNeed
 from ..planner.layout import BLOCKED, CollectiveChoice, LayoutPlan, TileLayout
 from ..runtime import mathdx
@@ -127,19 +127,14 @@ def clamp_valid(size: int) -> str:
     return f"  long long v = valid < 0 ? 0 : (valid > {size} ? {size} : valid);\n"
 
 
-def _clamp(size: int) -> str:
-    """`clamp_valid`, and never past the end of the array (a tile starting outside it has none)."""
+def _clamp(size: int, a: ArrayArg) -> str:
+    """`clamp_valid`, and never past the end of 1-D array `a` (a tile starting at `offset` outside it has none)."""
+    n = a.parts.shapes[0]
     return (
         clamp_valid(size)
-        + "  const long long room = (offset < 0 || offset >= a_len) ? 0 : a_len - offset;\n"
+        + f"  const long long room = (offset < 0 || offset >= {n}) ? 0 : {n} - offset;\n"
         + "  if (v > room) v = room;\n"
     )
-
-
-def _whole(size: int) -> str:
-    """`whole`: whether all `size` elements of a transfer are valid (`v == size`), tested without `v`
-    so that only the partial path computes it and the test's loop-invariant parts can leave a loop."""
-    return f"  const bool whole = valid >= {size} && offset >= 0 && a_len - offset >= {size};\n"
 
 
 def element_index(lay: TileLayout, threads: int, tid: str = "int(threadIdx.x)", python: bool = False) -> str:
@@ -205,9 +200,9 @@ class ShimWriter:
         return element_index(self.layout(var), self.threads)
 
     @staticmethod
-    def clamp(size: int) -> str:
-        """`v`, the count of valid leading elements of a transfer (see `_clamp`)."""
-        return _clamp(size)
+    def clamp(size: int, a: ArrayArg) -> str:
+        """`v`, the count of valid leading elements of a transfer at `offset` of `a` (see `_clamp`)."""
+        return _clamp(size, a)
 
     @staticmethod
     def clamp_valid(size: int) -> str:
@@ -254,13 +249,8 @@ class ShimWriter:
         params = []
         for a in call.args:
             if isinstance(a, ArrayArg):
-                lens, strides = array_names(a.name, a.var.type)
-                params += [f"{cxx_name(a.var.type.dtype)}* {a.name}", f"long long {a.name}_off"]
-                params += [f"long long {n}" for n in [*lens, *strides] if n is not None]
-            elif isinstance(a, Array2DArg):
-                params += [f"{cxx_name(a.var.type.dtype)}* {a.name}"]
-                params += [f"long long {a.name}_{part}" for part in ("off", "rows", "cols", "stride0")]
-                params += [] if a.var.type.unit_stride else [f"long long {a.name}_stride1"]
+                p = a.parts
+                params += [f"{cxx_name(a.var.type.dtype)}* {p.ptr}", *(f"long long {n}" for n in (p.off, *p.sizes))]
             elif isinstance(a, ValueArg):
                 params.append(f"{cxx_name(a.value.type.dtype)} {a.name}")
             elif isinstance(a, StateArg):

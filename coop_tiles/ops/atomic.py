@@ -213,15 +213,15 @@ class Atomic(TileOp):
         tiled = is_tile_value(s.value)
         value = TileArg(s.value, "x_items") if tiled else ValueArg(s.value, "x")
         dt = s.array.type.dtype
+        a = ArrayArg(s.array, "a")
         if s.index:
             where_args = (*index_args(s.index),)
-            reads, inside, where = address(s.array, s.index)
+            reads, inside, where = address(a, s.index)
             body = index_refs(w, s.index, items) + w.clamp_valid(size)
         else:
             where_args = (ValueArg(s.offset, "offset"),)
-            stride = "" if s.array.type.unit_stride else " * a_stride"
-            reads, inside, where = "", "true", f"a + a_off + (offset + e){stride}"
-            body = w.clamp(size)
+            reads, inside, where = "", "true", f"{a.parts.ptr} + {a.parts.offset(['offset + e'])}"
+            body = w.clamp(size, a)
         body += mask_ref(w, s.mask, items)
         code, index = "", w.element_index(like)
         if w.choice(s.cid).algorithm == EXCHANGED:  # the items to warp-striped order (see the module docstring)
@@ -241,7 +241,7 @@ class Atomic(TileOp):
             f"    if (e >= v) continue;\n{reads}"
             f"    if ({inside}{mask_test(s.mask)}) {update}\n  }}\n"
         )
-        args = (ArrayArg(s.array, "a"), *where_args, valid_arg(s.valid, size), *mask_arg(s.mask), value)
+        args = (a, *where_args, valid_arg(s.valid, size), *mask_arg(s.mask), value)
         call = ShimCall(f"coop_atomic_{s.op}_{s.cid}", args)
         w.define(call, code, body)
         return call

@@ -33,6 +33,7 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
+from ..codegen.params import ArrayParts  # (the parameter ABI the stages and the launchers share, not a stage)
 from ..errors import TileTypeError, TileValueError
 from ..lang import ir
 from ..lang.types import broadcast_shape
@@ -59,22 +60,17 @@ class ValueArg:
 
 @dataclass(frozen=True)
 class ArrayArg:
-    """An array or view: `T* name, long long name_off, long long name_len` and, unless the view has
-    unit stride, `long long name_stride` (all in elements) for a 1-D one; of `k > 1` axes, the
-    lengths `name_len0` ... and strides `name_stride0` ... of each axis (the last stride only
-    without unit stride). See `array_names`."""
+    """An array or view of any rank: `T* name, long long name_off`, then each axis's length
+    `long long name_shape0` ... and stride `long long name_stride0` ... (in elements), the last stride
+    only without unit stride, so a contiguous 1-D array is `(pointer, offset, length)`. The shim spells
+    them, and its elements' offsets, through `parts` (`codegen/params.py::ArrayParts`)."""
 
     var: ir.Var
     name: str
 
-
-@dataclass(frozen=True)
-class Array2DArg:
-    """A 2-D array or view: `T* name, long long name_off, long long name_rows, long long name_cols, long long
-    name_stride0` and, unless its rows have unit stride, `long long name_stride1` (all in elements)."""
-
-    var: ir.Var
-    name: str
+    @property
+    def parts(self) -> ArrayParts:
+        return ArrayParts.named(self.name, self.var.type)
 
 
 @dataclass(frozen=True)
@@ -93,16 +89,6 @@ class StateArg:
     name: str
 
 
-def array_names(name: str, t: Any) -> tuple[list[str], list[str | None]]:
-    """(length names, stride names) of an `ArrayArg` called `name` of array type `t` in a shim; a
-    unit last stride is None (not passed)."""
-    if t.ndim == 1:
-        lens, strides = [f"{name}_len"], [f"{name}_stride"]
-    else:
-        lens, strides = [f"{name}_len{k}" for k in range(t.ndim)], [f"{name}_stride{k}" for k in range(t.ndim)]
-    return lens, [*strides[:-1], None if t.unit_stride else strides[-1]]
-
-
 #: the state of a collective whose runs alternate between two TempStorage (`ShimWriter.alternate`)
 PARITY = StateArg("parity")
 
@@ -113,7 +99,7 @@ class ShimCall:
     receives the TempStorage buffer and its byte offset (`smem`, `soff`)."""
 
     name: str
-    args: tuple[TileArg | ValueArg | ArrayArg | Array2DArg | OutArg | StateArg, ...]
+    args: tuple[TileArg | ValueArg | ArrayArg | OutArg | StateArg, ...]
     ret: ir.Var | None = None
 
 
@@ -236,7 +222,7 @@ class Lowering(Protocol):
     def layout(self, var: ir.Var) -> Layout: ...
     def choice(self, cid: int) -> Choice: ...
     def element_index(self, var: ir.Var) -> str: ...
-    def clamp(self, size: int) -> str: ...
+    def clamp(self, size: int, a: ArrayArg) -> str: ...
     def clamp_valid(self, size: int) -> str: ...
     def identity(self, op: str, dt: np.dtype) -> str: ...
     def combine_symbol(self, name: str) -> str: ...

@@ -190,8 +190,10 @@ def prefetch_call(load: Any) -> ShimCall:
 def define_prefetches(program: ir.Program, w: Lowering) -> None:
     """Define in `w` the shim of each load the program prefetches (`prefetch_call`)."""
     for load in prefetched_loads(program)[0]:
-        fetch = "  coop::chain_prefetch(a + a_off + offset, v);\n"
-        w.define(prefetch_call(load), "", w.clamp(load.out.type.size) + fetch)
+        call = prefetch_call(load)
+        a = call.args[0]  # (its ArrayArg)
+        fetch = f"  coop::chain_prefetch({a.parts.ptr} + {a.parts.offset(['offset'])}, v);\n"
+        w.define(call, "", w.clamp(load.out.type.size, a) + fetch)
 
 
 def body_start(program: ir.Program, reverse: bool) -> BodyStart:

@@ -29,7 +29,6 @@ from .base import (
     TileArg,
     TileOp,
     ValueArg,
-    array_names,
     mask_arg,
     mask_array,
     mask_ref,
@@ -125,16 +124,14 @@ def index_refs(w: Any, index: tuple[ir.Var, ...], items: int) -> str:
     return "".join(w.items_ref(f"idx{k}", f"idx{k}_items", t, items) for k, t in enumerate(index))
 
 
-def address(array: ir.Var, index: tuple[ir.Var, ...]) -> tuple[str, str, str]:
+def address(a: ArrayArg, index: tuple[ir.Var, ...]) -> tuple[str, str, str]:
     """(the shim's reads of item `i`'s indices, its in-bounds test, its element's pointer) for the
-    `ArrayArg` `a` and the index tiles `idx0`, `idx1`, ...: one unsigned comparison per axis, no division."""
-    lens, strides = array_names("a", array.type)
-    reads, tests, terms = "", [], ["a_off"]
-    for k, (n, stride) in enumerate(zip(lens, strides)):
-        reads += f"    const long long j{k} = static_cast<long long>(idx{k}[i]);\n"
-        tests.append(f"static_cast<unsigned long long>(j{k}) < static_cast<unsigned long long>({n})")
-        terms.append(f"j{k}" if stride is None else f"j{k} * {stride}")
-    return reads, " && ".join(tests), f"a + ({' + '.join(terms)})"
+    array `a` and the index tiles `idx0`, `idx1`, ...: one unsigned comparison per axis, no division."""
+    p, js = a.parts, [f"j{k}" for k in range(len(index))]
+    reads = "".join(f"    const long long {j} = static_cast<long long>(idx{k}[i]);\n" for k, j in enumerate(js))
+    unsigned = "static_cast<unsigned long long>"
+    tests = (f"{unsigned}({j}) < {unsigned}({n})" for j, n in zip(js, p.shapes))
+    return reads, " && ".join(tests), f"{p.ptr} + ({p.offset(js)})"
 
 
 def padding_skip(w: Any, tile: ir.Var, items: int) -> str:
@@ -181,10 +178,11 @@ class Gather(TileOp):
         return ctx.choice(s, "gather", "gather", "DIRECT", storage=False)
 
     def lower(self, s: TileGather, w) -> ShimCall:
-        args = (TileArg(s.out, "out_items"), ArrayArg(s.array, "a"), *index_args(s.index), *mask_arg(s.mask))
+        a = ArrayArg(s.array, "a")
+        args = (TileArg(s.out, "out_items"), a, *index_args(s.index), *mask_arg(s.mask))
         call = ShimCall(f"coop_gather_{s.cid}", (*args, ValueArg(s.other, "other")))
         items = w.layout(s.out).items_per_thread
-        reads, inside, where = address(s.array, s.index)
+        reads, inside, where = address(a, s.index)
         body = (
             w.items_ref("out", "out_items", s.out, items) + index_refs(w, s.index, items) + mask_ref(w, s.mask, items)
         )
@@ -226,10 +224,11 @@ class Scatter(TileOp):
 
     def lower(self, s: TileScatter, w) -> ShimCall:
         value = TileArg(s.value, "x_items") if is_tile_value(s.value) else ValueArg(s.value, "x")
-        args = (ArrayArg(s.array, "a"), *index_args(s.index), *mask_arg(s.mask), value)
+        a = ArrayArg(s.array, "a")
+        args = (a, *index_args(s.index), *mask_arg(s.mask), value)
         call = ShimCall(f"coop_scatter_{s.cid}", args)
         items = w.layout(s.index[0]).items_per_thread
-        reads, inside, where = address(s.array, s.index)
+        reads, inside, where = address(a, s.index)
         body = index_refs(w, s.index, items) + mask_ref(w, s.mask, items)
         body += w.items_ref("x", "x_items", s.value, items) if is_tile_value(s.value) else ""
         body += (

@@ -120,18 +120,19 @@ class Load(TileOp):
         return choose_transfer(ctx, s, s.out, s.array, load=True, mask=s.mask)
 
     def lower(self, s: TileLoad, w) -> ShimCall:
+        a = ArrayArg(s.array, "a")
         call = ShimCall(
             f"coop_load_{s.cid}",
             (
                 TileArg(s.out, "items"),
-                ArrayArg(s.array, "a"),
+                a,
                 ValueArg(s.offset, "offset"),
                 valid_arg(s.valid, s.out.type.size),
                 ValueArg(s.other, "other"),
                 *([TileArg(s.mask, "mk")] if s.mask is not None else []),
             ),
         )
-        lower_transfer(w, call, s.cid, "load", s.out, s.array.type, ", other", s.mask)
+        lower_transfer(w, call, s.cid, "load", s.out, a, ", other", s.mask)
         return call
 
 
@@ -208,15 +209,16 @@ class Store(TileOp):
         return choose_transfer(ctx, s, s.tile, s.array, load=False, mask=s.mask)
 
     def lower(self, s: TileStore, w) -> ShimCall:
+        a = ArrayArg(s.array, "a")
         call = ShimCall(
             f"coop_store_{s.cid}",
             (
-                ArrayArg(s.array, "a"),
+                a,
                 ValueArg(s.offset, "offset"),
                 valid_arg(s.valid, s.tile.type.size),
                 TileArg(s.tile, "items"),
                 *([TileArg(s.mask, "mk")] if s.mask is not None else []),
             ),
         )
-        lower_transfer(w, call, s.cid, "store", s.tile, s.array.type, "", s.mask)
+        lower_transfer(w, call, s.cid, "store", s.tile, a, "", s.mask)
         return call

@@ -14,7 +14,7 @@ from ..errors import TileTypeError, TileValueError
 from ..lang import ir
 from ..lang.types import INT64, TileType
 from ..lang.values import Const
-from .base import Array2DArg, ShimCall, TileArg, TileOp, ValueArg, mask_value, register
+from .base import ArrayArg, ShimCall, TileArg, TileOp, ValueArg, mask_value, register
 
 VECTOR_BYTES = 16
 
@@ -229,7 +229,10 @@ def lower_block(w: Any, s: Any, tile: ir.Var, mask: ir.Var | None, load: bool) -
     rs = lay.rows
     m, n = tile.type.shape
     kind = "load" if load else "store"
-    args = [TileArg(tile, "items"), Array2DArg(s.array, "a"), ValueArg(s.row, "row"), ValueArg(s.col, "col")]
+    a = ArrayArg(s.array, "a")
+    rows, cols = a.parts.shapes
+    at = f"{a.parts.ptr}[{a.parts.offset(['ar', 'ac'])}]"  # (element (ar, ac))
+    args = [TileArg(tile, "items"), a, ValueArg(s.row, "row"), ValueArg(s.col, "col")]
     args += [
         ValueArg(s.valid_rows if s.valid_rows is not None else ir.Lit(m, INT64), "vr"),
         ValueArg(s.valid_cols if s.valid_cols is not None else ir.Lit(n, INT64), "vc"),
@@ -239,9 +242,8 @@ def lower_block(w: Any, s: Any, tile: ir.Var, mask: ir.Var | None, load: bool) -
     call = ShimCall(f"coop_{kind}2d_{s.cid}", tuple(args))
     body = w.items_ref("x", "items", tile, lay.items_per_thread)
     body += w.items_ref("keep", "mk", mask, lay.items_per_thread) if mask is not None else ""
-    stride1 = "" if s.array.type.unit_stride else " * a_stride1"
     if lay.fragment is not None:  # (a GEMM's accumulator: each item at its element, `element_index`)
-        body += _item_by_item(w, tile, mask, load, stride1)
+        body += _item_by_item(w, tile, mask, load, at, rows, cols)
         w.define(call, "", body)
         return call
     shift = rs.lanes.bit_length() - 1
@@ -252,25 +254,21 @@ def lower_block(w: Any, s: Any, tile: ir.Var, mask: ir.Var | None, load: bool) -
         f"  for (int k = 0; k < {rs.rows}; ++k) {{\n"
         f"    const int rr = group * {rs.rows} + k;\n"
         "    const long long ar = row + rr;\n"
-        "    const bool row_ok = rr < vr_c && ar >= 0 && ar < a_rows;\n"
+        f"    const bool row_ok = rr < vr_c && ar >= 0 && ar < {rows};\n"
         f"    for (int q = 0; q < {ipr // run}; ++q) {{\n"
         f"      const int c0 = (q * {rs.lanes} + lane) * {run}, first = k * {ipr} + q * {run};\n"
     )
     each = (
         f"for (int j = 0; j < {run}; ++j) {{ const int cc = c0 + j; const long long ac = col + cc; "
-        f"const bool ok = row_ok && cc < vc_c && ac >= 0 && ac < a_cols"
+        f"const bool ok = row_ok && cc < vc_c && ac >= 0 && ac < {cols}"
         + (" && keep[first + j]" if mask is not None else "")
         + "; "
-        + (
-            f"x[first + j] = ok ? a[a_off + ar * a_stride0 + ac{stride1}] : other; }}"
-            if load
-            else f"if (ok) a[a_off + ar * a_stride0 + ac{stride1}] = x[first + j]; }}"
-        )
+        + (f"x[first + j] = ok ? {at} : other; }}" if load else f"if (ok) {at} = x[first + j]; }}")
     )
     if _vector_rows(tile, s.array, mask, rs):
         words = run * s.array.type.dtype.itemsize // VECTOR_BYTES
-        whole = f"row_ok && c0 + {run} <= vc_c && col + c0 >= 0 && col + c0 + {run} <= a_cols"
-        ptr = "a + a_off + ar * a_stride0 + col + c0"
+        whole = f"row_ok && c0 + {run} <= vc_c && col + c0 >= 0 && col + c0 + {run} <= {cols}"
+        ptr = f"{a.parts.ptr} + {a.parts.offset(['ar', 'col + c0'])}"  # (unit stride: the run's first element)
         aligned = f"reinterpret_cast<unsigned long long>({ptr}) % 16 == 0"
         if load:
             move = (
@@ -292,13 +290,12 @@ def lower_block(w: Any, s: Any, tile: ir.Var, mask: ir.Var | None, load: bool) -
     return call
 
 
-def _item_by_item(w: Any, tile: ir.Var, mask: ir.Var | None, load: bool, stride1: str) -> str:
+def _item_by_item(w: Any, tile: ir.Var, mask: ir.Var | None, load: bool, at: str, rows: str, cols: str) -> str:
     """A 2-D transfer's body for a tile reached only by element index (a GEMM fragment): each item checked
-    against the valid counts, the array's bounds and the mask."""
+    against the valid counts, the array's bounds (`rows`, `cols`) and the mask, then moved to or from `at`."""
     m, n = tile.type.shape
-    ok = "e < " + str(m * n) + " && rr < vr_c && cc < vc_c && ar >= 0 && ar < a_rows && ac >= 0 && ac < a_cols"
+    ok = f"e < {m * n} && rr < vr_c && cc < vc_c && ar >= 0 && ar < {rows} && ac >= 0 && ac < {cols}"
     ok += " && keep[i]" if mask is not None else ""
-    at = f"a[a_off + ar * a_stride0 + ac{stride1}]"
     move = f"x[i] = ok ? {at} : other;" if load else f"if (ok) {at} = x[i];"
     return (
         f"  const long long vr_c = vr < 0 ? 0 : (vr > {m} ? {m} : vr), vc_c = vc < 0 ? 0 : (vc > {n} ? {n} : vc);\n"

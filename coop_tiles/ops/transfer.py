@@ -24,7 +24,7 @@ from ..dtypes import bfloat16, cxx_name, is_half
 from ..lang import ir
 from ..lang.types import ArrayType
 from ..planner.layout import BLOCKED, REGISTER_ITEMS
-from .base import Choice, Lowering, Planning, ShimCall
+from .base import ArrayArg, Choice, Lowering, Planning, ShimCall
 
 VECTORIZED = "DIRECT_VECTORIZED"
 #: the primitive of a transfer item by item, at each item's element index (masked, or along rows)
@@ -84,10 +84,10 @@ def choose_transfer(
     return ctx.choice(s, kind, "LoadDirectStriped" if load else "StoreDirectStriped", "DIRECT", storage=False)
 
 
-def _whole(size: int) -> str:
-    """`whole`: whether all `size` elements of a transfer are valid (`v == size`), tested without `v`
-    so that only the partial path computes it and the test's loop-invariant parts can leave a loop."""
-    return f"  const bool whole = valid >= {size} && offset >= 0 && a_len - offset >= {size};\n"
+def _whole(size: int, a: ArrayArg) -> str:
+    """`whole`: whether all `size` elements of a transfer at `offset` of `a` are valid (`v == size`), tested
+    without `v` so that only the partial path computes it and the test's loop-invariant parts can leave a loop."""
+    return f"  const bool whole = valid >= {size} && offset >= 0 && {a.parts.shapes[0]} - offset >= {size};\n"
 
 
 def convert_expr(expr: str, src: np.dtype, dst: np.dtype) -> str:
@@ -116,13 +116,16 @@ def lower_transfer(
     cid: int,
     kind: str,
     tile: ir.Var,
-    array: ArrayType,
+    a: ArrayArg,
     guarded_extra: str,
     mask: ir.Var | None = None,
 ) -> None:
-    """The `lower` hook: a load or store shim as `choose_transfer` chose it. A full tile takes CUB's
-    unguarded path. A load into a tile of another dtype than the array's (a 16-bit float tile
-    loaded as float32) converts each item after the transfer."""
+    """The `lower` hook: a load or store shim as `choose_transfer` chose it, of the tile at `offset` of
+    1-D array `a` (one of `call`'s arguments). A full tile takes CUB's unguarded path. A load into a tile
+    of another dtype than the array's (a 16-bit float tile loaded as float32) converts each item after
+    the transfer."""
+    array = a.var.type
+    base = f"{a.parts.ptr} + {a.parts.offset(['offset'])}"  # (the tile's first element)
     lay = w.layout(tile)
     items = lay.items_per_thread
     padded = w.threads * items != lay.size  # (a padded tile is never whole)
@@ -130,8 +133,8 @@ def lower_transfer(
     verb = kind.capitalize()  # Load / Store
     choice = w.choice(cid)
     converted = tile.type.dtype != array.dtype  # the transfer fills `x` in the array's dtype, converted after it
-    code, body = "", w.items_ref("loaded" if converted else "x", "items", tile, items) + w.clamp(lay.size)
-    body += _whole(lay.size) if array.unit_stride and not padded else ""  # (strided: item by item)
+    code, body = "", w.items_ref("loaded" if converted else "x", "items", tile, items) + w.clamp(lay.size, a)
+    body += _whole(lay.size, a) if array.unit_stride and not padded else ""  # (strided: item by item)
     convert = ""
     if converted:
         body += f"  {cxx_name(array.dtype)} x[{items}];\n"
@@ -140,17 +143,17 @@ def lower_transfer(
     if array.unit_stride:  # CUB's Block{Load,Store} or {Load,Store}Direct*
         w.include(f"cub/block/block_{kind}.cuh")
     if choice.algorithm == STRIPED_VECTORIZED:
-        body += _striped_vectors(w, kind, tile, array, lay, whole, convert)
+        body += _striped_vectors(w, kind, tile, array, base, lay, whole, convert)
         convert = ""
     elif choice.algorithm == VECTORIZED:
         # each thread's items are contiguous: whole 16-byte words when the tile is full and aligned
         words = items * array.dtype.itemsize // 16
-        aligned = "reinterpret_cast<unsigned long long>(a + a_off + offset) % 16 == 0"
+        aligned = f"reinterpret_cast<unsigned long long>({base}) % 16 == 0"
         # otherwise item by item, against the count left from this thread's first item (no per-item index)
-        mine = f"a + a_off + offset + threadIdx.x * {items}"
+        mine = f"{base} + threadIdx.x * {items}"
         if kind == "load":
             move = (
-                f"    const uint4* src = reinterpret_cast<const uint4*>(a + a_off + offset) + threadIdx.x * {words};\n"
+                f"    const uint4* src = reinterpret_cast<const uint4*>({base}) + threadIdx.x * {words};\n"
                 f"    uint4 w[{words}];\n    for (int j = 0; j < {words}; ++j) w[j] = src[j];\n"
             )
             move += _unpack_words(array, tile, items, convert)
@@ -161,7 +164,7 @@ def lower_transfer(
         else:
             move = (
                 f"    uint4 w[{words}];\n    memcpy(w, x, sizeof(w));\n"
-                f"    uint4* dst = reinterpret_cast<uint4*>(a + a_off + offset) + threadIdx.x * {words};\n"
+                f"    uint4* dst = reinterpret_cast<uint4*>({base}) + threadIdx.x * {words};\n"
                 f"    for (int j = 0; j < {words}; ++j) dst[j] = w[j];\n"
             )
             each = f"    auto* dst = {mine};\n    for (int i = 0; i < {items}; ++i) if (i < left) dst[i] = x[i];\n"
@@ -173,7 +176,7 @@ def lower_transfer(
         convert = ""
     elif not array.unit_stride or choice.primitive == ITEM_BY_ITEM:
         index = w.element_index(tile)
-        where = "a[a_off + (offset + e) * a_stride]" if not array.unit_stride else "a[a_off + offset + e]"
+        where = f"{a.parts.ptr}[{a.parts.offset(['offset + e'])}]"
         ok = "e < v" if mask is None else "e < v && keep[i]"
         body += w.items_ref("keep", "mk", mask, items) if mask is not None else ""
         move = f"x[i] = {ok} ? {where} : other;" if kind == "load" else f"if ({ok}) {where} = x[i];"
@@ -188,21 +191,23 @@ def lower_transfer(
         else:
             call_expr, thread = f"cub::{verb}DirectStriped<{w.threads}>", "int(threadIdx.x), "
         body += (
-            f"  if ({whole}) {call_expr}({thread}a + a_off + offset, x);\n"
-            f"  else {call_expr}({thread}a + a_off + offset, x, int(v){guarded_extra});\n"
+            f"  if ({whole}) {call_expr}({thread}{base}, x);\n"
+            f"  else {call_expr}({thread}{base}, x, int(v){guarded_extra});\n"
         )
     w.define(call, code, body + convert)
 
 
-def _striped_vectors(w: Lowering, kind: str, tile: ir.Var, array: ArrayType, lay, whole: str, convert: str) -> str:
-    """A transfer of a tile striped in vectors of `lay.vector` items: each vector in words of up to 16 bytes,
-    consecutive threads' vectors consecutive, when the tile is full and aligned; else element by element."""
+def _striped_vectors(
+    w: Lowering, kind: str, tile: ir.Var, array: ArrayType, base: str, lay, whole: str, convert: str
+) -> str:
+    """A transfer of a tile striped in vectors of `lay.vector` items, from its first element `base`: each
+    vector in words of up to 16 bytes, consecutive threads' vectors consecutive, when the tile is full and
+    aligned; else element by element."""
     items, vector, itemsize = lay.items_per_thread, lay.vector, array.dtype.itemsize
     word = min(VECTOR_BYTES, vector * itemsize)
     per = vector * itemsize // word  # words per vector
     words = items // vector * per
     wt = WORD_TYPES[word]
-    base = "a + a_off + offset"
     aligned = f"reinterpret_cast<unsigned long long>({base}) % {word} == 0"
     at = f"j * {w.threads} + int(threadIdx.x)"  # word j of this thread (vector j / per, its word j % per)
     if per > 1:
