@@ -103,7 +103,8 @@ class JITFunction(KernelBase):
 
     # ----- arguments -----------------------------------------------------------------------------
     def _bind(self, args: tuple, kwargs: dict) -> tuple[list[Any], dict[str, Any]]:
-        """Split the call into runtime arguments (in parameter order) and constexpr values."""
+        """Split the call into runtime arguments (in parameter order) and constexpr values; a parameter left
+        out takes its default."""
         params = self.parsed.params
         if len(args) > len(params):
             raise LaunchError(f"{self.__name__} takes {len(params)} arguments, got {len(args)}")
@@ -114,6 +115,7 @@ class JITFunction(KernelBase):
             if name in values:
                 raise LaunchError(f"{self.__name__} got two values for {name!r}")
             values[name] = value
+        values |= {p: v for p, v in self.parsed.defaults.items() if p not in values}
         missing = [p for p in params if p not in values]
         if missing:
             raise LaunchError(f"{self.__name__} is missing arguments: {', '.join(missing)}")

@@ -248,3 +248,25 @@ def test_a_tile_op_outside_a_program_is_located_at_its_call():
         ct.exp(1.0)  # CT
     assert info.value.message == "ct.exp() " + outside
     assert (info.value.loc.filename, info.value.loc.line) == (__file__, line_of(here, "# CT"))
+
+
+def test_parameters_left_out_take_their_defaults():
+    """A constexpr or runtime parameter with a default may be left out of a launch or compile (as in Python); one
+    without a default is still reported missing."""
+
+    @ct.jit(interpret=True)
+    def k(x, y, n, scale=2.0, TILE: ct.constexpr = 256, SHIFT: ct.constexpr = 1):
+        base = ct.program_id(0) * TILE
+        t = tile.load(x, base, TILE, valid=n - base, other=0)
+        tile.store(y, base, t * scale + SHIFT, valid=n - base)
+
+    x = np.arange(1000, dtype=np.float32)
+    y = np.zeros_like(x)
+    k[4](x, y, 1000)
+    np.testing.assert_array_equal(y, 2 * x + 1)
+    k[2](x, y, 1000, 3.0, TILE=512, SHIFT=0)
+    np.testing.assert_array_equal(y, 3 * x)
+    compiled = ct.jit(k.fn).compile(x, y, 1000, arch="sm_90")
+    assert dict(compiled.signature.constexprs) == {"TILE": 256, "SHIFT": 1} and compiled.cubin
+    with pytest.raises(ct.LaunchError, match=r"missing arguments: n$"):
+        k[1](x, y)

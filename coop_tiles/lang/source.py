@@ -30,6 +30,8 @@ class ParsedFunction:
     single_top_level: frozenset[str]
     source_hash: str
     closure: dict[str, Any] = field(default_factory=dict)
+    #: the parameters' default values (Python's: a launch may leave those parameters out)
+    defaults: dict[str, Any] = field(default_factory=dict)
 
     def loc(self, node: ast.AST) -> SourceLocation:
         line = getattr(node, "lineno", 1)
@@ -100,6 +102,7 @@ def parse_function(fn: Callable) -> ParsedFunction:
         single_top_level=frozenset(_single_top_level(tree.body)),
         source_hash=source_hash,
         closure=closure,
+        defaults=dict(zip(reversed(params), reversed(fn.__defaults__ or ()))),
     )
     _cache[fn] = parsed
     return parsed
