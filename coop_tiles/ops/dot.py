@@ -54,7 +54,7 @@ ARRANGEMENT = ("row", "col", "row")
 @dataclass
 class TileDot(ir.Collective, defs="out", uses="a b acc", attrs="tf32 transposed"):
     """`out = a @ b (+ acc)`; `tf32`: float32 operands may be rounded to tf32 (tensor cores); `transposed`:
-    whether `a` and `b` are held transposed (`out = a.T @ b` with (False, True)...: the GPU rewrite's)."""
+    whether `a` and `b` are held transposed ((True, False): `out = a.T @ b`; set by the GPU rewrite only)."""
 
     out: ir.Var
     a: ir.Var
@@ -172,12 +172,12 @@ class Dot(TileOp):
         def put(var: ir.Var, items: str, field: str, ld: int, arrangement: str, transposed: bool = False) -> str:
             rows, cols = var.type.shape
             n = w.layout(var).items_per_thread
-            at = "r * {ld} + c" if arrangement == "row" else "c * {ld} + r"
+            at = f"r * {ld} + c" if arrangement == "row" else f"c * {ld} + r"
             return (
                 f"  for (int i = 0; i < {n}; ++i) {{\n"
                 f"    const int e = {w.element_index(var)};\n"
                 f"    if (e < {rows * cols}) {{ {element_coordinates(var, transposed)}"
-                f" s.temp.{field}[{at.format(ld=ld)}] = {items}[i]; }}\n  }}\n"
+                f" s.temp.{field}[{at}] = {items}[i]; }}\n  }}\n"
             )
 
         lda, ldb, ldc = traits.lds
