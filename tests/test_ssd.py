@@ -144,7 +144,7 @@ def compiled_programs(batch=1, seqlen=512, nheads=2, P=64, N=128, L=256, dtype=B
     by_seq = dict(HAS_SEQ_IDX=seq)
     return {
         "chunk_state": ssd.chunk_state.compile(
-            x.transpose(0, 1, 3, 2), dt, A, B, A, seq_idx if seq else A, cs, cs,
+            x, dt, A, B, A, seq_idx if seq else A, cs, cs,
             np.zeros((batch, nch, nheads, P, N), f32), seqlen, HAS_DT_BIAS=True, SOFTPLUS=True,
             K=ssd.state_block(L, P, N, np.dtype(dtype).itemsize), **by_seq, **sizes,
         ),
@@ -173,6 +173,8 @@ def test_programs_compile_to_cubins():
     state, passing, scan = (str(programs[k].plan) for k in ("chunk_state", "state_passing", "chunk_scan"))
     registers = "BLAS execute (registers"  # the accumulator in registers: no exchange, one barrier a product
     assert "dot 64x128x64 bf16*bf16->f32" in state and registers in state and "transpose" not in state
+    # x and B loaded along their contiguous rows, x's transpose read in place by the dot
+    assert state.count("load 2-D, 16-byte words per row run") == 2 and "a = scaled.T read in place" in state
     assert programs["state_passing"].shared_bytes == 0 and "exchange" not in passing  # each thread its elements
     assert scan.count(registers) == 2 and "transpose" not in scan and "broadcast" not in scan
     assert "dot 64x64x128 bf16*bf16->f32" in str(programs["chunk_cb"].plan)

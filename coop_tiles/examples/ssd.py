@@ -11,7 +11,8 @@ The sequence is cut into chunks of L steps; with cs_t the cumsum of A * dt' insi
 1. `chunk_state`, one program per (chunk, batch, head): dt', its scaled cumsum (`tile.scan`) and the state the
    chunk alone leaves, `S_c = (x * (exp(cs_last - cs) * dt')[:, None]).T @ B`, K steps at a time: the state at a
    block's end is the previous one decayed over the block plus the block's (P, K) @ (K, N) product (`tile.dot`
-   with a loop-carried accumulator, in registers; x read transposed from memory).
+   with a loop-carried accumulator, in registers; x loaded (K, P) along its contiguous rows and multiplied as
+   `x.T`, which the dot reads in place).
 2. `state_passing`, one program per (block of E state elements, batch, head): the states entering each chunk,
    `H_c = exp(cs_last of c-1) * H_{c-1} + S_{c-1}`, seeded with the initial state, the last one the final state:
    a loop over the chunks, each thread its own elements (as Mamba's `_state_passing_fwd`: memory-bound, its
@@ -59,18 +60,19 @@ def step_sizes(dt_row, dt_bias, h, t0, size, valid, HAS_DT_BIAS, SOFTPLUS):
 
 @ct.jit
 def chunk_state(
-    xT, dt, A, B, dt_bias, seq_idx, dt_out, dA_cumsum, states, seqlen,
+    x, dt, A, B, dt_bias, seq_idx, dt_out, dA_cumsum, states, seqlen,
     HAS_DT_BIAS: ct.constexpr, SOFTPLUS: ct.constexpr, HAS_SEQ_IDX: ct.constexpr, L: ct.constexpr,
     P: ct.constexpr, N: ct.constexpr, K: ct.constexpr,
 ):  # fmt: skip
     """Chunk c of (b, h): dt' and cs into dt_out[b, h, c] and dA_cumsum[b, h, c] ((batch, nheads, nchunks, L)),
-    the chunk's own state into states[b, c, h] ((batch, nchunks, nheads, P, N), float32). xT: (batch, nheads, P,
-    seqlen) (x transposed: a view), dt: (batch, nheads, seqlen), B: (batch, ngroups, seqlen, N) views. K steps a
-    block: the state at the block's end is the previous one decayed over the block plus the block's own
-    `(xT * (exp(cs_end - cs) * dt')[None, :]) @ B` (`tile.dot` with a loop-carried accumulator). With
+    the chunk's own state into states[b, c, h] ((batch, nchunks, nheads, P, N), float32). x: (batch, nheads,
+    seqlen, P), dt: (batch, nheads, seqlen), B: (batch, ngroups, seqlen, N) views. K steps a block: the state at
+    the block's end is the previous one decayed over the block plus the block's own
+    `(x * (exp(cs_end - cs) * dt')[:, None]).T @ B` (`tile.dot` with a loop-carried accumulator; x's rows loaded
+    whole, its `.T` read in place by the dot). With
     HAS_SEQ_IDX only the steps of the sequence the chunk ends in count (seq_idx: (batch, seqlen) int32)."""
     c, b, h = ct.program_id(0), ct.program_id(1), ct.program_id(2)
-    g = h // (xT.shape[1] // B.shape[1])
+    g = h // (x.shape[1] // B.shape[1])
     t0 = c * L
     steps = min(L, seqlen - t0)
     state = tile.zeros((P, N), np.float32)
@@ -83,12 +85,12 @@ def chunk_state(
         tile.store(dt_out[b, h, c], k, d, valid=L - k)
         tile.store(dA_cumsum[b, h, c], k, cs + end, valid=L - k)
         end = end + total
-        xs = tile.load(xT[b, h], (0, t0 + k), (P, K), valid=(None, steps - k), other=0)
+        xs = tile.load(x[b, h], (t0 + k, 0), (K, P), valid=(steps - k, None), other=0)
         bs = tile.load(B[b, g], (t0 + k, 0), (K, N), valid=(steps - k, None), other=0)
         if HAS_SEQ_IDX:  # (d is stored: from here it only weighs the steps into the state)
             d = ct.where(tile.load(seq_idx[b], t0 + k, K, valid=steps - k, other=-1) == last, d, 0.0)
-        scaled = (xs.astype(np.float32) * (ct.exp(total - cs) * d)[None, :]).astype(xs.dtype)
-        state = tile.dot(scaled, bs, state * ct.exp(total))
+        scaled = (xs.astype(np.float32) * (ct.exp(total - cs) * d)[:, None]).astype(xs.dtype)
+        state = tile.dot(scaled.T, bs, state * ct.exp(total))
     tile.store(states[b, c, h], (0, 0), state)
 
 
@@ -268,7 +270,7 @@ def mamba_chunk_scan_combined(
     seq = A if seq_idx is None else seq_idx  # (A: a placeholder the programs do not read without HAS_SEQ_IDX)
 
     _program(chunk_state, interpret)[nchunks, batch, nheads](
-        _permute(x, (0, 2, 3, 1)), _permute(dt, (0, 2, 1)), A, Bg, A if dt_bias is None else dt_bias, seq, dt_out,
+        xh, _permute(dt, (0, 2, 1)), A, Bg, A if dt_bias is None else dt_bias, seq, dt_out,
         dA_cumsum, states, seqlen, HAS_DT_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus),
         HAS_SEQ_IDX=has_seq, K=state_block(chunk_size, headdim, dstate, _itemsize(x)), **sizes,
     )  # fmt: skip
