@@ -226,13 +226,15 @@ class ScanBlock(NamedTuple):
     registers: int | None = None
 
 
-#: the `chunk_scan` launches benchmarks/ssd_probe.py times (compiled for sm_90 without local memory; registers a
-#: thread from tests/test_ssd.py at headdim 64, dstate 128, chunk 256, bfloat16)
+#: the `chunk_scan` launches benchmarks/ssd_probe.py times, each without local memory on sm_90 (registers a thread,
+#: shared bytes and blocks a multiprocessor at headdim 64, dstate 128, chunk 256, bfloat16; the registers are
+#: ptxas's choice, not the tiles' need: M=32, K=32 at 128 threads takes 218 uncapped and spills under 144)
 SCAN_BLOCKS = {
-    "m64k64t256": ScanBlock(64, 64, 256),  # the configuration measured at 4.95 ms on an H100 (235 registers)
-    "m64k32t256": ScanBlock(64, 32, 256),
-    "m32k64t128": ScanBlock(32, 64, 128),
-    "m32k32t128": ScanBlock(32, 32, 128),
+    "m64k64t256": ScanBlock(64, 64, 256),  # 235, 32 KiB, 1 block: the configuration measured at 4.95 ms (H100)
+    "m64k32t256": ScanBlock(64, 32, 256),  # 198, 16 KiB, 1 block
+    "m64k64t128": ScanBlock(64, 64, 128),  # 255, 58 KiB, 2 blocks
+    "m32k64t128r200": ScanBlock(32, 64, 128, 200),  # 200, 25 KiB, 2 blocks
+    "m32k32t128r168": ScanBlock(32, 32, 128, 168),  # 168, 12 KiB, 3 blocks
 }
 #: the launch `mamba_chunk_scan_combined` uses (the rule: this one, M and K cut to the chunk; switching is this line)
 SCAN_BLOCK = "m64k64t256"
@@ -341,7 +343,7 @@ def scan_chunks(
     M, K = min(block.M, chunk_size), min(block.K, chunk_size)
     D_rows = dt_out if D is None else _expand(D.reshape(nheads, -1)[:, None, :], (nheads, M, -1))  # (or unread)
     cs_rows = _expand(dA_cumsum[..., None], (batch, nheads, nchunks, chunk_size, headdim))
-    _scan_program(block, interpret)[-(-chunk_size // M), nchunks, batch * nheads](
+    scan_program(block, interpret)[-(-chunk_size // M), nchunks, batch * nheads](
         xh, xh if zh is None else zh, D_rows, cb, Cg, dt_out, dA_cumsum, cs_rows,
         dt_out if seq_rows is None else seq_rows, _permute(passed, (0, 1, 2, 4, 3)), outh, seqlen,
         HAS_D=D is not None, D_PER_ROW=D is not None and D.ndim == 2, HAS_Z=zh is not None,
@@ -352,7 +354,7 @@ def scan_chunks(
 _SCAN_PROGRAMS: dict[ScanBlock, ct.JITFunction] = {}
 
 
-def _scan_program(block: ScanBlock, interpret: bool) -> ct.JITFunction:
+def scan_program(block: ScanBlock, interpret: bool) -> ct.JITFunction:
     """`chunk_scan` compiled at `block`'s threads and register cap, or its interpreting copy."""
     if interpret:
         return _INTERPRETING[chunk_scan]
