@@ -22,7 +22,11 @@ The sequence is cut into chunks of L steps; with cs_t the cumsum of A * dt' insi
 4. `chunk_scan`, one program per (block of M rows of a chunk, chunk, batch * head): the output rows,
    `(C_m @ H_c.T) * exp(cs_m)[:, None]` plus, for each block k of earlier-or-equal rows,
    `((C B^T)_mk * exp(cs_m[:, None] - cs_k[None, :]) * dt'_k, causal) @ x_k`, then D and the z gate; H_c.T read
-   from a transposed view, the factors from stride-0 views, the products' accumulator in registers.
+   from a transposed view, the products' accumulator in registers (its per-row factors from stride-0 views: a
+   broadcast into the accumulator's fragment would be an exchange), the weights of each block in rows (cs and dt'
+   as vectors, broadcast in registers; the causal mask from row and column indices, cs_m loaded once). Its block
+   (M, K, threads, register cap) is a `ScanBlock` of SCAN_BLOCKS, SCAN_BLOCK the one used
+   (benchmarks/ssd_probe.py times them all).
 
 As in Mamba, the states between chunks are kept in C's dtype and the final states in float32; the products run
 in x's dtype with float32 accumulation.
