@@ -10,6 +10,7 @@ then serves the timed process).
 """
 
 import argparse
+import multiprocessing
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor
@@ -102,8 +103,9 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="write the table here too")
     options = parser.parse_args()
     started = time.time()
-    with ProcessPoolExecutor(len(ssd.SCAN_BLOCKS), mp_context=__import__("multiprocessing").get_context("spawn")) as p:
-        warmed = dict(zip(ssd.SCAN_BLOCKS, p.map(warm, ssd.SCAN_BLOCKS)))
+    spawn = multiprocessing.get_context("spawn")  # (CUDA in the workers)
+    with ProcessPoolExecutor(len(ssd.SCAN_BLOCKS), mp_context=spawn) as pool:
+        warmed = dict(zip(ssd.SCAN_BLOCKS, pool.map(warm, ssd.SCAN_BLOCKS)))
     lines = [f"chunk_scan launches compiled in {time.time() - started:.0f} s (default: {ssd.SCAN_BLOCK})"]
     lines += [f"- {name} {ssd.SCAN_BLOCKS[name]}: {text}" for name, text in warmed.items()]
     mamba = mamba_function()

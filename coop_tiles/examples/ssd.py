@@ -239,6 +239,7 @@ SCAN_BLOCKS = {
     "m64k64t128": ScanBlock(64, 64, 128),  # 255, 58 KiB, 2 blocks
     "m32k64t128r200": ScanBlock(32, 64, 128, 200),  # 200, 25 KiB, 2 blocks
     "m32k32t128r168": ScanBlock(32, 32, 128, 168),  # 168, 12 KiB, 3 blocks
+    "m32k32t64": ScanBlock(32, 32, 64),  # 240, 17 KiB, 4 blocks
 }
 #: the launch `mamba_chunk_scan_combined` uses (the rule: this one, M and K cut to the chunk; switching is this line)
 SCAN_BLOCK = "m64k64t256"
