@@ -274,6 +274,15 @@ def test_gpu_seq_idx_matches_reference(dtype, batch, seqlen, nheads, headdim, ds
     _check_on_gpu(args | dict(seq_idx=packed(batch, lengths, [0, 1][:batch])), chunk, dtype)
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ssd.SCAN_BLOCKS)
+def test_gpu_scan_blocks_match_reference(name, monkeypatch):
+    """Each `chunk_scan` launch of SCAN_BLOCKS in the whole forward, bfloat16, groups and a ragged last chunk."""
+    monkeypatch.setattr(ssd, "SCAN_BLOCK", name)
+    args = make_inputs(2, 1000, 8, 64, 128, 2, dtype=BF16) | dict(dt_softplus=True)
+    _check_on_gpu(args, 256, BF16)
+
+
 def _check_on_gpu(args: dict, chunk: int, dtype) -> None:
     """`mamba_chunk_scan_combined` on the GPU against the float64 reference at Mamba's tolerances, and no further
     from it than Mamba's own Triton function (when benchmarks/.mamba/triton holds it)."""
