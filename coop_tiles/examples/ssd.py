@@ -42,6 +42,7 @@ to the rows of the sequence the previous chunk ended in.
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -358,16 +359,14 @@ def scan_chunks(
     )  # fmt: skip
 
 
-_SCAN_PROGRAMS: dict[ScanBlock, ct.JITFunction] = {}
-
-
 def scan_program(block: ScanBlock, interpret: bool) -> ct.JITFunction:
     """`chunk_scan` compiled at `block`'s threads and register cap, or its interpreting copy."""
-    if interpret:
-        return _INTERPRETING[chunk_scan]
-    if block not in _SCAN_PROGRAMS:
-        _SCAN_PROGRAMS[block] = ct.jit(chunk_scan.fn, block_threads=block.threads, max_registers=block.registers)
-    return _SCAN_PROGRAMS[block]
+    return _INTERPRETING[chunk_scan] if interpret else _scan_kernel(block)
+
+
+@functools.cache
+def _scan_kernel(block: ScanBlock) -> ct.JITFunction:
+    return ct.jit(chunk_scan.fn, block_threads=block.threads, max_registers=block.registers)
 
 
 def state_block(chunk_size: int, headdim: int, dstate: int, itemsize: int) -> int:
