@@ -14,7 +14,7 @@ import statistics
 from typing import Any
 
 #: the cells that name a row of a section's table, in the order they name it
-LABEL_KEYS = ("kernel", "case", "sort", "input", "shape", "n", "tokens", "dtype", "arrays")
+LABEL_KEYS = ("kernel", "case", "sort", "input", "shape", "n", "tokens", "dtype", "arrays", "path")
 #: keys whose numbers are times whatever their names (a block-size table's fixed choices, the compile's stages)
 TIME_TABLES = ("fixed", "stages", "process_s")
 #: a ratio further than this from 1 is marked in the table

@@ -77,6 +77,8 @@ def fake_results(scale: float = 1.0) -> dict:
     launches = [
         {"arrays": a, "coop_us": 4.8 * s, "cupy_us": 6.5 * s, "numba_us": 57.0 * s, "driver_us": 4.5 * s}
         for a in (1, 4, 8)
+    ] + [
+        {"path": p, "us": 6.0 * s, "cupy_us": 6.5 * s} for p in ("CuPy 1-D, `kernel[(1,)]`", "PyTorch 1-D, `kernel[1]`")
     ]
     blocks = [
         {
@@ -437,6 +439,9 @@ def test_render_every_section():
     assert "failed: ImportError" in report.render("Test GPU", {"scan2d": [{"error": "ImportError: x"}]})
     # issue 19's sections: ratios and shares from the fake times
     assert "| softmax | (4096, 1024) | float32 | 2796 | 2581 (auto threads) | **92.3%** |" in text
+    # the launch section's two tables: by arity, then by launch path
+    assert "| 4 | 4.80 | 6.50 | 57.00 | 4.50 | **0.74x** | 0.30 / 2.00 µs |" in text
+    assert "| PyTorch 1-D, `kernel[1]` | generated Python | 6.00 | 6.50 | **0.92x** |" in text
     assert "| **1.08x** |" in text  # coop / Triton of that row
     assert "| (4096, 256) | reverse | 1398 | failed: TileTypeError" in text
     assert "| 2^28 | 3068 | 2983 (TILE 8192) | **97.2%** | 2902 (TILE 8192 × 512 threads) | **94.6%** | 1.028 |" in text

@@ -89,3 +89,30 @@ def test_the_fast_path_leaves_mixed_devices_to_the_general_path(many_devices):
 
     assert fast(NoKernels(), 1, None, (x, y), {"T": 16}) is False
     assert fast(NoKernels(), 1, None, (y, x), {"T": 16}) is False
+
+
+def test_the_fast_path_launches_int_and_tuple_grids_and_declines_the_rest():
+    """An int grid or a tuple of 1 to 3 positive ints (Triton's `kernel[(n,)]`) launches through the generated
+    fast path with the grid's three extents; a zero extent, a bool, a float, a callable or four extents decline
+    (the general path launches nothing or reports them)."""
+    fast = fastpath.make_fast_path(["x"], ["T"], Classifier().classify, False)
+    x = FakeDLPackArray(np.zeros(16, np.float32), 0)
+    launched = []
+
+    class Prepared:
+        def launch(self, g0, g1, g2, stream, *values):
+            launched.append((g0, g1, g2))
+
+    class AnyKey(dict):
+        def get(self, key, default=None):
+            return Prepared()
+
+    class Jit:
+        _kernels = AnyKey()
+
+    for grid, extents in [(5, (5, 1, 1)), ((5,), (5, 1, 1)), ((2, 3), (2, 3, 1)), ((2, 3, 4), (2, 3, 4))]:
+        assert fast(Jit(), grid, None, (x,), {"T": 16}) is True, grid
+        assert launched.pop() == extents
+    for grid in [0, (0,), (2, 0), (True,), (2, True), 2.0, (2.0,), (1, 2, 3, 4), (), lambda meta: (1,)]:
+        assert fast(Jit(), grid, None, (x,), {"T": 16}) is False, grid
+    assert not launched

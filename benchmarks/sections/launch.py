@@ -30,6 +30,12 @@ def _launch_kernels(arity: int):
             if ct.program_id(0) < 0:
                 a0[0] = 0
     """)
+        + "\n\n@ct.jit\n"
+        + textwrap.dedent(f"""
+        def program_2d({", ".join(names)}):
+            if ct.program_id(0) < 0:
+                a0[0, 0] = 0
+    """)
     )
     sys.path.insert(0, str(path.parent))
     ours = __import__(path.stem).program
@@ -85,6 +91,48 @@ def launch_rows() -> list[dict]:
     return rows
 
 
+#: the argument kinds and grids of `path_rows`, with the launch path each takes
+PATHS = {
+    "CuPy 1-D, `kernel[1]`": "C",
+    "CuPy 1-D, `kernel[(1,)]`": "generated Python",
+    "CuPy 2-D, `kernel[(1, 1)]`": "generated Python",
+    "PyTorch 1-D, `kernel[1]`": "generated Python",
+    "PyTorch 2-D, `kernel[(1, 1)]`": "generated Python",
+}
+PATH_ARITY = 4
+
+
+def path_rows() -> list[dict]:
+    """Host time per launch of the 4-array do-nothing kernel through each launch path (PATHS), against the
+    CuPy RawKernel's in the same rounds; PyTorch rows only when PyTorch is installed."""
+    import importlib
+
+    import cupy as cp
+
+    ours, _, raw = _launch_kernels(PATH_ARITY)
+    ours_2d = importlib.import_module(ours.fn.__module__).program_2d
+    flat = tuple(cp.zeros(16, cp.float32) for _ in range(PATH_ARITY))
+    square = tuple(cp.zeros((4, 4), cp.float32) for _ in range(PATH_ARITY))
+    launches = {
+        "CuPy 1-D, `kernel[1]`": lambda: ours[1](*flat),
+        "CuPy 1-D, `kernel[(1,)]`": lambda: ours[(1,)](*flat),
+        "CuPy 2-D, `kernel[(1, 1)]`": lambda: ours_2d[(1, 1)](*square),
+        "CuPy RawKernel": lambda: raw((1,), (32,), flat),
+    }
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if torch is not None:
+        tflat = tuple(torch.zeros(16, device="cuda") for _ in range(PATH_ARITY))
+        tsquare = tuple(torch.zeros(4, 4, device="cuda") for _ in range(PATH_ARITY))
+        launches["PyTorch 1-D, `kernel[1]`"] = lambda: ours[1](*tflat)
+        launches["PyTorch 2-D, `kernel[(1, 1)]`"] = lambda: ours_2d[(1, 1)](*tsquare)
+    times = host_overheads_us(launches)
+    cupy_us = times.pop("CuPy RawKernel")
+    return [{"path": name, "us": us, "cupy_us": cupy_us} for name, us in times.items()]
+
+
 def launch_lines(launches: list[dict]) -> list[str]:
     lines = [
         "## Host overhead per launch",
@@ -107,8 +155,31 @@ def launch_lines(launches: list[dict]) -> list[str]:
     return lines + ["", "Bar (issue 3): at most 0.8x the CuPy RawKernel's time per launch.", ""]
 
 
+def path_lines(paths: list[dict]) -> list[str]:
+    lines = [
+        f"Each launch path, the kernel with {PATH_ARITY} arrays (a 2-D one for 2-D arrays), against the CuPy "
+        "RawKernel's time in the same rounds:",
+        "",
+        "| arguments and grid | launch path | coop_tiles µs | CuPy RawKernel µs | coop_tiles / CuPy |",
+        "|---|---|---|---|---|",
+    ]
+    for r in paths:
+        path = PATHS[r["path"]]
+        lines.append(
+            f"| {r['path']} | {path} | {r['us']:.2f} | {r['cupy_us']:.2f} | **{r['us'] / r['cupy_us']:.2f}x** |"
+        )
+    return lines + [""]
+
+
 def run(sizes: list[int], arch: str) -> list[dict]:
-    return launch_rows()
+    return launch_rows() + path_rows()
+
+
+def lines(rows: list[dict]) -> list[str]:
+    """The table by arity (rows with "arrays"), then the table by launch path (rows with "path", in runs that
+    measured them)."""
+    paths = [r for r in rows if "path" in r]
+    return launch_lines([r for r in rows if "arrays" in r]) + (path_lines(paths) if paths else [])
 
 
 SECTION = Section(
@@ -116,7 +187,7 @@ SECTION = Section(
     key="launches",
     needs=("cupy", "numba"),
     run=run,
-    lines=launch_lines,
+    lines=lines,
     guarded=False,
     chart=declare(
         "host overhead per launch",
@@ -126,6 +197,7 @@ SECTION = Section(
             "Numba": lambda r: r["numba_us"],
         },
         x="arrays",
+        rows=lambda rows: [r for r in rows if "arrays" in r],
         dashed={"bare cuLaunchKernel": lambda r: r["driver_us"]},
         plot="lines",
         xlabel="array arguments",

@@ -1,8 +1,8 @@
 """The launch fast paths: `kernel[grid]`, and the call that launches a prepared specialisation.
 
 Launch overhead is Python overhead, so the common call (runtime arguments positional,
-constexprs by keyword, an int grid) runs through a function generated for the kernel's
-parameter list, with CuPy arrays and Python scalars classified inline (a CuPy array's key is
+constexprs by keyword, an int grid or a tuple of 1 to 3 ints) runs through a function generated
+for the kernel's parameter list, with CuPy arrays and Python scalars classified inline (a CuPy array's key is
 its `dtype.num`: CuPy arrays are always native byte order, and NumPy dtype hashing is slow).
 When the optional C extension `_claunch` is built, `KernelBase` (JITFunction's base class)
 does the same in C, including `kernel[grid]` itself. Anything unusual takes the general path,
@@ -39,8 +39,22 @@ def generate_source(runtime_names: list[str], constexpr_names: list[str], many_d
     that names a stream (whose device the general path checks)."""
     n = len(runtime_names)
     lines = ["def fast(jit, grid, stream, args, kwargs):"]
-    lines.append(f"    if len(kwargs) != {len(constexpr_names)} or type(grid) is not int or grid <= 0:")
+    lines.append(f"    if len(kwargs) != {len(constexpr_names)}:")
     lines.append("        return False")
+    # an int or a tuple of 1 to 3 ints (Triton's `kernel[(n,)]`), each > 0; anything else (a callable, a zero
+    # extent, a bool) the general path handles or reports
+    lines += [
+        "    if type(grid) is int:",
+        "        g0 = grid; g1 = g2 = 1",
+        "    elif type(grid) is tuple and 1 <= len(grid) <= 3:",
+        "        g0, g1, g2 = grid + (1, 1)[: 3 - len(grid)]",
+        "        if type(g0) is not int or type(g1) is not int or type(g2) is not int:",
+        "            return False",
+        "    else:",
+        "        return False",
+        "    if g0 <= 0 or g1 <= 0 or g2 <= 0:",
+        "        return False",
+    ]
     if many_devices:
         lines += ["    if stream is not None:", "        return False"]
     lines.append("    try:")
@@ -90,7 +104,7 @@ def generate_source(runtime_names: list[str], constexpr_names: list[str], many_d
     lines.append("        handle = cupy_stream().ptr if libs == CUPY else (current_stream(libs, dev) if libs else 0)")
     lines.append("    else:")
     lines.append("        handle = stream_handle(stream, libs, dev)")
-    launch = f"prepared.launch(grid, 1, 1, handle{''.join(f', p{i}, q{i}' for i in range(n))})"
+    launch = f"prepared.launch(g0, g1, g2, handle{''.join(f', p{i}, q{i}' for i in range(n))})"
     if many_devices:
         lines.append(f"    {launch}")
     else:  # with one GPU, a thread with no current context fails to launch: the general path sets it
