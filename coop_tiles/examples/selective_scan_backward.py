@@ -42,99 +42,171 @@ from ._arrays import cast, empty_like, zeros_like
 from .selective_scan import LOG2E, affine, as_groups, check_real, launch_choice
 
 
+def channel_inputs(io, flags, b, d, k, c, sums, slot):
+    """Channel d's (the program's k-th) tiles alive across chunk c's state loop, as the tuple `channel_state` carries:
+    x, dt, the gradient gz reaching sum_n h C (dout, times silu(z) with z), dz's factor and the output before the gate
+    y (with z; 0.0 otherwise), and the sums over states dhB, dhAah (zero); and the sums with its dD added."""
+    u, delta, A, B, C, D, delta_bias, z, dout, states, carries, du, ddelta, dz, dB, dC = io
+    HAS_D, HAS_DELTA_BIAS, HAS_Z, SOFTPLUS, CHUNK, DSTATE, DETERMINISTIC, CHANNELS = flags
+    base = c * CHUNK
+    valid = u.shape[2] - base
+    x = tile.load(u[b, d], base, CHUNK, valid=valid, other=0).astype(np.float32)
+    dt = tile.load(delta[b, d], base, CHUNK, valid=valid, other=0).astype(np.float32)
+    if HAS_DELTA_BIAS:
+        dt = dt + delta_bias[d]
+    if SOFTPLUS:
+        dt = ct.softplus(dt)
+    dt = ct.where(tile.arange(CHUNK) < valid, dt, 0.0)  # past the end: a = 1, and nothing flows back
+    gz = tile.load(dout[b, d], base, CHUNK, valid=valid, other=0).astype(np.float32)
+    if HAS_Z:  # dz = dout * y * silu'(z), y the output before the gate: its factor now, y summed over the states
+        zt = tile.load(z[b, d], base, CHUNK, valid=valid, other=0).astype(np.float32)
+        sig = ct.sigmoid(zt)
+        dz_factor = gz * sig * (1.0 + zt * (1.0 - sig))
+        gz = gz * zt * sig
+        y = x * D[d] if HAS_D else tile.zeros(CHUNK, np.float32)
+    else:
+        dz_factor, y = 0.0, 0.0
+    if HAS_D:
+        sums = ct.where(slot == k * 4 * DSTATE + 3 * DSTATE, sums + tile.sum(gz * x), sums)
+    dhB = tile.zeros(CHUNK, np.float32)  # sum over states of dh B: du = gz D + dt dhB, ddt = x dhB + dhAah
+    dhAah = tile.zeros(CHUNK, np.float32)  # sum over states of dh A exp(dt A) h[l-1]
+    return (x, dt, gz, dz_factor, y, dhB, dhAah), sums
+
+
+def varying_row(row, base, valid, part, acc, k, CHANNELS, DETERMINISTIC):
+    """The program's k-th channel's part of a chunk row of variable B's or C's gradient: stored into the channel's own
+    `row` with deterministic sums (0.0 returned), otherwise summed with the parts of the channels before it (`acc`)
+    and returned, the last channel adding the sum into the group's `row` (one atomic add per row and program)."""
+    if DETERMINISTIC:
+        tile.store(row, base, part, valid=valid)
+        total = 0.0
+    else:
+        total = part if k == 0 else acc + part
+        if k == CHANNELS - 1:
+            tile.atomic_add(row, base, total, valid=valid)
+    return total
+
+
+def channel_state(io, flags, b, d, k, c, n, channel, acc, sums, slot):
+    """State n of chunk c for channel d (the program's k-th): `channel` carried on, the row's sums updated, and
+    variable B's and C's gradient rows of the channels so far summed in `acc` (dB, dC; 0.0 before the first channel),
+    added to the group's rows by the last channel (one atomic per row and program), or stored per channel with
+    deterministic sums."""
+    u, delta, A, B, C, D, delta_bias, z, dout, states, carries, du, ddelta, dz, dB, dC = io
+    HAS_D, HAS_DELTA_BIAS, HAS_Z, SOFTPLUS, CHUNK, DSTATE, DETERMINISTIC, CHANNELS = flags
+    x, dt, gz, dz_factor, y, dhB, dhAah = channel
+    dB_acc, dC_acc = acc
+    dim, L = u.shape[1], u.shape[2]
+    base = c * CHUNK
+    valid = L - base
+    at = k * 4 * DSTATE  # the channel's first slot in `sums`
+    An = A[d, n]
+    a = ct.exp2(dt * (An * LOG2E))
+    if B.ndim == 4:  # variable B: the channel's group's row, and where its gradient goes
+        dB_row = dB[b, d][n] if DETERMINISTIC else dB[b, d // (dim // B.shape[1])][n]
+        Bn = tile.load(B[b, d // (dim // B.shape[1])][n], base, CHUNK, valid=valid, other=0).astype(np.float32)
+    else:
+        Bn = B[d, n]
+    h0 = 0.0
+    if c > 0:
+        h0 = states[b, d, c - 1, n]
+    bx = dt * x * Bn
+    (_, h) = tile.scan((a, bx), op=affine, initial=(1.0, h0))
+    ah = h - bx  # exp(dt A) h[l-1]
+    if C.ndim == 4:
+        dC_row = dC[b, d][n] if DETERMINISTIC else dC[b, d // (dim // C.shape[1])][n]
+        Cn = tile.load(C[b, d // (dim // C.shape[1])][n], base, CHUNK, valid=valid, other=0).astype(np.float32)
+    else:
+        Cn = C[d, n]
+    if HAS_Z:
+        y = y + h * Cn
+    if C.ndim == 4:
+        dC_sum = varying_row(dC_row, base, valid, gz * h, dC_acc, k, CHANNELS, DETERMINISTIC)
+    else:
+        dC_sum = 0.0
+        sums = ct.where(slot == at + 2 * DSTATE + n, sums + tile.sum(gz * h), sums)
+    gC = gz * Cn
+    G0 = 0.0
+    if c < (L + CHUNK - 1) // CHUNK - 1:
+        G0 = carries[b, d, n]
+    (_, later), total = tile.scan(
+        (a, a * gC), op=affine, reverse=True, exclusive=True, initial=(1.0, G0), return_total=True
+    )
+    carries[b, d, n] = total[1]
+    dh = gC + later
+    dhB = dhB + dh * Bn
+    dhah = dh * ah
+    dhAah = dhAah + dhah * An
+    sums = ct.where(slot == at + n, sums + tile.sum(dhah * dt), sums)
+    if B.ndim == 4:
+        dB_sum = varying_row(dB_row, base, valid, dh * dt * x, dB_acc, k, CHANNELS, DETERMINISTIC)
+    else:
+        dB_sum = 0.0
+        sums = ct.where(slot == at + DSTATE + n, sums + tile.sum(dh * dt * x), sums)
+    return (x, dt, gz, dz_factor, y, dhB, dhAah), (dB_sum, dC_sum), sums
+
+
+def channel_outputs(io, flags, b, d, k, c, channel, sums, slot):
+    """Chunk c's du, ddelta (and dz) of channel d (the program's k-th), after the state loop; the sums with its
+    ddelta_bias added."""
+    u, delta, A, B, C, D, delta_bias, z, dout, states, carries, du, ddelta, dz, dB, dC = io
+    HAS_D, HAS_DELTA_BIAS, HAS_Z, SOFTPLUS, CHUNK, DSTATE, DETERMINISTIC, CHANNELS = flags
+    x, dt, gz, dz_factor, y, dhB, dhAah = channel
+    base = c * CHUNK
+    valid = u.shape[2] - base
+    if HAS_Z:
+        tile.store(dz[b, d], base, dz_factor * y, valid=valid)
+    tile.store(du[b, d], base, gz * D[d] + dt * dhB if HAS_D else dt * dhB, valid=valid)
+    ddt = x * dhB + dhAah
+    if SOFTPLUS:  # delta read again (as Mamba's kernel does) rather than kept alive across the state loop
+        raw = tile.load(delta[b, d], base, CHUNK, valid=valid, other=0).astype(np.float32)
+        if HAS_DELTA_BIAS:
+            raw = raw + delta_bias[d]
+        ddt = ddt * ct.where(raw <= 20.0, ct.sigmoid(raw), 1.0)
+    if HAS_DELTA_BIAS:
+        sums = ct.where(slot == k * 4 * DSTATE + 3 * DSTATE + 1, sums + tile.sum(ddt), sums)
+    tile.store(ddelta[b, d], base, ddt, valid=valid)
+    return sums
+
+
 @ct.jit(fastmath=True)
 def selective_scan_backward(
     u, delta, A, B, C, D, delta_bias, z, dout, states, carries, du, ddelta, dz, dB, dC, totals,
     HAS_D: ct.constexpr, HAS_DELTA_BIAS: ct.constexpr, HAS_Z: ct.constexpr, SOFTPLUS: ct.constexpr,
-    CHUNK: ct.constexpr, DSTATE: ct.constexpr, DETERMINISTIC: ct.constexpr,
+    CHUNK: ct.constexpr, DSTATE: ct.constexpr, DETERMINISTIC: ct.constexpr, CHANNELS: ct.constexpr = 1,
 ):  # fmt: skip
-    b, d = ct.program_id(0), ct.program_id(1)  # batch fastest, as Mamba's grid: see the module docstring
-    dim, L, N = u.shape[1], u.shape[2], A.shape[1]
-    if B.ndim == 4:  # variable B: this row's group, and where its gradient goes
-        B_rows = B[b, d // (dim // B.shape[1])]
-        dB_rows = dB[b, d] if DETERMINISTIC else dB[b, d // (dim // B.shape[1])]
-    if C.ndim == 4:
-        C_rows = C[b, d // (dim // C.shape[1])]
-        dC_rows = dC[b, d] if DETERMINISTIC else dC[b, d // (dim // C.shape[1])]
-    # the row's sums, one tile of slots: dA[n] at n, fixed dB[n] at DSTATE + n, fixed dC[n] at 2 DSTATE + n, dD at
-    # 3 DSTATE, ddelta_bias at 3 DSTATE + 1
-    slot = tile.arange(4 * DSTATE)
-    sums = tile.zeros(4 * DSTATE, np.float32)
-    chunks = (L + CHUNK - 1) // CHUNK
+    ct.static_assert(CHANNELS == 1 or CHANNELS == 2 or CHANNELS == 4, "CHANNELS must be 1, 2 or 4")
+    # batch fastest, as Mamba's grid (see the module docstring); CHANNELS consecutive channels of one group
+    b, d = ct.program_id(0), ct.program_id(1) * CHANNELS
+    io = (u, delta, A, B, C, D, delta_bias, z, dout, states, carries, du, ddelta, dz, dB, dC)
+    flags = (HAS_D, HAS_DELTA_BIAS, HAS_Z, SOFTPLUS, CHUNK, DSTATE, DETERMINISTIC, CHANNELS)
+    # the program's sums, one tile of slots, 4 DSTATE per channel k from 4 DSTATE k: dA[n] at n, fixed dB[n] at
+    # DSTATE + n, fixed dC[n] at 2 DSTATE + n, dD at 3 DSTATE, ddelta_bias at 3 DSTATE + 1
+    slot = tile.arange(CHANNELS * 4 * DSTATE)
+    sums = tile.zeros(CHANNELS * 4 * DSTATE, np.float32)
+    chunks = (u.shape[2] + CHUNK - 1) // CHUNK
     for c in range(chunks - 1, -1, -1):
-        base = c * CHUNK
-        valid = L - base
-        # alive across the state loop: x, dt, gz, and the sums over states (dhB, dhAah, y); seven tiles with z
-        x = tile.load(u[b, d], base, CHUNK, valid=valid, other=0).astype(np.float32)
-        dt = tile.load(delta[b, d], base, CHUNK, valid=valid, other=0).astype(np.float32)
-        if HAS_DELTA_BIAS:
-            dt = dt + delta_bias[d]
-        if SOFTPLUS:
-            dt = ct.softplus(dt)
-        dt = ct.where(tile.arange(CHUNK) < valid, dt, 0.0)  # past the end: a = 1, and nothing flows back
-        gz = tile.load(dout[b, d], base, CHUNK, valid=valid, other=0).astype(np.float32)
-        if HAS_Z:  # dz = dout * y * silu'(z), y the output before the gate: its factor now, y summed below
-            zt = tile.load(z[b, d], base, CHUNK, valid=valid, other=0).astype(np.float32)
-            sig = ct.sigmoid(zt)
-            dz_factor = gz * sig * (1.0 + zt * (1.0 - sig))
-            gz = gz * zt * sig
-            y = x * D[d] if HAS_D else tile.zeros(CHUNK, np.float32)
-        if HAS_D:
-            sums = ct.where(slot == 3 * DSTATE, sums + tile.sum(gz * x), sums)
-        dhB = tile.zeros(CHUNK, np.float32)  # sum over states of dh B: du = gz D + dt dhB, ddt = x dhB + dhAah
-        dhAah = tile.zeros(CHUNK, np.float32)  # sum over states of dh A exp(dt A) h[l-1]
-        for n in range(N):
-            An = A[d, n]
-            a = ct.exp2(dt * (An * LOG2E))
-            Bn = tile.load(B_rows[n], base, CHUNK, valid=valid, other=0).astype(np.float32) if B.ndim == 4 else B[d, n]
-            h0 = 0.0
-            if c > 0:
-                h0 = states[b, d, c - 1, n]
-            bx = dt * x * Bn
-            (_, h) = tile.scan((a, bx), op=affine, initial=(1.0, h0))
-            ah = h - bx  # exp(dt A) h[l-1]
-            Cn = tile.load(C_rows[n], base, CHUNK, valid=valid, other=0).astype(np.float32) if C.ndim == 4 else C[d, n]
-            if HAS_Z:
-                y = y + h * Cn
-            if C.ndim == 4:
-                if DETERMINISTIC:
-                    tile.store(dC_rows[n], base, gz * h, valid=valid)
-                else:
-                    tile.atomic_add(dC_rows[n], base, gz * h, valid=valid)
-            else:
-                sums = ct.where(slot == 2 * DSTATE + n, sums + tile.sum(gz * h), sums)
-            gC = gz * Cn
-            G0 = 0.0
-            if c < chunks - 1:
-                G0 = carries[b, d, n]
-            (_, later), total = tile.scan(
-                (a, a * gC), op=affine, reverse=True, exclusive=True, initial=(1.0, G0), return_total=True
-            )
-            carries[b, d, n] = total[1]
-            dh = gC + later
-            dhB = dhB + dh * Bn
-            dhah = dh * ah
-            dhAah = dhAah + dhah * An
-            sums = ct.where(slot == n, sums + tile.sum(dhah * dt), sums)
-            if B.ndim == 4:
-                if DETERMINISTIC:
-                    tile.store(dB_rows[n], base, dh * dt * x, valid=valid)
-                else:
-                    tile.atomic_add(dB_rows[n], base, dh * dt * x, valid=valid)
-            else:
-                sums = ct.where(slot == DSTATE + n, sums + tile.sum(dh * dt * x), sums)
-        if HAS_Z:
-            tile.store(dz[b, d], base, dz_factor * y, valid=valid)
-        tile.store(du[b, d], base, gz * D[d] + dt * dhB if HAS_D else dt * dhB, valid=valid)
-        ddt = x * dhB + dhAah
-        if SOFTPLUS:  # delta read again (as Mamba's kernel does) rather than kept alive across the state loop
-            raw = tile.load(delta[b, d], base, CHUNK, valid=valid, other=0).astype(np.float32)
-            if HAS_DELTA_BIAS:
-                raw = raw + delta_bias[d]
-            ddt = ddt * ct.where(raw <= 20.0, ct.sigmoid(raw), 1.0)
-        if HAS_DELTA_BIAS:
-            sums = ct.where(slot == 3 * DSTATE + 1, sums + tile.sum(ddt), sums)
-        tile.store(ddelta[b, d], base, ddt, valid=valid)
+        # alive across the state loop, per channel: x, dt, gz, and the sums over states (dhB, dhAah, y); seven
+        # tiles with z
+        ch0, sums = channel_inputs(io, flags, b, d, 0, c, sums, slot)
+        if CHANNELS > 1:
+            ch1, sums = channel_inputs(io, flags, b, d + 1, 1, c, sums, slot)
+        if CHANNELS > 2:
+            ch2, sums = channel_inputs(io, flags, b, d + 2, 2, c, sums, slot)
+            ch3, sums = channel_inputs(io, flags, b, d + 3, 3, c, sums, slot)
+        for n in range(A.shape[1]):
+            ch0, acc, sums = channel_state(io, flags, b, d, 0, c, n, ch0, (0.0, 0.0), sums, slot)
+            if CHANNELS > 1:
+                ch1, acc, sums = channel_state(io, flags, b, d + 1, 1, c, n, ch1, acc, sums, slot)
+            if CHANNELS > 2:
+                ch2, acc, sums = channel_state(io, flags, b, d + 2, 2, c, n, ch2, acc, sums, slot)
+                ch3, acc, sums = channel_state(io, flags, b, d + 3, 3, c, n, ch3, acc, sums, slot)
+        sums = channel_outputs(io, flags, b, d, 0, c, ch0, sums, slot)
+        if CHANNELS > 1:
+            sums = channel_outputs(io, flags, b, d + 1, 1, c, ch1, sums, slot)
+        if CHANNELS > 2:
+            sums = channel_outputs(io, flags, b, d + 2, 2, c, ch2, sums, slot)
+            sums = channel_outputs(io, flags, b, d + 3, 3, c, ch3, sums, slot)
     if DETERMINISTIC:  # row b of a (batch, dim * 4 DSTATE) buffer, summed over the batch by the host
         tile.store(totals[b], d * 4 * DSTATE, sums)
     else:  # one atomic per program and slot
@@ -146,6 +218,11 @@ def selective_scan_backward(
 #: shared memory); uncapped that takes 207 registers, one block per multiprocessor, so it is capped at 128 (two
 #: blocks, a few values spilled to L1-cached local memory, as under Mamba's own launch bounds)
 LAUNCH = (8, 128)
+#: channels per program (1, 2 or 4; `channels_for` says where they apply): 1 until the others are measured on a GPU
+CHANNELS = 1
+#: the default launch per channels per program: the tiles alive across the state loop grow with the channels, so
+#: more threads hold them
+LAUNCHES = {1: LAUNCH, 2: (4, 128), 4: (2, 64)}
 _interpreting = ct.jit(selective_scan_backward.fn, interpret=True)
 _by_launch: dict[tuple[int, int | None], ct.JITFunction] = {}
 
@@ -163,6 +240,13 @@ def kernel_for(chunk: int, interpret: bool, launch: tuple[int, int | None] = LAU
     return _by_launch[threads, registers]
 
 
+def channels_for(channels: int, dim: int, B: Any, C: Any) -> int:
+    """The channels per program a launch takes: `channels` where every group of variable B and C (B and C with
+    their groups axis) has a multiple of them (a program's channels share their group's rows), otherwise 1."""
+    groups = [X.shape[1] for X in (B, C) if X.ndim == 4] or [1]
+    return channels if all((dim // g) % channels == 0 for g in groups) else 1
+
+
 def selective_scan_bwd(
     dout: Any,
     u: Any,
@@ -176,19 +260,23 @@ def selective_scan_bwd(
     delta_bias: Any = None,
     delta_softplus: bool = False,
     deterministic: bool = False,
-    launch: tuple[int, int | None] = LAUNCH,
+    launch: tuple[int, int | None] | None = None,
+    channels: int | None = None,
 ) -> dict[str, Any]:
     """The gradients of Mamba's selective scan for `dout`, the gradient of its output: a dict with "u", "delta",
     "A", "B", "C" and, for those given, "D", "z", "delta_bias", each of its input's shape and dtype.
 
     Arguments as `selective_scan_fwd` takes them, with `states` the forward's (`selective_scan.forward`). Atomic
     reductions by default; `deterministic=True` sums per-program partials instead (see the module docstring).
-    `launch` (items per thread, register cap) is for tuning (`LAUNCH` says why the default).
+    `channels` (1, 2 or 4; default `CHANNELS`) consecutive channels per program where `channels_for` allows them;
+    `launch` (items per thread, register cap; default `LAUNCHES[channels]`) is for tuning (`LAUNCH` says why).
     """
     check_real(A)
     batch, dim, seqlen = u.shape
     dstate = A.shape[1]
     Bg, Cg = as_groups(B, C, dim)
+    channels = channels_for(CHANNELS if channels is None else channels, dim, Bg, Cg)
+    launch = LAUNCHES[channels] if launch is None else launch
     chunk, _ = launch_choice(seqlen, u.itemsize)
     lead = (batch,) if deterministic else ()  # the axis the host sums over
 
@@ -207,12 +295,13 @@ def selective_scan_bwd(
     totals = (empty_like if deterministic else zeros_like)(u, (*lead, dim * 4 * slots), "float32")
     dB, dC = weight_grad(Bg), weight_grad(Cg)
     if batch * dim * seqlen:
-        kernel_for(chunk, isinstance(u, np.ndarray), launch)[(batch, dim)](
+        kernel_for(chunk, isinstance(u, np.ndarray), launch)[(batch, dim // channels)](
             u, delta, A, Bg, Cg,
             A if D is None else D, A if delta_bias is None else delta_bias, u if z is None else z,
             dout, states, carries, grads["u"], grads["delta"], grads.get("z", u), dB, dC, totals,
             HAS_D=D is not None, HAS_DELTA_BIAS=delta_bias is not None, HAS_Z=z is not None,
             SOFTPLUS=bool(delta_softplus), CHUNK=chunk, DSTATE=slots, DETERMINISTIC=bool(deterministic),
+            CHANNELS=channels,
         )  # fmt: skip
     elif deterministic:
         totals[...] = 0
