@@ -41,36 +41,37 @@ from coop_tiles import tile
 from ._arrays import cast, empty_like, zeros_like
 from .selective_scan import LOG2E, affine, as_groups, check_real, launch_choice
 
+# The helpers below are the work of one channel, called once per channel of the program. Each name in them is
+# assigned once, and the tiles alive across the state loop are passed in tuples read by index, never unpacked into
+# names: a copy counts as alive beside its source when the planner decides what fits in registers.
+
 
 def channel_inputs(io, flags, b, d, k, c, sums, slot):
-    """Channel d's (the program's k-th) tiles alive across chunk c's state loop, as the tuple `channel_state` carries:
-    x, dt, the gradient gz reaching sum_n h C (dout, times silu(z) with z), dz's factor and the output before the gate
-    y (with z; 0.0 otherwise), and the sums over states dhB, dhAah (zero); and the sums with its dD added."""
+    """Channel d's (the program's k-th) tiles alive across chunk c's state loop: its inputs (x, dt, the gradient gz
+    reaching sum_n h C: dout, times silu(z) with z; dz's factor with z) and its sums over states (the output before
+    the gate y with z, dh B and dh A exp(dt A) h[l-1], zero), as `channel_state` takes them; and the sums with its dD
+    added."""
     u, delta, A, B, C, D, delta_bias, z, dout, states, carries, du, ddelta, dz, dB, dC = io
     HAS_D, HAS_DELTA_BIAS, HAS_Z, SOFTPLUS, CHUNK, DSTATE, DETERMINISTIC, CHANNELS = flags
     base = c * CHUNK
     valid = u.shape[2] - base
     x = tile.load(u[b, d], base, CHUNK, valid=valid, other=0).astype(np.float32)
-    dt = tile.load(delta[b, d], base, CHUNK, valid=valid, other=0).astype(np.float32)
-    if HAS_DELTA_BIAS:
-        dt = dt + delta_bias[d]
-    if SOFTPLUS:
-        dt = ct.softplus(dt)
-    dt = ct.where(tile.arange(CHUNK) < valid, dt, 0.0)  # past the end: a = 1, and nothing flows back
-    gz = tile.load(dout[b, d], base, CHUNK, valid=valid, other=0).astype(np.float32)
+    raw = tile.load(delta[b, d], base, CHUNK, valid=valid, other=0).astype(np.float32)
+    biased = raw + delta_bias[d] if HAS_DELTA_BIAS else raw
+    soft = ct.softplus(biased) if SOFTPLUS else biased
+    dt = ct.where(tile.arange(CHUNK) < valid, soft, 0.0)  # past the end: a = 1, and nothing flows back
+    g = tile.load(dout[b, d], base, CHUNK, valid=valid, other=0).astype(np.float32)
     if HAS_Z:  # dz = dout * y * silu'(z), y the output before the gate: its factor now, y summed over the states
         zt = tile.load(z[b, d], base, CHUNK, valid=valid, other=0).astype(np.float32)
         sig = ct.sigmoid(zt)
-        dz_factor = gz * sig * (1.0 + zt * (1.0 - sig))
-        gz = gz * zt * sig
+        dz_factor = g * sig * (1.0 + zt * (1.0 - sig))
+        gz = g * zt * sig
         y = x * D[d] if HAS_D else tile.zeros(CHUNK, np.float32)
     else:
-        dz_factor, y = 0.0, 0.0
-    if HAS_D:
-        sums = ct.where(slot == k * 4 * DSTATE + 3 * DSTATE, sums + tile.sum(gz * x), sums)
-    dhB = tile.zeros(CHUNK, np.float32)  # sum over states of dh B: du = gz D + dt dhB, ddt = x dhB + dhAah
-    dhAah = tile.zeros(CHUNK, np.float32)  # sum over states of dh A exp(dt A) h[l-1]
-    return (x, dt, gz, dz_factor, y, dhB, dhAah), sums
+        gz, dz_factor, y = g, 0.0, 0.0
+    dD = ct.where(slot == k * 4 * DSTATE + 3 * DSTATE, sums + tile.sum(gz * x), sums) if HAS_D else sums
+    # du = gz D + dt dhB, ddt = x dhB + dhAah
+    return (x, dt, gz, dz_factor), (y, tile.zeros(CHUNK, np.float32), tile.zeros(CHUNK, np.float32)), dD
 
 
 def varying_row(row, base, valid, part, acc, k, CHANNELS, DETERMINISTIC):
@@ -87,21 +88,18 @@ def varying_row(row, base, valid, part, acc, k, CHANNELS, DETERMINISTIC):
     return total
 
 
-def channel_state(io, flags, b, d, k, c, n, channel, acc, sums, slot):
-    """State n of chunk c for channel d (the program's k-th): `channel` carried on, the row's sums updated, and
-    variable B's and C's gradient rows of the channels so far summed in `acc` (dB, dC; 0.0 before the first channel),
-    added to the group's rows by the last channel (one atomic per row and program), or stored per channel with
-    deterministic sums."""
+def channel_state(io, flags, b, d, k, c, n, inputs, running, acc, sums, slot):
+    """State n of chunk c for channel d (the program's k-th), `inputs` and `running` as `channel_inputs` makes them:
+    the running sums over states, variable B's and C's gradient rows of the program's channels so far (`acc`: dB, dC;
+    0.0 before the first channel) and the program's sums, each updated."""
     u, delta, A, B, C, D, delta_bias, z, dout, states, carries, du, ddelta, dz, dB, dC = io
     HAS_D, HAS_DELTA_BIAS, HAS_Z, SOFTPLUS, CHUNK, DSTATE, DETERMINISTIC, CHANNELS = flags
-    x, dt, gz, dz_factor, y, dhB, dhAah = channel
-    dB_acc, dC_acc = acc
     dim, L = u.shape[1], u.shape[2]
     base = c * CHUNK
     valid = L - base
     at = k * 4 * DSTATE  # the channel's first slot in `sums`
     An = A[d, n]
-    a = ct.exp2(dt * (An * LOG2E))
+    a = ct.exp2(inputs[1] * (An * LOG2E))
     if B.ndim == 4:  # variable B: the channel's group's row, and where its gradient goes
         dB_row = dB[b, d][n] if DETERMINISTIC else dB[b, d // (dim // B.shape[1])][n]
         Bn = tile.load(B[b, d // (dim // B.shape[1])][n], base, CHUNK, valid=valid, other=0).astype(np.float32)
@@ -110,7 +108,7 @@ def channel_state(io, flags, b, d, k, c, n, channel, acc, sums, slot):
     h0 = 0.0
     if c > 0:
         h0 = states[b, d, c - 1, n]
-    bx = dt * x * Bn
+    bx = inputs[1] * inputs[0] * Bn
     (_, h) = tile.scan((a, bx), op=affine, initial=(1.0, h0))
     ah = h - bx  # exp(dt A) h[l-1]
     if C.ndim == 4:
@@ -118,14 +116,14 @@ def channel_state(io, flags, b, d, k, c, n, channel, acc, sums, slot):
         Cn = tile.load(C[b, d // (dim // C.shape[1])][n], base, CHUNK, valid=valid, other=0).astype(np.float32)
     else:
         Cn = C[d, n]
-    if HAS_Z:
-        y = y + h * Cn
+    y = running[0] + h * Cn if HAS_Z else running[0]
     if C.ndim == 4:
-        dC_sum = varying_row(dC_row, base, valid, gz * h, dC_acc, k, CHANNELS, DETERMINISTIC)
+        dC_sum = varying_row(dC_row, base, valid, inputs[2] * h, acc[1], k, CHANNELS, DETERMINISTIC)
+        fixed_dC = sums
     else:
         dC_sum = 0.0
-        sums = ct.where(slot == at + 2 * DSTATE + n, sums + tile.sum(gz * h), sums)
-    gC = gz * Cn
+        fixed_dC = ct.where(slot == at + 2 * DSTATE + n, sums + tile.sum(inputs[2] * h), sums)
+    gC = inputs[2] * Cn
     G0 = 0.0
     if c < (L + CHUNK - 1) // CHUNK - 1:
         G0 = carries[b, d, n]
@@ -134,39 +132,41 @@ def channel_state(io, flags, b, d, k, c, n, channel, acc, sums, slot):
     )
     carries[b, d, n] = total[1]
     dh = gC + later
-    dhB = dhB + dh * Bn
+    dhB = running[1] + dh * Bn
     dhah = dh * ah
-    dhAah = dhAah + dhah * An
-    sums = ct.where(slot == at + n, sums + tile.sum(dhah * dt), sums)
+    dhAah = running[2] + dhah * An
+    dA = ct.where(slot == at + n, fixed_dC + tile.sum(dhah * inputs[1]), fixed_dC)
     if B.ndim == 4:
-        dB_sum = varying_row(dB_row, base, valid, dh * dt * x, dB_acc, k, CHANNELS, DETERMINISTIC)
+        dB_sum = varying_row(dB_row, base, valid, dh * inputs[1] * inputs[0], acc[0], k, CHANNELS, DETERMINISTIC)
+        fixed_dB = dA
     else:
         dB_sum = 0.0
-        sums = ct.where(slot == at + DSTATE + n, sums + tile.sum(dh * dt * x), sums)
-    return (x, dt, gz, dz_factor, y, dhB, dhAah), (dB_sum, dC_sum), sums
+        fixed_dB = ct.where(slot == at + DSTATE + n, dA + tile.sum(dh * inputs[1] * inputs[0]), dA)
+    return (y, dhB, dhAah), (dB_sum, dC_sum), fixed_dB
 
 
-def channel_outputs(io, flags, b, d, k, c, channel, sums, slot):
+def channel_outputs(io, flags, b, d, k, c, inputs, running, sums, slot):
     """Chunk c's du, ddelta (and dz) of channel d (the program's k-th), after the state loop; the sums with its
     ddelta_bias added."""
     u, delta, A, B, C, D, delta_bias, z, dout, states, carries, du, ddelta, dz, dB, dC = io
     HAS_D, HAS_DELTA_BIAS, HAS_Z, SOFTPLUS, CHUNK, DSTATE, DETERMINISTIC, CHANNELS = flags
-    x, dt, gz, dz_factor, y, dhB, dhAah = channel
     base = c * CHUNK
     valid = u.shape[2] - base
     if HAS_Z:
-        tile.store(dz[b, d], base, dz_factor * y, valid=valid)
-    tile.store(du[b, d], base, gz * D[d] + dt * dhB if HAS_D else dt * dhB, valid=valid)
-    ddt = x * dhB + dhAah
+        tile.store(dz[b, d], base, inputs[3] * running[0], valid=valid)
+    dhB = running[1]
+    tile.store(du[b, d], base, inputs[2] * D[d] + inputs[1] * dhB if HAS_D else inputs[1] * dhB, valid=valid)
+    ddt = inputs[0] * dhB + running[2]
     if SOFTPLUS:  # delta read again (as Mamba's kernel does) rather than kept alive across the state loop
         raw = tile.load(delta[b, d], base, CHUNK, valid=valid, other=0).astype(np.float32)
-        if HAS_DELTA_BIAS:
-            raw = raw + delta_bias[d]
-        ddt = ddt * ct.where(raw <= 20.0, ct.sigmoid(raw), 1.0)
-    if HAS_DELTA_BIAS:
-        sums = ct.where(slot == k * 4 * DSTATE + 3 * DSTATE + 1, sums + tile.sum(ddt), sums)
-    tile.store(ddelta[b, d], base, ddt, valid=valid)
-    return sums
+        biased = raw + delta_bias[d] if HAS_DELTA_BIAS else raw
+        ddelta_row = ddt * ct.where(biased <= 20.0, ct.sigmoid(biased), 1.0)
+    else:
+        ddelta_row = ddt
+    at = k * 4 * DSTATE + 3 * DSTATE + 1  # the channel's ddelta_bias slot
+    summed = ct.where(slot == at, sums + tile.sum(ddelta_row), sums) if HAS_DELTA_BIAS else sums
+    tile.store(ddelta[b, d], base, ddelta_row, valid=valid)
+    return summed
 
 
 @ct.jit(fastmath=True)
@@ -186,27 +186,27 @@ def selective_scan_backward(
     sums = tile.zeros(CHANNELS * 4 * DSTATE, np.float32)
     chunks = (u.shape[2] + CHUNK - 1) // CHUNK
     for c in range(chunks - 1, -1, -1):
-        # alive across the state loop, per channel: x, dt, gz, and the sums over states (dhB, dhAah, y); seven
-        # tiles with z
-        ch0, sums = channel_inputs(io, flags, b, d, 0, c, sums, slot)
+        # alive across the state loop, per channel: x, dt, gz, and the sums over states dhB, dhAah; with z, y and
+        # dz's factor too
+        in0, run0, sums = channel_inputs(io, flags, b, d, 0, c, sums, slot)
         if CHANNELS > 1:
-            ch1, sums = channel_inputs(io, flags, b, d + 1, 1, c, sums, slot)
+            in1, run1, sums = channel_inputs(io, flags, b, d + 1, 1, c, sums, slot)
         if CHANNELS > 2:
-            ch2, sums = channel_inputs(io, flags, b, d + 2, 2, c, sums, slot)
-            ch3, sums = channel_inputs(io, flags, b, d + 3, 3, c, sums, slot)
+            in2, run2, sums = channel_inputs(io, flags, b, d + 2, 2, c, sums, slot)
+            in3, run3, sums = channel_inputs(io, flags, b, d + 3, 3, c, sums, slot)
         for n in range(A.shape[1]):
-            ch0, acc, sums = channel_state(io, flags, b, d, 0, c, n, ch0, (0.0, 0.0), sums, slot)
+            run0, acc, sums = channel_state(io, flags, b, d, 0, c, n, in0, run0, (0.0, 0.0), sums, slot)
             if CHANNELS > 1:
-                ch1, acc, sums = channel_state(io, flags, b, d + 1, 1, c, n, ch1, acc, sums, slot)
+                run1, acc, sums = channel_state(io, flags, b, d + 1, 1, c, n, in1, run1, acc, sums, slot)
             if CHANNELS > 2:
-                ch2, acc, sums = channel_state(io, flags, b, d + 2, 2, c, n, ch2, acc, sums, slot)
-                ch3, acc, sums = channel_state(io, flags, b, d + 3, 3, c, n, ch3, acc, sums, slot)
-        sums = channel_outputs(io, flags, b, d, 0, c, ch0, sums, slot)
+                run2, acc, sums = channel_state(io, flags, b, d + 2, 2, c, n, in2, run2, acc, sums, slot)
+                run3, acc, sums = channel_state(io, flags, b, d + 3, 3, c, n, in3, run3, acc, sums, slot)
+        sums = channel_outputs(io, flags, b, d, 0, c, in0, run0, sums, slot)
         if CHANNELS > 1:
-            sums = channel_outputs(io, flags, b, d + 1, 1, c, ch1, sums, slot)
+            sums = channel_outputs(io, flags, b, d + 1, 1, c, in1, run1, sums, slot)
         if CHANNELS > 2:
-            sums = channel_outputs(io, flags, b, d + 2, 2, c, ch2, sums, slot)
-            sums = channel_outputs(io, flags, b, d + 3, 3, c, ch3, sums, slot)
+            sums = channel_outputs(io, flags, b, d + 2, 2, c, in2, run2, sums, slot)
+            sums = channel_outputs(io, flags, b, d + 3, 3, c, in3, run3, sums, slot)
     if DETERMINISTIC:  # row b of a (batch, dim * 4 DSTATE) buffer, summed over the batch by the host
         tile.store(totals[b], d * 4 * DSTATE, sums)
     else:  # one atomic per program and slot
