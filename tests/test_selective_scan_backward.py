@@ -1,6 +1,6 @@
 """Mamba's selective scan backward (coop_tiles.examples.selective_scan_backward): the interpreter against the float64
 gradients of tests/ssm_references.py for every variant, several lengths (one chunk, several, partial ones), 16-bit
-inputs and the deterministic reductions; the compiled kernel (no GPU)."""
+inputs and the deterministic reductions, with 1, 2 and 4 channels per program; the compiled kernels (no GPU)."""
 
 import numpy as np
 import pytest
@@ -8,20 +8,22 @@ from ssm_references import selective_scan_backward
 from test_selective_scan import BF16, VARIANTS, make_inputs
 
 from coop_tiles.examples.selective_scan import forward
-from coop_tiles.examples.selective_scan_backward import kernel_for, selective_scan_bwd
+from coop_tiles.examples.selective_scan_backward import LAUNCHES, channels_for, kernel_for, selective_scan_bwd
 
 #: (rtol, atol as a fraction of the gradient's largest magnitude) against the float64 reference
 TOL = {np.dtype(np.float32): (1e-4, 1e-5), np.dtype(np.float16): (1e-2, 5e-3), BF16: (5e-2, 2e-2)}
 
 
-def gradients(kwargs, optional, softplus, L, dtype=np.float32, deterministic=False, seed=0):
-    """(the program's gradients, the reference's) for inputs drawn as tests/test_selective_scan.py draws them."""
+def gradients(kwargs, optional, softplus, L, dtype=np.float32, deterministic=False, seed=0, channels=1):
+    """(the program's gradients, the reference's) for inputs drawn as tests/test_selective_scan.py draws them (4
+    channels; grouped B and C: 2 groups of 2)."""
     inputs = make_inputs(2, 4, L, 3, dtype, **kwargs, seed=seed)
     given = {k: v for k, v in inputs.items() if k in ("u", "delta", "A", "B", "C") or k in optional}
     dout = np.random.default_rng(seed + 1).standard_normal(inputs["u"].shape).astype(dtype)
     _, states = forward(**{k: given.get(k) for k in ("u", "delta", "A", "B", "C", "D", "z", "delta_bias")},
                         delta_softplus=softplus)  # fmt: skip
-    got = selective_scan_bwd(dout, **given, states=states, delta_softplus=softplus, deterministic=deterministic)
+    got = selective_scan_bwd(dout, **given, states=states, delta_softplus=softplus, deterministic=deterministic,
+                             channels=channels)  # fmt: skip
     return got, given, selective_scan_backward(dout, **given, delta_softplus=softplus)
 
 
@@ -34,17 +36,35 @@ def check(got, given, expected):
         np.testing.assert_allclose(got[name].astype(np.float64), value, rtol=rtol, atol=atol * scale, err_msg=name)
 
 
+@pytest.mark.parametrize("channels", [1, 2])
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("L", [1, 7, 300, 2048 + 33])
-def test_interpreter_matches_reference(variant, L):
+def test_interpreter_matches_reference(variant, L, channels):
     kwargs, optional, softplus = VARIANTS[variant]
-    check(*gradients(kwargs, optional, softplus, L))
+    check(*gradients(kwargs, optional, softplus, L, channels=channels))
 
 
+@pytest.mark.parametrize(
+    "variant", ["variable B and C, everything", "variable B, fixed C", "fixed B and C, nothing optional"]
+)
+def test_four_channels_per_program(variant):
+    kwargs, optional, softplus = VARIANTS[variant]
+    check(*gradients(kwargs, optional, softplus, 2048 + 33, channels=4))
+
+
+@pytest.mark.parametrize("channels", [1, 2])
 @pytest.mark.parametrize("variant", ["variable B and C, everything", "grouped B and C", "fixed B, grouped C"])
-def test_deterministic_reductions_match_reference(variant):
+def test_deterministic_reductions_match_reference(variant, channels):
     kwargs, optional, softplus = VARIANTS[variant]
-    check(*gradients(kwargs, optional, softplus, 2048 + 33, deterministic=True))
+    check(*gradients(kwargs, optional, softplus, 2048 + 33, deterministic=True, channels=channels))
+
+
+def test_channels_per_program_fall_back_to_one_unless_they_divide_every_group():
+    variable, fixed = np.zeros((2, 1, 3, 8)), np.zeros((4, 3))
+    grouped = np.zeros((2, 2, 3, 8))
+    assert channels_for(4, 8, variable, grouped) == 4 and channels_for(2, 4, fixed, grouped) == 2
+    assert channels_for(4, 4, variable, grouped) == 1 and channels_for(4, 6, fixed, fixed) == 1
+    assert channels_for(2, 6, fixed, fixed) == 2 and channels_for(2, 6, grouped, fixed) == 1
 
 
 @pytest.mark.parametrize("dtype", [np.float16, BF16], ids=["float16", "bfloat16"])
