@@ -82,15 +82,9 @@ def test_complex_weights_are_not_supported():
         selective_scan_bwd(inputs["u"], inputs["u"], inputs["delta"], A, inputs["B"], inputs["C"], None)
 
 
-@pytest.mark.parametrize(
-    "dtype, deterministic", [(BF16, False), (np.float32, True)], ids=["bfloat16", "float32-deterministic"]
-)
-def test_compiled_kernel(dtype, deterministic):
-    """The full variant (variable B and C, D, z, delta_bias, softplus) at Mamba's chunk of 2048, at the default
-    launch (8 items over 256 threads, 128 registers), compiles to an sm_90 cubin with every tile in registers (shared
-    memory for the collectives only) and a few spilled values at most (bfloat16: 96 bytes of local memory before the
-    atomics' warp exchanges, 184 with them); one reverse scan and one forward scan per
-    state; the atomics of variable B's and C's gradients warp-exchanged to consecutive elements per lane."""
+def compile_full(dtype, deterministic, channels=1):
+    """The full variant (variable B and C, D, z, delta_bias, softplus) at Mamba's chunk of 2048 and the default
+    launch for `channels`, compiled to an sm_90 cubin."""
     i = make_inputs(1, 1, 16, 2, dtype)
     f32 = lambda *shape: np.zeros(shape, np.float32)  # noqa: E731
     weights = f32(1, 1, 2, 16)
@@ -98,10 +92,34 @@ def test_compiled_kernel(dtype, deterministic):
     args += [f32(1, 1, 1, 2), f32(1, 1, 2), i["u"], i["u"], i["u"], weights, weights.copy()]
     args.append(f32(1, 8) if deterministic else f32(8))
     flags = dict(HAS_D=True, HAS_DELTA_BIAS=True, HAS_Z=True, SOFTPLUS=True, CHUNK=2048, DSTATE=2)
-    k = kernel_for(2048, False).compile(*args, **flags, DETERMINISTIC=deterministic, arch="sm_90")
+    kernel = kernel_for(2048, False, LAUNCHES[channels])
+    return kernel.compile(*args, **flags, DETERMINISTIC=deterministic, CHANNELS=channels, arch="sm_90")
+
+
+@pytest.mark.parametrize(
+    "dtype, deterministic", [(BF16, False), (np.float32, True)], ids=["bfloat16", "float32-deterministic"]
+)
+def test_compiled_kernel(dtype, deterministic):
+    """At the default launch (8 items over 256 threads, 128 registers) every tile is in registers (shared memory for
+    the collectives only) with a few spilled values at most (bfloat16: 112 bytes of local memory); one reverse scan
+    and one forward scan per state; the atomics of variable B's and C's gradients warp-exchanged to consecutive
+    elements per lane."""
+    k = compile_full(dtype, deterministic)
     assert k.block_threads == 256 and k.registers() <= 128 and k.local_memory_bytes() <= 192
     assert not [t.name for t in k.plan.tiles.values() if t.storage != "registers"]
     plan = str(k.plan)
     assert plan.count("scan[combine0_affine]") == 1 and plan.count("scan[combine0_affine, reverse]") == 1, plan
     assert ("atomic_add" in plan) != deterministic
     assert plan.count("WARP_EXCHANGE_STRIPED") == (0 if deterministic else 2), plan
+
+
+def test_compiled_kernel_two_channels_per_program():
+    """Two channels per program (bfloat16, at `LAUNCHES[2]`: 4 items over 512 threads): every tile in registers,
+    nothing spilled; each channel's two scans per state, and one atomic add per chunk row of variable B's and C's
+    gradients for both channels."""
+    k = compile_full(BF16, False, channels=2)
+    assert k.block_threads == 512 and k.registers() <= 128 and k.local_memory_bytes() == 0
+    assert not [t.name for t in k.plan.tiles.values() if t.storage != "registers"]
+    plan = str(k.plan)
+    assert plan.count("scan[combine0_affine]") == 2 and plan.count("scan[combine0_affine, reverse]") == 2, plan
+    assert plan.count("WARP_EXCHANGE_STRIPED") == 2, plan
