@@ -1,8 +1,8 @@
 """A short GPU run of issue 20's backward: `selective_scan_bwd` with 1, 2 and 4 channels per program (each at its
 default launch, `LAUNCHES`) against Mamba's CUDA backward at the mamba_bwd section's shapes and dtypes, each gradient
 compared with Mamba's (largest difference over Mamba's largest magnitude). The section
-(benchmarks/sections/mamba_bwd.py) also checks a float64 reference, tries every launch, and measures peak memory and a training step; this fits beside
-other work in one 10-minute GPU call. Prints a table and writes it to `--out`.
+(benchmarks/sections/mamba_bwd.py) also checks a float64 reference, tries every launch, and measures peak memory and a
+training step; this fits beside other work in one 10-minute GPU call. Prints a table and writes it to `--out`.
 
     python benchmarks/bwd_probe.py --out /tmp/bwd_probe.md   # carry benchmarks/.mamba (benchmarks/_mamba_cuda.py
                                                              # builds Mamba's op)
