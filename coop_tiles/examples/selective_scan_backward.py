@@ -27,6 +27,14 @@ each warp first, so each instruction adds 32 consecutive elements: every channel
 row, and L2's atomics per sector bound the kernel; the grid runs the batch fastest, as Mamba's does, so that the
 programs running together add into `batch` rows, not all into one), or with `deterministic=True` one row per channel
 in a (batch, dim, dstate, L) float32 buffer (dim / groups times the memory of dB) summed over each group.
+
+Channels per program (`CHANNELS`, 1, 2 or 4): a program may take that many consecutive channels of one group (the
+grid's second axis shrinks by as much) and run them side by side, each state of each chunk channel after channel,
+so that their variable dB and dC rows are summed in registers and added with one atomic per row and program: the
+atomics into a group's rows drop by CHANNELS times. The work of one channel is one set of helpers (`channel_inputs`,
+`channel_state`, `channel_outputs`), called once per channel; with one channel the program is the same tile program
+as it was before channels existed. The tiles alive across the state loop grow with the channels, so the default
+launch gives more threads to more channels (`LAUNCHES`); with 4, some of them leave registers for shared memory.
 """
 
 from __future__ import annotations
