@@ -65,6 +65,8 @@ def test_channels_per_program_fall_back_to_one_unless_they_divide_every_group():
     assert channels_for(4, 8, variable, grouped) == 4 and channels_for(2, 4, fixed, grouped) == 2
     assert channels_for(4, 4, variable, grouped) == 1 and channels_for(4, 6, fixed, fixed) == 1
     assert channels_for(2, 6, fixed, fixed) == 2 and channels_for(2, 6, grouped, fixed) == 1
+    with pytest.raises(ValueError, match="channels per program must be one of"):
+        channels_for(3, 6, fixed, fixed)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, BF16], ids=["float16", "bfloat16"])

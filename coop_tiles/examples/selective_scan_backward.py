@@ -251,6 +251,8 @@ def kernel_for(chunk: int, interpret: bool, launch: tuple[int, int | None] = LAU
 def channels_for(channels: int, dim: int, B: Any, C: Any) -> int:
     """The channels per program a launch takes: `channels` where every group of variable B and C (B and C with
     their groups axis) has a multiple of them (a program's channels share their group's rows), otherwise 1."""
+    if channels not in LAUNCHES:
+        raise ValueError(f"channels per program must be one of {sorted(LAUNCHES)}, not {channels}")
     groups = [X.shape[1] for X in (B, C) if X.ndim == 4] or [1]
     return channels if all((dim // g) % channels == 0 for g in groups) else 1
 
