@@ -45,14 +45,14 @@ def generate_source(runtime_names: list[str], constexpr_names: list[str], many_d
     # extent, a bool) the general path handles or reports
     lines += [
         "    if type(grid) is int:",
+        "        if grid <= 0:",
+        "            return False",
         "        g0 = grid; g1 = g2 = 1",
         "    elif type(grid) is tuple and 1 <= len(grid) <= 3:",
         "        g0, g1, g2 = grid + (1, 1)[: 3 - len(grid)]",
-        "        if type(g0) is not int or type(g1) is not int or type(g2) is not int:",
+        "        if type(g0) is not int or type(g1) is not int or type(g2) is not int or min(grid) <= 0:",
         "            return False",
         "    else:",
-        "        return False",
-        "    if g0 <= 0 or g1 <= 0 or g2 <= 0:",
         "        return False",
     ]
     if many_devices:
