@@ -1,15 +1,21 @@
-"""`tile.dot`: the interpreter against NumPy (every dtype, ragged shapes, acc, a transposed operand),
-a compile to an sm_90 cubin through cuBLASDx (libmathdx), both lowerings (the accumulator in registers,
-the shared-memory API) and the GPU against NumPy, the register accumulator's element map included."""
+"""`tile.dot`: the interpreter against NumPy (every dtype, ragged shapes, acc, transposed operands, the
+program as built and as rewritten for the GPU), a compile to an sm_90 cubin through cuBLASDx (libmathdx), both
+lowerings (the accumulator in registers, the shared-memory API; operands given as `u.T` read in place) and the
+GPU against NumPy, the register accumulator's element map included."""
 
 from __future__ import annotations
+
+import copy
 
 import numpy as np
 import pytest
 
 import coop_tiles as ct
 from coop_tiles import tile
+from coop_tiles.lang import interpreter, ir
+from coop_tiles.ops.dot import TileDot
 from coop_tiles.runtime import mathdx
+from coop_tiles.runtime.compiler import rewrite_stage
 
 
 def matmul(x, y, z, out, M: ct.constexpr, N: ct.constexpr, K: ct.constexpr, TRANS: ct.constexpr):
@@ -37,9 +43,40 @@ def k_loop(x, y, out, M: ct.constexpr, N: ct.constexpr, BK: ct.constexpr, ACC: c
     tile.store(out, (r, 0), acc * 2.0, valid=(x.shape[0] - r, None))
 
 
-def transposed_result(x, y, out, M: ct.constexpr, N: ct.constexpr, K: ct.constexpr):
-    """out = (x @ y).T for one (M, N) block: a transpose consumes the product, so the shared-memory lowering."""
-    tile.store(out, (0, 0), tile.dot(tile.load(x, (0, 0), (M, K)), tile.load(y, (0, 0), (K, N))).T)
+def transposed_operands(
+    x, y, out, M: ct.constexpr, N: ct.constexpr, BK: ct.constexpr, ACC: ct.constexpr, TA: ct.constexpr, TB: ct.constexpr
+):
+    """out = 2 (x @ y) as `k_loop`, x given as (K, rows) with TA, y as (N, K) with TB, each loaded along its
+    rows and multiplied through `.T` (ragged in K and in rows): read in place, the transposes cost nothing."""
+    r = ct.program_id(0) * M
+    if TA:
+        rows, k = x.shape[1], x.shape[0]
+    else:
+        rows, k = x.shape[0], x.shape[1]
+    acc = tile.zeros((M, N), ACC)
+    for kk in range(0, k, BK):
+        if TA:
+            xa = tile.load(x, (kk, r), (BK, M), valid=(k - kk, rows - r), other=0)
+            a = xa.T
+        else:
+            a = tile.load(x, (r, kk), (M, BK), valid=(rows - r, k - kk), other=0)
+        if TB:
+            yb = tile.load(y, (0, kk), (N, BK), valid=(None, k - kk), other=0)
+            b = yb.T
+        else:
+            b = tile.load(y, (kk, 0), (BK, N), valid=(k - kk, None), other=0)
+        acc = tile.dot(a, b, acc)
+    tile.store(out, (r, 0), acc * 2.0, valid=(rows - r, None))
+
+
+def transposed_result(x, y, out, M: ct.constexpr, N: ct.constexpr, K: ct.constexpr, TRANS: ct.constexpr):
+    """out = (x @ y).T for one (M, N) block: a transpose consumes the product, so the shared-memory lowering;
+    with TRANS, x is given as (K, M) and y as (N, K), both multiplied through `.T` (read in place there too)."""
+    if TRANS:
+        product = tile.dot(tile.load(x, (0, 0), (K, M)).T, tile.load(y, (0, 0), (N, K)).T)
+    else:
+        product = tile.dot(tile.load(x, (0, 0), (M, K)), tile.load(y, (0, 0), (K, N)))
+    tile.store(out, (0, 0), product.T)
 
 
 DTYPES = [np.float16, ct.bfloat16, np.float32, np.float64]
@@ -92,9 +129,42 @@ def test_interpreter_k_loop_and_transposed_result():
     out = np.zeros((50, 24), np.float32)
     ct.jit(k_loop, interpret=True)[4](x, y, out, M=16, N=24, BK=40, ACC=np.float32)
     np.testing.assert_allclose(out, 2 * (x.astype(np.float64) @ y.astype(np.float64)), rtol=1e-4, atol=1e-4)
-    out_t = np.zeros((24, 16), np.float32)
-    ct.jit(transposed_result, interpret=True)[1](x, y, out_t, M=16, N=24, K=40)
-    np.testing.assert_allclose(out_t, (x[:16, :40].astype(np.float64) @ y[:40].astype(np.float64)).T, rtol=1e-4)
+    expected = (x[:16, :40].astype(np.float64) @ y[:40].astype(np.float64)).T
+    for trans, given in ((False, (x, y)), (True, (np.ascontiguousarray(x.T), np.ascontiguousarray(y.T)))):
+        out_t = np.zeros((24, 16), np.float32)
+        ct.jit(transposed_result, interpret=True)[1](*given, out_t, M=16, N=24, K=40, TRANS=trans)
+        np.testing.assert_allclose(out_t, expected, rtol=1e-4)
+
+
+def transposed_inputs(dt, ta, tb, seed=3):
+    """x (50, 70) and y (70, 24) of `dt`, and how `transposed_operands` takes them (x.T with ta, y.T with tb)."""
+    rng = np.random.default_rng(seed)
+    x, y = rng.standard_normal((50, 70)).astype(dt), rng.standard_normal((70, 24)).astype(dt)
+    return x, y, np.ascontiguousarray(x.T) if ta else x, np.ascontiguousarray(y.T) if tb else y
+
+
+FORMS = [(True, False), (False, True), (True, True)]
+
+
+@pytest.mark.parametrize("rewritten", [False, True], ids=["as built", "rewritten"])
+@pytest.mark.parametrize(("ta", "tb"), FORMS, ids=["a.T", "b.T", "both"])
+def test_interpreter_transposed_operands(monkeypatch, rewritten, ta, tb):
+    """`.T` operands in a K loop with acc, ragged, against NumPy: the program as built (what the interpreter
+    runs) and as rewritten for the GPU (each dot reading the loaded tile itself, transposed; no transpose left)."""
+    if rewritten:
+        run = interpreter.run
+
+        def run_rewritten(program, grid, args):
+            p = rewrite_stage(copy.deepcopy(program))
+            assert not any(isinstance(s, ir.TileRemap) for s in p.walk())
+            assert [s.transposed for s in p.walk() if isinstance(s, TileDot)] == [(ta, tb)]
+            run(p, grid, args)
+
+        monkeypatch.setattr(interpreter, "run", run_rewritten)
+    x, y, xg, yg = transposed_inputs(ct.bfloat16, ta, tb)
+    out = np.zeros((50, 24), np.float32)
+    ct.jit(transposed_operands, interpret=True)[4](xg, yg, out, M=16, N=24, BK=40, ACC=np.float32, TA=ta, TB=tb)
+    np.testing.assert_allclose(out, 2 * (x.astype(np.float64) @ y.astype(np.float64)), rtol=1e-4, atol=1e-4)
 
 
 def _dot_shim(source: str) -> str:
@@ -120,11 +190,35 @@ def test_k_loop_keeps_the_accumulator_in_registers():
 
 
 @needs_mathdx
+@pytest.mark.parametrize(("ta", "tb"), FORMS, ids=["a.T", "b.T", "both"])
+def test_transposed_operands_are_read_in_place(ta, tb):
+    """`a = xa.T`, `b = yb.T`: the dot writes the loaded tiles' items at swapped coordinates; no transpose
+    (exchange) is left, the accumulator stays in registers with one barrier per K step, no local memory (the
+    GEMM of `k_loop`'s test: no new library code)."""
+    _, _, xg, yg = transposed_inputs(ct.bfloat16, ta, tb)
+    k = ct.jit(transposed_operands).compile(
+        xg, yg, np.zeros((50, 24), np.float32), M=16, N=24, BK=40, ACC=np.float32, TA=ta, TB=tb, arch="sm_90"
+    )
+    plan = str(k.plan)
+    assert "dot 16x24x40 bf16*bf16->f32" in plan and "BLAS execute (registers" in plan and "2 buffers" in plan
+    assert ("a = xa.T read in place" in plan) == ta and ("b = yb.T read in place" in plan) == tb
+    assert "transpose" not in plan.split("collectives:")[1] and "exchange" not in plan
+    assert "barriers (__syncthreads before):\n  none" in plan
+    assert _dot_shim(k.shim_source).count("__syncthreads()") == 1
+    assert k.local_memory_bytes() == 0
+
+
+@needs_mathdx
 def test_a_transposed_product_takes_the_shared_memory_api():
-    x, y = np.zeros((16, 40), ct.bfloat16), np.zeros((40, 24), ct.bfloat16)
-    k = ct.jit(transposed_result).compile(x, y, np.zeros((24, 16), np.float32), M=16, N=24, K=40, arch="sm_90")
+    """A transpose of the product: the shared-memory API, its `.T` operands still read in place (the one
+    exchange left is the product's)."""
+    x, y = np.zeros((40, 16), ct.bfloat16), np.zeros((24, 40), ct.bfloat16)
+    k = ct.jit(transposed_result).compile(
+        x, y, np.zeros((24, 16), np.float32), M=16, N=24, K=40, TRANS=True, arch="sm_90"
+    )
     plan = str(k.plan)
     assert "BLAS execute (shared memory)" in plan and "GEMM fragment" not in plan
+    assert "a = (t" in plan and "b = (t" in plan and plan.count("transpose through shared memory") == 1
 
 
 @pytest.mark.gpu
@@ -169,10 +263,27 @@ def test_gpu_k_loop_and_transposed_result(dt):
     args = [cp.asarray(a) for a in (x, y, np.zeros((50, 24), result))]
     ct.jit(k_loop)[4](*args, M=16, N=24, BK=40, ACC=result)
     np.testing.assert_allclose(cp.asnumpy(args[2]), 2 * exact, rtol=tol, atol=tol * 70)
-    args = [cp.asarray(a) for a in (x, y, np.zeros((24, 16), result))]
-    ct.jit(transposed_result)[1](*args, M=16, N=24, K=40)
+    expected = (x[:16, :40].astype(np.float64) @ y[:40].astype(np.float64)).T
+    for trans, given in ((False, (x, y)), (True, (np.ascontiguousarray(x.T), np.ascontiguousarray(y.T)))):
+        args = [cp.asarray(a) for a in (*given, np.zeros((24, 16), result))]
+        ct.jit(transposed_result)[1](*args, M=16, N=24, K=40, TRANS=trans)
+        np.testing.assert_allclose(cp.asnumpy(args[2]), expected, rtol=tol, atol=tol * 40)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize(("ta", "tb"), FORMS, ids=["a.T", "b.T", "both"])
+def test_gpu_transposed_operands(dt, ta, tb):
+    """`.T` operands read in place (the register lowering, a K loop with acc, ragged) against NumPy."""
+    import cupy as cp
+
+    x, y, xg, yg = transposed_inputs(dt, ta, tb)
+    result = np.float64 if dt == np.float64 else np.float32
+    tol = {np.dtype(np.float64): 1e-12, np.dtype(np.float32): 1e-4}.get(np.dtype(dt), 2e-3)
+    args = [cp.asarray(a) for a in (xg, yg, np.zeros((50, 24), result))]
+    ct.jit(transposed_operands)[4](*args, M=16, N=24, BK=40, ACC=result, TA=ta, TB=tb)
     np.testing.assert_allclose(
-        cp.asnumpy(args[2]), (x[:16, :40].astype(np.float64) @ y[:40].astype(np.float64)).T, rtol=tol, atol=tol * 40
+        cp.asnumpy(args[2]), 2 * (x.astype(np.float64) @ y.astype(np.float64)), rtol=tol, atol=tol * 70
     )
 
 

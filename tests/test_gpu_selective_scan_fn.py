@@ -123,6 +123,19 @@ def test_long_sequence(dtype):
     run_and_check(inputs, True, DTYPES[dtype])
 
 
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+@pytest.mark.parametrize("L", [777, 2048 + 33])
+@pytest.mark.parametrize("variant", ["variable", "grouped", "fixed B, grouped C"])
+def test_two_channels_per_program(variant, L, dtype, monkeypatch):
+    """The backward with two channels of a group per program (`selective_scan_backward.CHANNELS`, which
+    selective_scan_fn's backward takes), its variable dB/dC rows summed before the atomics, against the reference."""
+    from coop_tiles.examples import selective_scan_backward
+
+    monkeypatch.setattr(selective_scan_backward, "CHANNELS", 2)
+    inputs = make(2, 8, L, 8, DTYPES[dtype], *VARIANTS[variant])
+    run_and_check(inputs, True, DTYPES[dtype])
+
+
 def test_optional_inputs_absent():
     inputs = make(2, 4, 300, 8, torch.float32, "variable", "fixed")
     for k in ("D", "z", "delta_bias"):

@@ -62,6 +62,18 @@ def test_interpreter_matches_reference(options, batch, seqlen, nheads, headdim, 
     assert isinstance(mamba_chunk_scan_combined(**args, chunk_size=chunk), np.ndarray)
 
 
+@pytest.mark.parametrize("name", ssd.SCAN_BLOCKS)
+def test_interpreter_scan_blocks(name, monkeypatch):
+    """Each `chunk_scan` launch (blocks of rows and steps smaller than the chunk, cut to it where larger) against
+    the reference, with packed sequences."""
+    monkeypatch.setattr(ssd, "SCAN_BLOCK", name)
+    args = make_inputs(1, 100, 2, 4, 8, 1) | dict(dt_softplus=True)
+    seq_idx = packed(1, [[30, 50, 20]])
+    for chunk in (64, 16):
+        out = mamba_chunk_scan_combined(**args, chunk_size=chunk, seq_idx=seq_idx)
+        np.testing.assert_allclose(out, reference(**args, seq_idx=seq_idx)[0], rtol=1e-4, atol=1e-4)
+
+
 def packed(batch: int, lengths: list[list[int]], first: list[int] | None = None) -> np.ndarray:
     """seq_idx (batch, sum of a row's lengths) int32: row b holds sequences of lengths[b], numbered from first[b]."""
     rows = [np.repeat(np.arange(len(ls)) + (first or [0] * batch)[b], ls) for b, ls in enumerate(lengths)]
@@ -125,9 +137,10 @@ def test_seq_idx_device_check():
 needs_mathdx = pytest.mark.skipif(not mathdx.available(), reason="libmathdx (nvidia-libmathdx-cu13) not installed")
 
 
-def compiled_programs(batch=1, seqlen=512, nheads=2, P=64, N=128, L=256, dtype=BF16, seq=False) -> dict:
+def compiled_programs(batch=1, seqlen=512, nheads=2, P=64, N=128, L=256, dtype=BF16, seq=False, scan=None) -> dict:
     """The four programs compiled to sm_90 for `dtype` at the benchmark's headdim, dstate and chunk, with seq_idx
-    (HAS_SEQ_IDX) or without (A in its place, as `mamba_chunk_scan_combined` passes it)."""
+    (HAS_SEQ_IDX) or without (A in its place, as `mamba_chunk_scan_combined` passes it); chunk_scan at the
+    ScanBlock `scan` (the default launch's when None)."""
     f32 = np.float32
     nch = -(-seqlen // L)
     x, B = np.zeros((batch, nheads, seqlen, P), dtype), np.zeros((batch, 1, seqlen, N), dtype)
@@ -136,15 +149,15 @@ def compiled_programs(batch=1, seqlen=512, nheads=2, P=64, N=128, L=256, dtype=B
     by_chunk = np.zeros((batch, nheads, nch, P * N), f32)
     sizes = dict(L=L, P=P, N=N, arch="sm_90")
     M, K = min(ssd.BLOCK_M, L), min(ssd.BLOCK_K, L)
-    by_step = np.broadcast_to(cs[:, :, :, None, :], (batch, nheads, nch, M, L))
     cb = np.zeros((batch, nch, 1, L, L), f32)
     seq_idx = np.zeros((batch, seqlen), np.int32)
     rows = np.broadcast_to(seq_idx[:, :, None], (batch, seqlen, max(P, K))) if seq else A
     cols = np.broadcast_to(seq_idx[:, None, :], (batch, M, seqlen)) if seq else A
     by_seq = dict(HAS_SEQ_IDX=seq)
+    block = ssd.SCAN_BLOCKS[ssd.SCAN_BLOCK] if scan is None else scan
     return {
         "chunk_state": ssd.chunk_state.compile(
-            x.transpose(0, 1, 3, 2), dt, A, B, A, seq_idx if seq else A, cs, cs,
+            x, dt, A, B, A, seq_idx if seq else A, cs, cs,
             np.zeros((batch, nch, nheads, P, N), f32), seqlen, HAS_DT_BIAS=True, SOFTPLUS=True,
             K=ssd.state_block(L, P, N, np.dtype(dtype).itemsize), **by_seq, **sizes,
         ),
@@ -155,11 +168,11 @@ def compiled_programs(batch=1, seqlen=512, nheads=2, P=64, N=128, L=256, dtype=B
         "chunk_cb": ssd.chunk_cb.compile(
             B, B.transpose(0, 1, 3, 2), rows, cols, cb, seqlen, L=L, N=N, M=M, K=K, arch="sm_90", **by_seq
         ),
-        "chunk_scan": ssd.chunk_scan.compile(
-            x, x, np.broadcast_to(np.zeros((nheads, 1, P), f32), (nheads, M, P)), cb, B,
-            np.zeros((L, L), f32), by_step, by_step, np.broadcast_to(cs[..., None], (*cs.shape, max(P, K))), rows,
+        "chunk_scan": ssd.scan_program(block, False).compile(
+            x, x, np.broadcast_to(np.zeros((nheads, 1, P), f32), (nheads, block.M, P)), cb, B, cs, cs,
+            np.broadcast_to(cs[..., None], (*cs.shape, P)), rows,
             np.zeros((batch, nch, nheads, P, N), dtype).transpose(0, 1, 2, 4, 3), x, seqlen,
-            HAS_D=True, D_PER_ROW=True, HAS_Z=True, M=M, K=K, **by_seq, **sizes,
+            HAS_D=True, D_PER_ROW=True, HAS_Z=True, M=block.M, K=block.K, **by_seq, **sizes,
         ),
     }  # fmt: skip
 
@@ -173,8 +186,10 @@ def test_programs_compile_to_cubins():
     state, passing, scan = (str(programs[k].plan) for k in ("chunk_state", "state_passing", "chunk_scan"))
     registers = "BLAS execute (registers"  # the accumulator in registers: no exchange, one barrier a product
     assert "dot 64x128x64 bf16*bf16->f32" in state and registers in state and "transpose" not in state
+    # x and B loaded along their contiguous rows, x's transpose read in place by the dot
+    assert state.count("load 2-D, 16-byte words per row run") == 2 and "a = scaled.T read in place" in state
     assert programs["state_passing"].shared_bytes == 0 and "exchange" not in passing  # each thread its elements
-    assert scan.count(registers) == 2 and "transpose" not in scan and "broadcast" not in scan
+    assert scan.count(registers) == 2 and "transpose" not in scan and _broadcasts_in_registers(scan)
     assert "dot 64x64x128 bf16*bf16->f32" in str(programs["chunk_cb"].plan)
 
 
@@ -189,7 +204,23 @@ def test_seq_idx_programs_compile_to_cubins():
     assert programs["state_passing"].shared_bytes == 0 and "exchange" not in plans["state_passing"]
     assert "dot 64x64x64 bf16*bf16->f32" in plans["chunk_cb"] and "exchange" not in plans["chunk_cb"]
     scan = plans["chunk_scan"]
-    assert scan.count("BLAS execute (registers") == 2 and "transpose" not in scan and "broadcast" not in scan
+    assert scan.count("BLAS execute (registers") == 2 and "transpose" not in scan and _broadcasts_in_registers(scan)
+
+
+def _broadcasts_in_registers(plan: str) -> bool:
+    """Whether every broadcast of a plan (chunk_scan's vectors of cs and dt') is a copy in registers."""
+    broadcasts = [line for line in plan.splitlines() if " broadcast" in line]
+    return bool(broadcasts) and all("registers" in line and "copy" in line for line in broadcasts)
+
+
+@needs_mathdx
+def test_capped_scan_block_compiles_without_local_memory():
+    """A `chunk_scan` launch of SCAN_BLOCKS under a register cap (benchmarks/ssd_probe.py times them all): at its
+    cap, with no local memory (the others are checked by the probe before it times them)."""
+    block = ssd.SCAN_BLOCKS["m32k32t128r168"]
+    scan = compiled_programs(scan=block)["chunk_scan"]
+    assert scan.block_threads == block.threads and scan.registers() <= block.registers
+    assert scan.local_memory_bytes() == 0
 
 
 # ----- GPU ---------------------------------------------------------------------------------------------------
@@ -243,6 +274,15 @@ def test_gpu_seq_idx_matches_reference(dtype, batch, seqlen, nheads, headdim, ds
         lengths.append(np.diff(np.r_[0, cuts[cuts < seqlen], seqlen]).tolist())
     args = make_inputs(batch, seqlen, nheads, headdim, dstate, ngroups, dtype=dtype) | dict(dt_softplus=True)
     _check_on_gpu(args | dict(seq_idx=packed(batch, lengths, [0, 1][:batch])), chunk, dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ssd.SCAN_BLOCKS)
+def test_gpu_scan_blocks_match_reference(name, monkeypatch):
+    """Each `chunk_scan` launch of SCAN_BLOCKS in the whole forward, bfloat16, groups and a ragged last chunk."""
+    monkeypatch.setattr(ssd, "SCAN_BLOCK", name)
+    args = make_inputs(2, 1000, 8, 64, 128, 2, dtype=BF16) | dict(dt_softplus=True)
+    _check_on_gpu(args, 256, BF16)
 
 
 def _check_on_gpu(args: dict, chunk: int, dtype) -> None:

@@ -20,9 +20,11 @@ csrc/selective_scan/selective_scan_bwd_kernel.cuh:
     BlockReverseScan (its own reverse_scan.cuh) of      tile.scan((a, a * g * C), op=affine, reverse=True,
       (a[l+1], g C): the decays shifted by one            exclusive=True, initial=(1.0, G0)): G[l] = a[l] dh[l]
       element, the next chunk's first through smem       shifts nothing; its total is the carry, in `carries`
-    dB, dC of variable B/C: BlockExchange then          tile.atomic_add(dB_rows[n], base, dh * dt * u): its
+    dB, dC of variable B/C: BlockExchange then          tile.atomic_add(dB_row, base, dh * dt * u): its
       atomicAdd per element (the exchange makes the       op warp-exchanges the blocked items first, so a
-      atomics coalesced); grid (batch, dim)               warp adds 32 consecutive elements; grid (batch, dim)
+      atomics coalesced); grid (batch, dim)               warp adds 32 consecutive elements; grid (batch, dim),
+                                                          or (batch, dim / CHANNELS) with CHANNELS channels per
+                                                          program, their rows summed before one atomic add
     dA, fixed dB/dC, dD, ddelta_bias: BlockReduce      a tile of slots: ct.where(slot == n, sums +
       per state, smem across chunks, atomicAdd            tile.sum(...), sums); one tile.atomic_add at the end
                                                           (or stores, summed by the host: deterministic=True)

@@ -11,9 +11,10 @@ chunk:
 
 1. **The chunk's own state** (what the chunk would leave from a zero state): `S_c = X^T diag(exp(cs_last - cs)
    * dt) B`, a (headdim, L) @ (L, dstate) product, taken K steps at a time: `tile.scan(dt * A,
-   return_total=True)` gives a block's cs and total, and `state = tile.dot(scaled, b, state * ct.exp(total))`
+   return_total=True)` gives a block's cs and total, and `state = tile.dot(scaled.T, b, state * ct.exp(total))`
    decays the state over the block and adds the block's product (a block GEMM of cuBLASDx on the GPU, its
-   accumulator in registers; `scaled` is X^T's block, loaded from a transposed view of x).
+   accumulator in registers; `scaled` is X's (K, headdim) block, loaded along x's contiguous rows, and the dot
+   reads its `.T` in place: no transposed copy).
 2. **The states between chunks**: `H_c = exp(cs_last of c-1) * H_{c-1} + S_{c-1}`, a linear recurrence over the
    chunks, one per state element, independent between elements: each thread walks the chunks for its own
    elements, a memory-bound loop with no exchange (as Mamba's `_state_passing_fwd`):

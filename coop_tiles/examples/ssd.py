@@ -11,7 +11,8 @@ The sequence is cut into chunks of L steps; with cs_t the cumsum of A * dt' insi
 1. `chunk_state`, one program per (chunk, batch, head): dt', its scaled cumsum (`tile.scan`) and the state the
    chunk alone leaves, `S_c = (x * (exp(cs_last - cs) * dt')[:, None]).T @ B`, K steps at a time: the state at a
    block's end is the previous one decayed over the block plus the block's (P, K) @ (K, N) product (`tile.dot`
-   with a loop-carried accumulator, in registers; x read transposed from memory).
+   with a loop-carried accumulator, in registers; x loaded (K, P) along its contiguous rows and multiplied as
+   `x.T`, which the dot reads in place).
 2. `state_passing`, one program per (block of E state elements, batch, head): the states entering each chunk,
    `H_c = exp(cs_last of c-1) * H_{c-1} + S_{c-1}`, seeded with the initial state, the last one the final state:
    a loop over the chunks, each thread its own elements (as Mamba's `_state_passing_fwd`: memory-bound, its
@@ -22,7 +23,11 @@ The sequence is cut into chunks of L steps; with cs_t the cumsum of A * dt' insi
 4. `chunk_scan`, one program per (block of M rows of a chunk, chunk, batch * head): the output rows,
    `(C_m @ H_c.T) * exp(cs_m)[:, None]` plus, for each block k of earlier-or-equal rows,
    `((C B^T)_mk * exp(cs_m[:, None] - cs_k[None, :]) * dt'_k, causal) @ x_k`, then D and the z gate; H_c.T read
-   from a transposed view, the factors from stride-0 views, the products' accumulator in registers.
+   from a transposed view, the products' accumulator in registers (its per-row factors from stride-0 views: a
+   broadcast into the accumulator's fragment would be an exchange), the weights of each block in rows (cs and dt'
+   as vectors, broadcast in registers; the causal mask from row and column indices, cs_m loaded once). Its block
+   (M, K, threads, register cap) is a `ScanBlock` of SCAN_BLOCKS, SCAN_BLOCK the one used
+   (benchmarks/ssd_probe.py times them all).
 
 As in Mamba, the states between chunks are kept in C's dtype and the final states in float32; the products run
 in x's dtype with float32 accumulation.
@@ -37,7 +42,8 @@ to the rows of the sequence the previous chunk ended in.
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -59,18 +65,19 @@ def step_sizes(dt_row, dt_bias, h, t0, size, valid, HAS_DT_BIAS, SOFTPLUS):
 
 @ct.jit
 def chunk_state(
-    xT, dt, A, B, dt_bias, seq_idx, dt_out, dA_cumsum, states, seqlen,
+    x, dt, A, B, dt_bias, seq_idx, dt_out, dA_cumsum, states, seqlen,
     HAS_DT_BIAS: ct.constexpr, SOFTPLUS: ct.constexpr, HAS_SEQ_IDX: ct.constexpr, L: ct.constexpr,
     P: ct.constexpr, N: ct.constexpr, K: ct.constexpr,
 ):  # fmt: skip
     """Chunk c of (b, h): dt' and cs into dt_out[b, h, c] and dA_cumsum[b, h, c] ((batch, nheads, nchunks, L)),
-    the chunk's own state into states[b, c, h] ((batch, nchunks, nheads, P, N), float32). xT: (batch, nheads, P,
-    seqlen) (x transposed: a view), dt: (batch, nheads, seqlen), B: (batch, ngroups, seqlen, N) views. K steps a
-    block: the state at the block's end is the previous one decayed over the block plus the block's own
-    `(xT * (exp(cs_end - cs) * dt')[None, :]) @ B` (`tile.dot` with a loop-carried accumulator). With
+    the chunk's own state into states[b, c, h] ((batch, nchunks, nheads, P, N), float32). x: (batch, nheads,
+    seqlen, P), dt: (batch, nheads, seqlen), B: (batch, ngroups, seqlen, N) views. K steps a block: the state at
+    the block's end is the previous one decayed over the block plus the block's own
+    `(x * (exp(cs_end - cs) * dt')[:, None]).T @ B` (`tile.dot` with a loop-carried accumulator; x's rows loaded
+    whole, its `.T` read in place by the dot). With
     HAS_SEQ_IDX only the steps of the sequence the chunk ends in count (seq_idx: (batch, seqlen) int32)."""
     c, b, h = ct.program_id(0), ct.program_id(1), ct.program_id(2)
-    g = h // (xT.shape[1] // B.shape[1])
+    g = h // (x.shape[1] // B.shape[1])
     t0 = c * L
     steps = min(L, seqlen - t0)
     state = tile.zeros((P, N), np.float32)
@@ -83,12 +90,12 @@ def chunk_state(
         tile.store(dt_out[b, h, c], k, d, valid=L - k)
         tile.store(dA_cumsum[b, h, c], k, cs + end, valid=L - k)
         end = end + total
-        xs = tile.load(xT[b, h], (0, t0 + k), (P, K), valid=(None, steps - k), other=0)
+        xs = tile.load(x[b, h], (t0 + k, 0), (K, P), valid=(steps - k, None), other=0)
         bs = tile.load(B[b, g], (t0 + k, 0), (K, N), valid=(steps - k, None), other=0)
         if HAS_SEQ_IDX:  # (d is stored: from here it only weighs the steps into the state)
             d = ct.where(tile.load(seq_idx[b], t0 + k, K, valid=steps - k, other=-1) == last, d, 0.0)
-        scaled = (xs.astype(np.float32) * (ct.exp(total - cs) * d)[None, :]).astype(xs.dtype)
-        state = tile.dot(scaled, bs, state * ct.exp(total))
+        scaled = (xs.astype(np.float32) * (ct.exp(total - cs) * d)[:, None]).astype(xs.dtype)
+        state = tile.dot(scaled.T, bs, state * ct.exp(total))
     tile.store(states[b, c, h], (0, 0), state)
 
 
@@ -156,21 +163,22 @@ def chunk_cb(
 
 @ct.jit
 def chunk_scan(
-    x, z, D_rows, cb, C, causal, dt_cols, cs_cols, cs_rows, seq_rows, passedT, out, seqlen,
+    x, z, D_rows, cb, C, dt_out, dA_cumsum, cs_rows, seq_rows, passedT, out, seqlen,
     HAS_D: ct.constexpr, D_PER_ROW: ct.constexpr, HAS_Z: ct.constexpr, HAS_SEQ_IDX: ct.constexpr,
     L: ct.constexpr, P: ct.constexpr, N: ct.constexpr, M: ct.constexpr, K: ct.constexpr,
 ):  # fmt: skip
     """Rows m..m+M of chunk c of (b, h) into out[b, h] (a (batch, nheads, seqlen, P) view like x and z). C:
-    (batch, ngroups, seqlen, N); cb: (batch, nchunks, ngroups, L, L), C B^T of each chunk (`chunk_cb`); passedT:
-    (batch, nchunks, nheads, N, P), the state entering each chunk transposed (a view). Every per-row or
-    per-column factor is a 2-D load from a view that repeats a vector (stride 0), where a broadcast would be an
-    exchange: cs_rows, dA_cumsum (batch, nheads, nchunks, L) repeated along a last axis (at least P and K wide),
-    cs_cols and dt_cols, dA_cumsum and dt' repeated along a next-to-last axis of M, D_rows, D (nheads, P)
-    repeated along a middle axis of M; and causal (L, L) is 0 on and below the diagonal, -inf above. So the
-    products into the output, all (M, K) @ (K, P) (C and the states K columns at a time, then each earlier
-    block's), keep their accumulator in registers (`tile.dot`'s fragment). With HAS_SEQ_IDX (seq_rows as
-    `chunk_cb`'s, at least P wide) the entering state reaches only the rows of the sequence the previous chunk
-    ends in (sequence 0 for chunk 0), and cb is already 0 between sequences."""
+    (batch, ngroups, seqlen, N); cb: (batch, nchunks, ngroups, L, L), C B^T of each chunk (`chunk_cb`; only its
+    entries on and below the diagonal are read); passedT: (batch, nchunks, nheads, N, P), the state entering each
+    chunk transposed (a view); dt_out and dA_cumsum: (batch, nheads, nchunks, L). The products into the output,
+    all (M, K) @ (K, P) (C and the states K columns at a time, then each earlier block's), keep their accumulator
+    in registers (`tile.dot`'s fragment), where a broadcast would be an exchange: its per-row factors are 2-D
+    loads of views that repeat a vector (stride 0): cs_rows, dA_cumsum repeated along a last axis (at least P
+    wide), D_rows, D (nheads, P) repeated along a middle axis of M. The weights of each block, in rows, take
+    their per-row and per-column factors as vectors (a broadcast in registers), loaded once (the block's cs) or
+    once a step (the step's cs and dt'), and the causal mask from row and column indices. With HAS_SEQ_IDX
+    (seq_rows as `chunk_cb`'s, at least P wide) the entering state reaches only the rows of the sequence the
+    previous chunk ends in (sequence 0 for chunk 0), and cb is already 0 between sequences."""
     m, c, bh = ct.program_id(0) * M, ct.program_id(1), ct.program_id(2)
     b, h = bh // x.shape[1], bh % x.shape[1]
     g = h // (x.shape[1] // C.shape[1])
@@ -188,15 +196,16 @@ def chunk_scan(
             prev = seq_rows[b, t0 - 1, 0]
         acc = ct.where(tile.load(seq_rows[b], (t0 + m, 0), (M, P), valid=(rows, None), other=-1) == prev, acc, 0.0)
     acc = acc * ct.exp(tile.load(cs_rows[b, h, c], (m, 0), (M, P), valid=(L - m, None), other=0))
+    cs_m = tile.load(dA_cumsum[b, h, c], m, M, valid=L - m, other=0)[:, None]
+    row = (tile.arange(M) + m)[:, None]
     for k in range(0, min(m + M, steps), K):
         xk = tile.load(x[b, h], (t0 + k, 0), (K, P), valid=(steps - k, None), other=0)
-        cs_m = tile.load(cs_rows[b, h, c], (m, 0), (M, K), valid=(L - m, None), other=0)
-        cs_k = tile.load(cs_cols[b, h, c], (0, k), (M, K), valid=(None, L - k), other=0)
-        dt_k = tile.load(dt_cols[b, h, c], (0, k), (M, K), valid=(None, L - k), other=0)
-        above = tile.load(causal, (m, k), (M, K), valid=(L - m, L - k), other=0)
+        cs_k = tile.load(dA_cumsum[b, h, c], k, K, valid=L - k, other=0)[None, :]
+        dt_k = tile.load(dt_out[b, h, c], k, K, valid=L - k, other=0)[None, :]
         cb_k = tile.load(cb[b, c, g], (m, k), (M, K), valid=(L - m, L - k), other=0)
-        weights = cb_k * (ct.exp(ct.minimum(cs_m - cs_k, 0.0) + above) * dt_k)
-        acc = tile.dot(weights.astype(xk.dtype), xk, acc)
+        weights = cb_k * (ct.exp(ct.minimum(cs_m - cs_k, 0.0)) * dt_k)
+        causal = ct.where(row >= (tile.arange(K) + k)[None, :], weights, 0.0)  # (cb above the diagonal: unset)
+        acc = tile.dot(causal.astype(xk.dtype), xk, acc)
     xm = tile.load(x[b, h], (t0 + m, 0), (M, P), valid=(rows, None), other=0).astype(np.float32)
     if HAS_D:
         if D_PER_ROW:
@@ -209,9 +218,34 @@ def chunk_scan(
     tile.store(out[b, h], (t0 + m, 0), acc, valid=(rows, None))
 
 
-#: rows of a chunk per `chunk_scan` program, and rows of B and x per step of its loop
+#: rows of a chunk per `chunk_cb` program, and rows of B per step of its loop
 BLOCK_M = 64
 BLOCK_K = 64
+
+
+class ScanBlock(NamedTuple):
+    """A `chunk_scan` launch: rows of a chunk per program (M), steps and states per product (K), threads per
+    block, and a register cap (`ct.jit(max_registers=...)`, None for none)."""
+
+    M: int
+    K: int
+    threads: int
+    registers: int | None = None
+
+
+#: the `chunk_scan` launches benchmarks/ssd_probe.py times, each without local memory on sm_90 (registers a thread,
+#: shared bytes and blocks a multiprocessor at headdim 64, dstate 128, chunk 256, bfloat16; the registers are
+#: ptxas's choice, not the tiles' need: M=32, K=32 at 128 threads takes 218 uncapped and spills under 144)
+SCAN_BLOCKS = {
+    "m64k64t256": ScanBlock(64, 64, 256),  # 235, 32 KiB, 1 block: the configuration measured at 4.95 ms (H100)
+    "m64k32t256": ScanBlock(64, 32, 256),  # 198, 16 KiB, 1 block
+    "m64k64t128": ScanBlock(64, 64, 128),  # 255, 58 KiB, 2 blocks
+    "m32k64t128r200": ScanBlock(32, 64, 128, 200),  # 200, 25 KiB, 2 blocks
+    "m32k32t128r168": ScanBlock(32, 32, 128, 168),  # 168, 12 KiB, 3 blocks
+    "m32k32t64": ScanBlock(32, 32, 64),  # 240, 17 KiB, 4 blocks
+}
+#: the launch `mamba_chunk_scan_combined` uses (the rule: this one, M and K cut to the chunk; switching is this line)
+SCAN_BLOCK = "m64k64t256"
 #: bytes of a `chunk_state` program's dot operands per step (two buffers of a (P, K) and a (K, N) tile); more
 #: puts the operands past 32 items a thread into shared memory and gains nothing (its registers, about 210 a
 #: thread at 256 threads, already keep one program a multiprocessor)
@@ -262,42 +296,77 @@ def mamba_chunk_scan_combined(
     states = empty_like(x, (batch, nchunks, nheads, headdim, dstate), f32)
     out = empty_like(x, (batch, seqlen, nheads, headdim), x.dtype)
     xh, Bg, Cg, outh = (_permute(a, (0, 2, 1, 3)) for a in (x, B, C, out))
-    zh = xh if z is None else _permute(z, (0, 2, 1, 3))
+    zh = None if z is None else _permute(z, (0, 2, 1, 3))
     sizes = dict(L=chunk_size, P=headdim, N=dstate)
     has_seq = seq_idx is not None
     seq = A if seq_idx is None else seq_idx  # (A: a placeholder the programs do not read without HAS_SEQ_IDX)
 
     _program(chunk_state, interpret)[nchunks, batch, nheads](
-        _permute(x, (0, 2, 3, 1)), _permute(dt, (0, 2, 1)), A, Bg, A if dt_bias is None else dt_bias, seq, dt_out,
+        xh, _permute(dt, (0, 2, 1)), A, Bg, A if dt_bias is None else dt_bias, seq, dt_out,
         dA_cumsum, states, seqlen, HAS_DT_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus),
         HAS_SEQ_IDX=has_seq, K=state_block(chunk_size, headdim, dstate, _itemsize(x)), **sizes,
     )  # fmt: skip
     passed, final = pass_states(
         states, dA_cumsum[:, :, :, chunk_size - 1], initial_states, C.dtype, interpret, seq_idx, chunk_size
     )
-    block_m = min(BLOCK_M, chunk_size)
-    D_rows = _expand((A if D is None else D).reshape(nheads, -1)[:, None, :], (nheads, block_m, -1))
-    block_k = min(BLOCK_K, chunk_size)
+    block_m, block_k = min(BLOCK_M, chunk_size), min(BLOCK_K, chunk_size)
     seq_rows = seq_cols = A
     if has_seq:
         seq_rows = _expand(seq_idx[:, :, None], (batch, seqlen, max(headdim, block_k)))
         seq_cols = _expand(seq_idx[:, None, :], (batch, block_m, seqlen))
-    by_step = (batch, nheads, nchunks, block_m, chunk_size)
     ngroups = B.shape[2]
     cb = empty_like(x, (batch, nchunks, ngroups, chunk_size, chunk_size), f32)
     _program(chunk_cb, interpret)[-(-chunk_size // block_m), nchunks, batch * ngroups](
         Cg, _permute(B, (0, 2, 3, 1)), seq_rows, seq_cols, cb, seqlen,
         HAS_SEQ_IDX=has_seq, L=chunk_size, N=dstate, M=block_m, K=block_k,
     )  # fmt: skip
-    _program(chunk_scan, interpret)[-(-chunk_size // block_m), nchunks, batch * nheads](
-        xh, zh, D_rows, cb, Cg, _causal_bias(x, chunk_size),
-        _expand(dt_out[:, :, :, None, :], by_step), _expand(dA_cumsum[:, :, :, None, :], by_step),
-        _expand(dA_cumsum[..., None], (batch, nheads, nchunks, chunk_size, max(headdim, block_k))), seq_rows,
-        _permute(passed, (0, 1, 2, 4, 3)), outh, seqlen,
-        HAS_D=D is not None, D_PER_ROW=D is not None and D.ndim == 2, HAS_Z=z is not None, HAS_SEQ_IDX=has_seq,
-        M=block_m, K=block_k, **sizes,
+    scan_chunks(
+        xh, zh, D, cb, Cg, dt_out, dA_cumsum, seq_rows if has_seq else None, passed, outh, seqlen,
+        SCAN_BLOCKS[SCAN_BLOCK], interpret,
     )  # fmt: skip
     return (out, final) if return_final_states else out
+
+
+def scan_chunks(
+    xh: Any,
+    zh: Any | None,
+    D: Any | None,
+    cb: Any,
+    Cg: Any,
+    dt_out: Any,
+    dA_cumsum: Any,
+    seq_rows: Any | None,
+    passed: Any,
+    outh: Any,
+    seqlen: int,
+    block: ScanBlock,
+    interpret: bool = False,
+) -> None:
+    """One `chunk_scan` launch as `block` says (M and K cut to the chunk), writing outh: xh, zh and outh
+    (batch, nheads, seqlen, headdim) views, Cg (batch, ngroups, seqlen, dstate), passed (batch, nchunks, nheads,
+    headdim, dstate), the others as `mamba_chunk_scan_combined` makes them; zh, D and seq_rows None without z, D
+    and seq_idx. Separate from `mamba_chunk_scan_combined` so that benchmarks/ssd_probe.py times each launch."""
+    batch, nheads, _, headdim = xh.shape
+    nchunks, chunk_size = dA_cumsum.shape[2:]
+    M, K = min(block.M, chunk_size), min(block.K, chunk_size)
+    D_rows = dt_out if D is None else _expand(D.reshape(nheads, -1)[:, None, :], (nheads, M, -1))  # (or unread)
+    cs_rows = _expand(dA_cumsum[..., None], (batch, nheads, nchunks, chunk_size, headdim))
+    scan_program(block, interpret)[-(-chunk_size // M), nchunks, batch * nheads](
+        xh, xh if zh is None else zh, D_rows, cb, Cg, dt_out, dA_cumsum, cs_rows,
+        dt_out if seq_rows is None else seq_rows, _permute(passed, (0, 1, 2, 4, 3)), outh, seqlen,
+        HAS_D=D is not None, D_PER_ROW=D is not None and D.ndim == 2, HAS_Z=zh is not None,
+        HAS_SEQ_IDX=seq_rows is not None, L=chunk_size, P=headdim, N=Cg.shape[3], M=M, K=K,
+    )  # fmt: skip
+
+
+def scan_program(block: ScanBlock, interpret: bool) -> ct.JITFunction:
+    """`chunk_scan` compiled at `block`'s threads and register cap, or its interpreting copy."""
+    return _INTERPRETING[chunk_scan] if interpret else _scan_kernel(block)
+
+
+@functools.cache
+def _scan_kernel(block: ScanBlock) -> ct.JITFunction:
+    return ct.jit(chunk_scan.fn, block_threads=block.threads, max_registers=block.registers)
 
 
 def state_block(chunk_size: int, headdim: int, dstate: int, itemsize: int) -> int:
@@ -402,19 +471,6 @@ def _expand(a: Any, shape: tuple[int, ...]) -> Any:
         return a.expand(*shape)
     shape = tuple(n if n != -1 else a.shape[i] for i, n in enumerate(shape))
     return np.broadcast_to(a, shape) if isinstance(a, np.ndarray) else _cupy().broadcast_to(a, shape)
-
-
-def _causal_bias(like: Any, n: int) -> Any:
-    """(n, n) float32 of like's library and device: 0 on and below the diagonal, -inf above (exp: the mask)."""
-    if isinstance(like, np.ndarray):
-        return np.triu(np.full((n, n), -np.inf, np.float32), 1)
-    if callable(getattr(like, "expand", None)):
-        import torch
-
-        return torch.full((n, n), float("-inf"), dtype=torch.float32, device=like.device).triu(1)
-    cp = _cupy()
-    with cp.cuda.Device(like.device.id):
-        return cp.triu(cp.full((n, n), -cp.inf, cp.float32), 1)
 
 
 def _cupy() -> Any:

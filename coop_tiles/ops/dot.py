@@ -14,10 +14,15 @@ CUB's). The shim writes each thread's items of `a`, `b` and `acc` (zeros without
 their elements' places, synchronises, calls the library's device function (`c = a @ b + c`, the
 whole block), synchronises, and reads each thread's items of the result back. Any M, N and K: the
 library takes shapes that are not multiples of its MMA's.
+
+An operand given as `u.T` is read in place, in either lowering (`read_transposes_in_place`, the op's
+rewrite): the shim writes each of `u`'s items at the operand's coordinates swapped, so the transpose costs
+no exchange, no shared memory and no barrier.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,14 +52,21 @@ ARRANGEMENT = ("row", "col", "row")
 
 
 @dataclass
-class TileDot(ir.Collective, defs="out", uses="a b acc", attrs="tf32"):
-    """`out = a @ b (+ acc)`; `tf32`: float32 operands may be rounded to tf32 (tensor cores)."""
+class TileDot(ir.Collective, defs="out", uses="a b acc", attrs="tf32 transposed"):
+    """`out = a @ b (+ acc)`; `tf32`: float32 operands may be rounded to tf32 (tensor cores); `transposed`:
+    whether `a` and `b` are held transposed ((True, False): `out = a.T @ b`; set by the GPU rewrite only)."""
 
     out: ir.Var
     a: ir.Var
     b: ir.Var
     acc: ir.Var | None
     tf32: bool
+    transposed: tuple[bool, bool] = (False, False)
+
+
+def operand_shapes(s: TileDot) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The shapes of `a` and `b` as multiplied, (M, K) and (K, N), whether held transposed or not."""
+    return tuple(v.type.shape[::-1] if t else v.type.shape for v, t in zip((s.a, s.b), s.transposed))
 
 
 def result_dtype(dt: np.dtype) -> np.dtype:
@@ -64,7 +76,7 @@ def result_dtype(dt: np.dtype) -> np.dtype:
 
 def gemm_spec(s: TileDot, threads: int, arch: str) -> GemmSpec:
     """The block GEMM that runs `s` with `threads` threads per block on `arch`."""
-    (m, k), n = s.a.type.shape, s.b.type.shape[1]
+    (m, k), (_, n) = operand_shapes(s)
     ab, c, _ = _PRECISIONS[s.a.type.dtype]
     ab = "tf32" if s.tf32 and ab == "f32" else ab
     return GemmSpec(m, n, k, (ab, ab, c), ARRANGEMENT, threads, arch)
@@ -107,6 +119,7 @@ class Dot(TileOp):
     def interpret(self, s: TileDot, frame) -> None:
         out = s.out.type.dtype
         x, y = (np.asarray(frame.get(v)).astype(out) for v in (s.a, s.b))  # (16-bit floats: exactly)
+        x, y = (v.T if t else v for v, t in zip((x, y), s.transposed))
         value = np.matmul(x, y)
         if s.acc is not None:
             value = value + np.asarray(frame.get(s.acc), out)
@@ -122,14 +135,20 @@ class Dot(TileOp):
     def takes_fragments(self, s: TileDot, var: ir.Var) -> bool:
         return True  # (the result and acc: the library's own arrangement; a and b: written by element index)
 
+    def rewrite(self, program: ir.Program, debug: bool) -> None:
+        read_transposes_in_place(program)
+
     def choose(self, s: TileDot, ctx):
         spec = gemm_spec(s, ctx.threads, "")
+        label = f"dot {spec}" + "".join(
+            f", {name} = {ir.label(v)}.T read in place" for name, v, t in zip("ab", (s.a, s.b), s.transposed) if t
+        )
         if ctx.tiles[s.out.name].fragment is not None:
             # in a loop, two TempStorage alternate (no barrier before the next run); run once, one suffices
             looped = ctx.depths.get(s.cid, 0) > 0
             how = f"BLAS execute (registers; a, b swizzled in shared memory, {2 if looped else 1} buffer{'s' * looped})"
-            return ctx.choice(s, f"dot {spec}", "cuBLASDx", how, sync=REENTRANT if looped else SYNCS)
-        return ctx.choice(s, f"dot {spec}", "cuBLASDx", "BLAS execute (shared memory)", sync=SYNCS)
+            return ctx.choice(s, label, "cuBLASDx", how, sync=REENTRANT if looped else SYNCS)
+        return ctx.choice(s, label, "cuBLASDx", "BLAS execute (shared memory)", sync=SYNCS)
 
     def lower(self, s: TileDot, w) -> ShimCall:
         spec = gemm_spec(s, w.threads, w.arch)
@@ -150,14 +169,15 @@ class Dot(TileOp):
         args += [TileArg(s.acc, "acc_items")] if s.acc is not None else []
         call = ShimCall(f"coop_dot_{s.cid}", (*args, TileArg(s.out, "out_items")))
 
-        def put(var: ir.Var, items: str, field: str, ld: int, arrangement: str) -> str:
+        def put(var: ir.Var, items: str, field: str, ld: int, arrangement: str, transposed: bool = False) -> str:
             rows, cols = var.type.shape
             n = w.layout(var).items_per_thread
-            at = f"(e / {cols}) * {ld} + e % {cols}" if arrangement == "row" else f"(e % {cols}) * {ld} + e / {cols}"
+            at = f"r * {ld} + c" if arrangement == "row" else f"c * {ld} + r"
             return (
                 f"  for (int i = 0; i < {n}; ++i) {{\n"
                 f"    const int e = {w.element_index(var)};\n"
-                f"    if (e < {rows * cols}) s.temp.{field}[{at}] = {items}[i];\n  }}\n"
+                f"    if (e < {rows * cols}) {{ {element_coordinates(var, transposed)}"
+                f" s.temp.{field}[{at}] = {items}[i]; }}\n  }}\n"
             )
 
         lda, ldb, ldc = traits.lds
@@ -170,8 +190,8 @@ class Dot(TileOp):
         rows, cols = shapes[2]
         body = (
             w.storage_ref(s.cid)
-            + put(s.a, "a_items", "a", lda, how_a)
-            + put(s.b, "b_items", "b", ldb, how_b)
+            + put(s.a, "a_items", "a", lda, how_a, s.transposed[0])
+            + put(s.b, "b_items", "b", ldb, how_b, s.transposed[1])
             + zero
             + "  __syncthreads();\n"
             + f"  {types[2]} alpha = 1, beta = 1;\n"
@@ -226,12 +246,12 @@ def lower_registers(s: TileDot, w, spec: GemmSpec) -> ShimCall:
     looped = w.choice(s.cid).sync == REENTRANT
     call = ShimCall(f"coop_dot_{s.cid}", (*args, TileArg(s.out, "out_items"), *([PARITY] if looped else [])))
 
-    def put(var: ir.Var, items: str, field: str, mapping: str) -> str:
+    def put(var: ir.Var, items: str, field: str, mapping: str, transposed: bool) -> str:
         rows, cols = var.type.shape
         return (
             f"  for (int i = 0; i < {w.layout(var).items_per_thread}; ++i) {{\n"
             f"    const int e = {w.element_index(var)};\n"
-            f"    if (e < {rows * cols}) {{ int r = e / {cols}, c = e % {cols}, at; void* p;"
+            f"    if (e < {rows * cols}) {{ {element_coordinates(var, transposed)} int at; void* p;"
             f" {mapping}(t{field}, &r, &c, &at, &p); st.{field}[at] = {items}[i]; }}\n  }}\n"
         )
 
@@ -240,11 +260,67 @@ def lower_registers(s: TileDot, w, spec: GemmSpec) -> ShimCall:
         w.storage_ref(s.cid)
         + (w.alternate() + "  auto& st = s.temp[run];\n" if looped else "  auto& st = s.temp;\n")
         + "  coop_dx_tensor ta{st.a}, tb{st.b}, tc{out_items};\n"
-        + put(s.a, "a_items", "a", t.map_a)
-        + put(s.b, "b_items", "b", t.map_b)
+        + put(s.a, "a_items", "a", t.map_a, s.transposed[0])
+        + put(s.b, "b_items", "b", t.map_b, s.transposed[1])
         + f"  for (int i = 0; i < {frag.items}; ++i) out_items[i] = {start};\n"
         + "  __syncthreads();\n"
         + f"  {t.execute}(ta, tb, tc);\n"
     )
     w.define(call, w.storage(s.cid, f"coop_gemm_{s.cid}", prelude=prelude, copies=2 if looped else None), body)
     return call
+
+
+def element_coordinates(var: ir.Var, transposed: bool) -> str:
+    """C++ declaring `r` and `c`, the operand's (row, column) of `var`'s element `e`: swapped where the dot
+    reads `var` transposed (each item written at its place in the transpose: no exchange)."""
+    cols = var.type.shape[1]
+    r, c = ("c", "r") if transposed else ("r", "c")
+    return f"int {r} = e / {cols}, {c} = e % {cols};"
+
+
+def read_transposes_in_place(program: ir.Program) -> None:
+    """Make each dot whose operand is `u.T` (through copies: `a = u.T`) read `u` itself, transposed
+    (`TileDot.transposed`), and drop the transpose and those copies where nothing else reads them. Only
+    variables defined by one statement are followed, so `u` holds at the dot what it held at the transpose."""
+    stmts = list(program.walk())
+    counts = Counter(v.name for s in stmts for v in ir.defs(s))
+    made = {v.name: s for s in stmts for v in ir.defs(s) if counts[v.name] == 1}
+    passed: list[ir.Stmt] = []  # the transposes and copies the dots now see past
+
+    def source(v: ir.Var) -> ir.Var | None:
+        """The tile whose transpose `v` is, or None."""
+        chain = []
+        s = made.get(v.name)
+        while isinstance(s, ir.Copy) and isinstance(s.src, ir.Var):
+            chain.append(s)
+            s = made.get(s.src.name)
+        if not (isinstance(s, ir.TileRemap) and s.kind == ir.TRANSPOSE and s.src.name in made):
+            return None
+        passed.extend([*chain, s])
+        return s.src
+
+    for s in stmts:
+        if isinstance(s, TileDot):
+            found = [source(v) for v in (s.a, s.b)]
+            s.a, s.b = (u if u is not None else v for u, v in zip(found, (s.a, s.b)))
+            s.transposed = tuple(t != (u is not None) for t, u in zip(s.transposed, found))
+    dead = _unread(program, passed)
+    while dead:
+        _remove(program.body, dead)
+        dead = _unread(program, passed)
+
+
+def _unread(program: ir.Program, candidates: list[ir.Stmt]) -> set[int]:
+    """The ids of the statements among `candidates`, still in `program`, whose result nothing reads."""
+    stmts = list(program.walk())
+    read = {v.name for s in stmts for v in (*ir.uses(s), *ir.refs(s))}
+    present = {id(s) for s in stmts}
+    return {id(s) for s in candidates if id(s) in present and all(v.name not in read for v in ir.defs(s))}
+
+
+def _remove(body: list[ir.Stmt], ids: set[int]) -> None:
+    """Remove the statements of `ids` from `body` and its nested regions."""
+    body[:] = [s for s in body if id(s) not in ids]
+    for s in body:
+        for region in ir.regions(s):
+            _remove(region, ids)

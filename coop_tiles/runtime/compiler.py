@@ -83,8 +83,9 @@ def build_stage(fn: Callable, sig: Signature) -> ir.Program:
 def rewrite_stage(program: ir.Program, debug: bool = False) -> ir.Program:
     """Rewrites of the typed IR for the GPU that keep its meaning (the interpreter runs it as
     built), each owned by its op (`TileOp.rewrite`): histogram counts accumulated in shared memory
-    through a loop, 16-bit float loads converted to float32 as they arrive, and, without `debug`,
-    `ct.device_assert` dropped. The IR is verified after each when COOP_TILES_VERIFY_IR is set."""
+    through a loop, dot operands given as `u.T` read from `u` in place, 16-bit float loads converted to
+    float32 as they arrive, and, without `debug`, `ct.device_assert` dropped. The IR
+    is verified after each when COOP_TILES_VERIFY_IR is set."""
     for op in rewriting_ops():
         op.rewrite(program, debug)
         ir.verify_if_asked(program, f"rewrite by {type(op).__name__}")

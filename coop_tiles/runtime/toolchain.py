@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import re
 import struct
+import sys
 import threading
 from importlib import metadata
 
@@ -159,6 +160,10 @@ def nvrtc_compile(source: str, arch: str, name_expressions: tuple[str, ...] = ()
 
 
 _numba_ready = threading.Event()
+#: Python's recursion limit while Numba compiles a body: its SSA reconstruction (numba-cuda's core/ssa.py) recurses
+#: about twice per basic block between a variable's definition and its use, and long bodies (the selective scan's
+#: backward with several channels per program) go deeper than Python's default of 1000
+NUMBA_RECURSION_LIMIT = 20000
 #: Numba is used by one thread at a time (its typing registries are shared; it holds the GIL anyway).
 _numba_lock = threading.Lock()
 
@@ -221,6 +226,8 @@ def _numba_compile(
     exec(compile(source, f"<coop_tiles body {function}>", "exec"), namespace)
     sig = types.void(*(nb_type(t) for t in param_types))
     cc = tuple(int(c) for c in _cc(arch))
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, NUMBA_RECURSION_LIMIT))
     try:
         result = cuda.compile(
             namespace[function],
@@ -237,6 +244,8 @@ def _numba_compile(
             f"Numba could not compile the generated program body: {type(e).__name__}",
             log=f"{e}\n--- generated source ---\n{source}",
         ) from e
+    finally:
+        sys.setrecursionlimit(limit)
     _numba_ready.set()
     return result[0] if isinstance(result, tuple) else result
 
