@@ -116,3 +116,52 @@ def test_the_fast_path_launches_int_and_tuple_grids_and_declines_the_rest():
     for grid in [0, (0,), (2, 0), (True,), (2, True), 2.0, (2.0,), (1, 2, 3, 4), (), lambda meta: (1,)]:
         assert fast(Jit(), grid, None, (x,), {"T": 16}) is False, grid
     assert not launched
+
+
+class _Memory:
+    def __init__(self, ptr: int, device_id: int):
+        self.ptr, self.device_id = ptr, device_id
+
+
+class ndarray:  # noqa: N801 (named as CuPy's: the launch paths recognise CuPy arrays by module and class name)
+    """A NumPy array dressed as a CuPy array on GPU `device_id` (the attributes the launch paths read)."""
+
+    __module__ = "cupy"
+
+    def __init__(self, array: np.ndarray, device_id: int):
+        self.array, self.data = array, _Memory(array.ctypes.data, device_id)
+        self.ndim, self.shape, self.strides, self.size = array.ndim, array.shape, array.strides, array.size
+        self.dtype, self.itemsize, self._c_contiguous = array.dtype, array.itemsize, array.flags.c_contiguous
+
+
+@pytest.mark.parametrize("read_devices", [False, True])
+def test_cupy_arrays_of_any_rank_classify_as_their_device_arrays_do(monkeypatch, read_devices):
+    """The classifier's CuPy path (from the second array of a dtype, rank and stride kind on: no DeviceArray built)
+    gives the key and launch values that reading the array as a DeviceArray gives, and each array's device."""
+    monkeypatch.setattr("coop_tiles.runtime.launcher.device_count", lambda: 2 if read_devices else 1)
+    base = np.arange(2 * 3 * 8, dtype=np.float32).reshape(2, 3, 8)
+    arrays = [base[0, 0], base[0, :, 1], base[0], base[0].T, base, base.transpose(2, 0, 1), base[:, :, :1]]
+    arrays += [base.astype(np.int64)[:, 1:, ::2], base[0, :, ::-2], base.astype(np.int16)[1]]
+    device = 1 if read_devices else 0
+    fresh, warm = Classifier(), Classifier()
+    for a in arrays:  # the first of each kind takes the general path in `warm` and teaches it the key
+        warm.classify(ndarray(a, device), "x")
+    for a in arrays:
+        got = warm.classify(ndarray(a, device), "x")
+        assert got == fresh._array(ndarray(a, device), "x")
+        assert got[3] == device
+    rows = base[1, :, :6]  # (3, 6) rows 8 apart: the key names dtype, rank and a unit last stride
+    assert warm.classify(ndarray(rows, device), "x") == (
+        (np.dtype(np.float32).num, 2, True),
+        (rows.ctypes.data, (3, 6, 8)),
+        arguments.launcher.CUPY,
+        device,
+    )
+
+
+def test_cupy_array_of_an_unsupported_dtype_is_an_error_after_a_supported_one():
+    warm = Classifier()
+    warm.classify(ndarray(np.zeros((2, 3), np.float32), 0), "x")
+    with pytest.raises(ct.LaunchError) as info:
+        warm.classify(ndarray(np.zeros((2, 3), np.complex64), 0), "y")
+    assert info.value.message.startswith("argument 'y' has dtype complex64, which is not supported; use one of")

@@ -301,6 +301,23 @@ def test_strided_numba_and_dlpack_arrays():
     np.testing.assert_allclose(base.get().T, expected, rtol=1e-5, atol=1e-4)
 
 
+def test_cupy_arrays_of_any_rank_classify_as_their_device_arrays_do():
+    """The classifier's CuPy path (from the second array of a dtype, rank and stride kind on) gives the key and launch
+    values that reading the array as a DeviceArray gives (tests/test_devices.py checks the same with fake arrays)."""
+    cp = pytest.importorskip("cupy")
+
+    from coop_tiles.runtime.classify import Classifier
+
+    base = cp.arange(2 * 3 * 8, dtype=cp.float32).reshape(2, 3, 8)
+    arrays = [base[0, 0], base[0, :, 1], base[0], base[0].T, base, base.transpose(2, 0, 1), base[:, :, :1]]
+    arrays += [base.astype(cp.int64)[:, 1:, ::2], base[0, :, ::-2]]
+    fresh, warm = Classifier(), Classifier()
+    for a in arrays:
+        warm.classify(a, "x")
+    for a in arrays:
+        assert warm.classify(a, "x") == fresh._array(a, "x")
+
+
 def test_pytorch_tensors_of_any_rank_classify_as_their_device_arrays_do():
     """The classifier's fast path for PyTorch tensors (from the second tensor of a dtype, rank and stride kind
     on) gives the key and launch values that reading the tensor as a DeviceArray gives."""

@@ -51,8 +51,10 @@ class Classifier:
             bool: self._scalar,
         }
         self._extractors: dict[type, Callable[[Any], arguments.DeviceArray] | None] = {}
-        #: the key of a PyTorch tensor by (torch dtype, rank, unit last-axis stride): the one `_array` gives it
+        #: the key of a PyTorch tensor by (torch dtype, rank, unit last-axis stride), and of a CuPy array by (dtype
+        #: number, rank, unit last-axis stride): the one `_array` gives it
         self._torch_keys: dict[tuple, Any] = {}
+        self._cupy_keys: dict[tuple, Any] = {}
         #: whether the CuPy and PyTorch classifiers read their arrays' devices (set when the first is
         #: chosen: with one GPU every array is on device 0)
         self._read_devices = True
@@ -128,8 +130,22 @@ class Classifier:
         return key, (value.data_ptr(), rest), launcher.TORCH, device
 
     def _cupy_array(self, value: Any, name: str) -> Classified:
-        # An unsupported dtype makes a new key, and the signature check on that miss rejects it.
-        if not value._c_contiguous or value.ndim != 1:
-            return self._array(value, name)
+        """A CuPy array of any rank and strides, without building a DeviceArray once an array of its dtype, rank and
+        last-axis stride kind has been classified (`_array` gives the key and reports what is wrong)."""
+        ndim = value.ndim
+        if ndim == 1 and value._c_contiguous:
+            # An unsupported dtype makes a new key, and the signature check on that miss rejects it.
+            data = value.data
+            return value.dtype.num, (data.ptr, value.size), launcher.CUPY, data.device_id if self._read_devices else 0
+        shape, strides, itemsize = value.shape, value.strides, value.itemsize
+        unit = ndim > 0 and (shape[-1] <= 1 or strides[-1] == itemsize)
+        num = value.dtype.num
+        cache = (num, ndim, unit)
+        key = self._cupy_keys.get(cache)
+        if key is None or num >= 256 or any(s % itemsize for s in strides):  # (user dtypes' numbers are not unique)
+            key, values, library, device = self._array(value, name)
+            self._cupy_keys[cache] = key
+            return key, values, library, device
         data = value.data
-        return value.dtype.num, (data.ptr, value.size), launcher.CUPY, data.device_id if self._read_devices else 0
+        elements = tuple(s // itemsize for s in (strides[:-1] if unit else strides))
+        return key, (data.ptr, (*shape, *elements)), launcher.CUPY, data.device_id if self._read_devices else 0
