@@ -6,9 +6,10 @@
 #   bash scripts/gpu-check.sh --sanitize # the sanitizer sweep alone
 # The sanitizer sweep runs scripts/sanitize_cases.py (every test program, 1-D and 2-D, whose plan has a tile in shared
 # memory, reuses shared bytes or runs collectives in a loop, one per kind of plan; issue 17's program; a
-# selective scan) under compute-sanitizer's racecheck and memcheck (all runs at once, each its own process and log, after one plain run of the pytest entries fills the compile cache), and every allowed combination of every
-# op's options (scripts/sanitize_matrix.py, tests/option_matrix.py) once under memcheck; it fails on any
-# hazard, any error or any result that differs from its reference.
+# selective scan) under compute-sanitizer's racecheck and memcheck, and every allowed combination of every op's
+# options (scripts/sanitize_matrix.py, tests/option_matrix.py) once under memcheck, all runs at once (each its own
+# process and log, after one plain run of the pytest entries fills the compile cache); it fails on any hazard, any
+# error or any result that differs from its reference.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 source scripts/gpu-env.sh
