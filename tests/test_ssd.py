@@ -166,12 +166,12 @@ def compiled_programs(batch=1, seqlen=512, nheads=2, P=64, N=128, L=256, dtype=B
             HAS_INITIAL=True, L=L if seq else 0, E=ssd.BLOCK_E, arch="sm_90", **by_seq,
         ),
         "chunk_cb": ssd.chunk_cb.compile(
-            B, B.transpose(0, 1, 3, 2), rows, cols, cb, seqlen, L=L, N=N, M=M, K=K, arch="sm_90", **by_seq
+            B, B, rows, cols, cb, seqlen, L=L, N=N, M=M, K=K, arch="sm_90", **by_seq
         ),
         "chunk_scan": ssd.scan_program(block, False).compile(
             x, x, np.broadcast_to(np.zeros((nheads, 1, P), f32), (nheads, block.M, P)), cb, B, cs, cs,
             np.broadcast_to(cs[..., None], (*cs.shape, P)), rows,
-            np.zeros((batch, nch, nheads, P, N), dtype).transpose(0, 1, 2, 4, 3), x, seqlen,
+            np.zeros((batch, nch, nheads, P, N), dtype), x, seqlen,
             HAS_D=True, D_PER_ROW=True, HAS_Z=True, M=block.M, K=block.K, **by_seq, **sizes,
         ),
     }  # fmt: skip
