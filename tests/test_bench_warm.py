@@ -1,0 +1,48 @@
+"""benchmarks/warm.py without a GPU: `warm_in_workers` in this process and in 2 spawn workers runs every item (a
+failure comes back as text, never raised), and COOP_BENCH_WARM=0 runs nothing."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import warm  # noqa: E402
+
+
+@pytest.mark.parametrize("workers", [0, 1, 2])
+def test_every_item_runs_and_failures_are_text(tmp_path, monkeypatch, capsys, workers):
+    """os.mkdir (module-level, so a worker can unpickle it) makes each folder; the folder made twice fails with its
+    FileExistsError as text, in its place; the log says how many failed."""
+    monkeypatch.setenv(warm.ENV, "1")
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)  # (2 workers on the 2-core CI machine too)
+    first, second = str(tmp_path / "a"), str(tmp_path / "b")
+    results = warm.warm_in_workers(os.mkdir, [first, second], workers, then=[first], label="mkdir")
+    assert results[:2] == [None, None]
+    assert results[2].startswith("FileExistsError: ")
+    assert os.path.isdir(first) and os.path.isdir(second)
+    log = capsys.readouterr().err
+    where = "2 worker processes" if workers == 2 else "this process"
+    assert f"warm-up of mkdir: 3 items in {where}" in log and "1 failed" in log
+
+
+def test_switched_off(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(warm.ENV, "0")
+    assert warm.warm_in_workers(os.mkdir, [str(tmp_path / "a")], 2) == [None]
+    assert not (tmp_path / "a").exists()
+    assert "off (COOP_BENCH_WARM=0)" in capsys.readouterr().err
+
+
+def test_worker_count(monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert warm.worker_count(40) == warm.MAX_WORKERS
+    assert warm.worker_count(40, 4) == 4
+    assert warm.worker_count(3) == 3
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    assert warm.worker_count(40) == 1
