@@ -46,3 +46,22 @@ def test_worker_count(monkeypatch):
     assert warm.worker_count(3) == 3
     monkeypatch.setattr(os, "cpu_count", lambda: 2)
     assert warm.worker_count(40) == 1
+
+
+def test_topk_warms_every_launch_of_the_timed_run_once():
+    """The topk section's warm-up: every coop_tiles top-k (dtype, k, tile), every sampler (k > 1) and every Triton
+    (dtype, k, chunk of at least k) the rows launch, each once; per dtype and tile the first round holds k = 1 and
+    the first k > 1 (the passes over whole rows that the second round's launches share)."""
+    from benchmarks.sections import topk
+
+    first, then = topk.warm_items()
+    everything = first + then
+    assert len(set(everything)) == len(everything)
+    coop = {(d, k, t) for d in topk.TOPK_DTYPES for k in topk.TOPK_KS for t in topk.TOPK_TILES}
+    assert {item[1:] for item in everything if item[0] == "coop"} == coop
+    assert {item[1:] for item in everything if item[0] == "sampler"} == {c for c in coop if c[1] > 1}
+    triton = {(d, k, c) for d in topk.TOPK_DTYPES for k in topk.TOPK_KS for c in topk.TRITON_CHUNKS if c >= k}
+    assert {item[1:] for item in everything if item[0] == "triton"} == triton
+    shared = {(d, t) for what, d, k, t in first if what == "coop" and k > 1}
+    assert shared == {(d, t) for d in topk.TOPK_DTYPES for t in topk.TOPK_TILES}
+    assert all(what != "triton" for what, *_ in then)
