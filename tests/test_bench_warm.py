@@ -65,3 +65,26 @@ def test_topk_warms_every_launch_of_the_timed_run_once():
     shared = {(d, t) for what, d, k, t in first if what == "coop" and k > 1}
     assert shared == {(d, t) for d in topk.TOPK_DTYPES for t in topk.TOPK_TILES}
     assert all(what != "triton" for what, *_ in then)
+
+
+def test_matmul_warms_every_coop_config_and_its_launch_multiplies(monkeypatch):
+    """The matmul section's warm-up holds each case with each of tutorial 12's configs (and, where Triton imports,
+    each Triton config by index, once per case); the launch it shares with the timed rows multiplies, in the
+    interpreter on a small ragged problem, against NumPy."""
+    import numpy as np
+
+    from benchmarks.kernels import tutorial
+    from benchmarks.sections import matmul
+
+    ops = tutorial("12_matmul")
+    items = matmul.warm_items()
+    coop = [item[1:] for item in items if item[0] == "coop"]
+    assert coop == [(d, tf32, matmul.config_key(c)) for d, tf32 in matmul.MATMUL_CASES for c in ops.CONFIGS]
+    triton = [item[1:] for item in items if item[0] == "triton"]
+    assert len(set(triton)) == len(triton) and len(triton) % len(matmul.MATMUL_CASES) == 0
+    monkeypatch.setenv("COOP_TILES_INTERPRET", "1")
+    rng = np.random.default_rng(21)
+    a, b = rng.standard_normal((20, 12)).astype(np.float32), rng.standard_normal((12, 9)).astype(np.float32)
+    c = np.full((20, 9), np.nan, np.float32)
+    matmul._coop_launch(ops, (16, 16, 8, 64), a, b, c, False)()  # (threads no config pins)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
