@@ -88,3 +88,46 @@ def test_matmul_warms_every_coop_config_and_its_launch_multiplies(monkeypatch):
     c = np.full((20, 9), np.nan, np.float32)
     matmul._coop_launch(ops, (16, 16, 8, 64), a, b, c, False)()  # (threads no config pins)
     np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def test_one_triton_config_leaves_one_config_and_silences_the_others(monkeypatch):
+    """one_triton_config on stand-in autotuners (no Triton here): the target keeps its one config, the others launch
+    nothing, and both are as before afterwards."""
+    import types
+
+    class Autotuner:
+        def __init__(self, configs):
+            self.configs = configs
+
+        def run(self, *args, **kwargs):
+            return "launched"
+
+    fake = types.ModuleType("triton.runtime.autotuner")
+    fake.Autotuner = Autotuner
+    for name in ("triton", "triton.runtime"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "triton.runtime.autotuner", fake)
+    kernels = types.ModuleType("kernels")
+    kernels.first, kernels.second, kernels.other = Autotuner(["a", "b", "c"]), Autotuner(["x"]), object()
+    assert set(warm.triton_autotuners([kernels])) == {"first", "second"}
+    with warm.one_triton_config([kernels], "first", 1):
+        assert kernels.first.configs == ["b"] and kernels.first.run() == "launched"
+        assert kernels.second.run() is None
+    assert kernels.first.configs == ["a", "b", "c"] and kernels.second.run() == "launched"
+
+
+def test_sections_warm_what_their_rows_launch():
+    """ssd: coop_tiles' forward at every shape, the first in the first round (Mamba's configs join it where Mamba's
+    copy loads); mamba_bwd: every backward launch in each dtype at every shape, the first shape and the model
+    first."""
+    from benchmarks.sections import mamba_bwd, ssd
+
+    first, then = ssd.warm_items()
+    assert first[0] == ("coop", ssd.SSD_SHAPES[0], None, None)
+    assert [item for item in first + then if item[0] == "coop"] == [("coop", s, None, None) for s in ssd.SSD_SHAPES]
+    first, then = mamba_bwd.warm_items()
+    bwd = {item[1:] for item in first + then if item[0] == "bwd"}
+    shapes, dtypes, launches = mamba_bwd.MAMBA_SHAPES, mamba_bwd.MAMBA_DTYPES, mamba_bwd.BWD_LAUNCHES
+    assert bwd == {(s, d, launch) for s in shapes for d in dtypes for launch in launches}
+    assert {item[2] for item in first if item[0] == "model"} == set(dtypes)
+    assert all(item[1] == shapes[0] for item in first if item[0] != "model")
