@@ -3,23 +3,22 @@ timed alone (CUDA-event medians after warm-up, `ct.testing.do_bench`) on the ssd
 other three programs make for it (captured from one `mamba_chunk_scan_combined` call), each output compared with
 the default launch's (SCAN_BLOCK) and, when benchmarks/.mamba/triton holds Mamba's Triton function, the whole
 forward with that launch compared with Mamba's; a table of launch, registers, shared bytes, ms and ratio to the
-default, printed and written to --out. The variants compile in parallel worker processes first (the disk cache
-then serves the timed process).
+default, printed and written to --out. The variants compile in parallel worker processes first
+(benchmarks/warm.py; the disk cache then serves the timed process; COOP_BENCH_WARM=0 compiles them here).
 
     python benchmarks/ssd_probe.py --out /tmp/ssd_probe.md     # carry benchmarks/.mamba for Mamba's comparison
 """
 
 import argparse
-import multiprocessing
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
 
 sys.path.insert(0, ".")
 import torch  # noqa: E402
 
 from benchmarks.sections.ssd import SSD_SHAPES, ssd_inputs  # noqa: E402
 from benchmarks.timing import cuda_time_ms, failure  # noqa: E402
+from benchmarks.warm import warm_in_workers  # noqa: E402
 from coop_tiles.examples import mamba_chunk_scan_combined, ssd  # noqa: E402
 
 #: the small shape the workers compile each launch at (the same headdim, dstate, chunk and dtypes as SSD_SHAPES)
@@ -40,16 +39,11 @@ def captured_scan(shape: tuple) -> tuple[dict, tuple]:
     return args, calls[0]
 
 
-def warm(name: str) -> str:
-    """Compile launch `name` (a worker process): one call at WARM_SHAPE; its registers, or why it failed."""
-    try:
-        _, scan_args = captured_scan(WARM_SHAPE)
-        block = ssd.SCAN_BLOCKS[name]
-        ssd.scan_chunks(*scan_args, block)
-        torch.cuda.synchronize()
-        return describe(block)
-    except Exception as e:  # noqa: BLE001 (reported in the table, not raised)
-        return failure(e)
+def warm(name: str) -> None:
+    """Compile launch `name` (in a worker process of `warm_in_workers`): one call at WARM_SHAPE."""
+    _, scan_args = captured_scan(WARM_SHAPE)
+    ssd.scan_chunks(*scan_args, ssd.SCAN_BLOCKS[name])
+    torch.cuda.synchronize()
 
 
 def describe(block: ssd.ScanBlock) -> str:
@@ -103,11 +97,9 @@ def main() -> None:
     parser.add_argument("--out", required=True, help="write the table here too")
     options = parser.parse_args()
     started = time.time()
-    spawn = multiprocessing.get_context("spawn")  # (CUDA in the workers)
-    with ProcessPoolExecutor(len(ssd.SCAN_BLOCKS), mp_context=spawn) as pool:
-        warmed = dict(zip(ssd.SCAN_BLOCKS, pool.map(warm, ssd.SCAN_BLOCKS)))
+    warmed = dict(zip(ssd.SCAN_BLOCKS, warm_in_workers(warm, list(ssd.SCAN_BLOCKS), label="chunk_scan launches")))
     lines = [f"chunk_scan launches compiled in {time.time() - started:.0f} s (default: {ssd.SCAN_BLOCK})"]
-    lines += [f"- {name} {ssd.SCAN_BLOCKS[name]}: {text}" for name, text in warmed.items()]
+    lines += [f"- {name} {ssd.SCAN_BLOCKS[name]}: {text or 'compiled'}" for name, text in warmed.items()]
     mamba = mamba_function()
     against = " | error vs Mamba's forward" if mamba is not None else ""
     lines += ["", f"| shape | launch | resources | ms | default / this | error vs default{against} |"]

@@ -6,6 +6,7 @@ GPU against NumPy, the register accumulator's element map included."""
 from __future__ import annotations
 
 import copy
+import re
 
 import numpy as np
 import pytest
@@ -221,6 +222,24 @@ def test_a_transposed_product_takes_the_shared_memory_api():
     assert "a = (t" in plan and "b = (t" in plan and plan.count("transpose through shared memory") == 1
 
 
+@needs_mathdx
+def test_shared_memory_api_sizes_transposed_operands_as_multiplied():
+    """In the shared-memory lowering a `.T` operand held (K, M) is stored as the (M, K) operand: its array holds
+    M rows of the library's leading dimension (sized from the held shape, M > K overflowed it)."""
+    M, N, K = 64, 48, 16
+    x, y = np.zeros((K, M), ct.bfloat16), np.zeros((N, K), ct.bfloat16)
+    k = ct.jit(transposed_result).compile(x, y, np.zeros((N, M), np.float32), M=M, N=N, K=K, TRANS=True, arch="sm_90")
+    assert "BLAS execute (shared memory)" in str(k.plan)
+    fields = re.search(r"struct TempStorage \{([^}]*)\}", _dot_shim_struct(k.shim_source)).group(1)
+    sizes = dict(re.findall(r"\b([abc])\[(\d+)\]", fields))
+    assert int(sizes["a"]) >= M * K and int(sizes["b"]) >= K * N and int(sizes["c"]) >= M * N, fields
+
+
+def _dot_shim_struct(source: str) -> str:
+    start = source.index("struct coop_gemm_")
+    return source[start : source.index("\n", start)]
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("dt", DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize(("M", "N"), [(16, 16), (32, 48), (64, 64)])
@@ -268,6 +287,22 @@ def test_gpu_k_loop_and_transposed_result(dt):
         args = [cp.asarray(a) for a in (*given, np.zeros((24, 16), result))]
         ct.jit(transposed_result)[1](*args, M=16, N=24, K=40, TRANS=trans)
         np.testing.assert_allclose(cp.asnumpy(args[2]), expected, rtol=tol, atol=tol * 40)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dt", [ct.bfloat16, np.float32], ids=lambda d: np.dtype(d).name)
+def test_gpu_transposed_wide_operands_in_shared_memory(dt):
+    """The shared-memory lowering with `.T` operands wider than K (M, N > K: their arrays sized as multiplied)."""
+    import cupy as cp
+
+    M, N, K = 64, 48, 16
+    rng = np.random.default_rng(5)
+    x, y = rng.standard_normal((K, M)).astype(dt), rng.standard_normal((N, K)).astype(dt)
+    args = [cp.asarray(a) for a in (x, y, np.zeros((N, M), np.float32))]
+    ct.jit(transposed_result)[1](*args, M=M, N=N, K=K, TRANS=True)
+    expected = (x.T.astype(np.float64) @ y.T.astype(np.float64)).T
+    tol = 1e-4 if dt == np.float32 else 2e-3
+    np.testing.assert_allclose(cp.asnumpy(args[2]), expected, rtol=tol, atol=tol * K)
 
 
 @pytest.mark.gpu

@@ -15,6 +15,7 @@ from benchmarks.report import correct_cell, failed_row, ms_cell, speedup_cell, t
 from benchmarks.section import Section
 from benchmarks.sections.mamba import MAMBA_CHECK_DIMS, MAMBA_DTYPES, MAMBA_SHAPES, MAMBA_TOLERANCE, _mamba_inputs
 from benchmarks.timing import cuda_time_ms, guarded
+from benchmarks.warm import warm_in_workers
 
 #: the backward's launches tried, (items per thread, register cap); the first is `selective_scan_backward.LAUNCH`
 BWD_LAUNCHES = ((8, 128), (8, None), (8, 96), (16, 168), (16, None))  # (16, 168): Mamba's 3 blocks x 128
@@ -229,6 +230,11 @@ def _training_row(dtype: str, mamba: dict) -> dict:
 
 
 def _train_step_ms(scan: Callable | None, dtype: str) -> dict:
+    return {"ms": cuda_time_ms(_train_step(scan, dtype))}
+
+
+def _train_step(scan: Callable | None, dtype: str) -> Callable[[], None]:
+    """One training step of the model (its own seed and batch) with `scan` (None: coop_tiles' op)."""
     import torch
 
     from coop_tiles.examples.mamba import MambaLM
@@ -246,7 +252,46 @@ def _train_step_ms(scan: Callable | None, dtype: str) -> dict:
         loss.backward()
         optimizer.step()
 
-    return {"ms": cuda_time_ms(step)}
+    return step
+
+
+def warm_items() -> tuple[list[tuple], list[tuple]]:
+    """`(first, then)` for `warm_in_workers`, `(what, shape, dtype, launch)`: at the first shape in each dtype,
+    coop_tiles' forward with each backward launch of BWD_LAUNCHES, and a forward + backward through autograd (at
+    the shape and at the checked channels), and the model's training step; then the same at the other shapes
+    (which share most of those kernels)."""
+
+    def at(shape: tuple) -> list[tuple]:
+        items = [("bwd", shape, dtype, launch) for dtype in MAMBA_DTYPES for launch in BWD_LAUNCHES]
+        return items + [("autograd", shape, dtype, None) for dtype in MAMBA_DTYPES]
+
+    model = [("model", None, dtype, None) for dtype in MAMBA_DTYPES]
+    return at(MAMBA_SHAPES[0]) + model, [item for shape in MAMBA_SHAPES[1:] for item in at(shape)]
+
+
+def warm_launch(item: tuple) -> None:
+    """One of `warm_items` (in a worker process): the coop_tiles launches the timed rows make for it."""
+    import torch
+
+    from coop_tiles.examples.selective_scan import forward
+    from coop_tiles.examples.selective_scan_backward import selective_scan_bwd
+
+    what, shape, dtype, launch = item
+    if what == "model":
+        _train_step(None, dtype)()
+    elif what == "bwd":
+        x = _mamba_inputs(shape, dtype)
+        args = [x[k] for k in GRADS]
+        _, states = forward(*args[:5], x["D"], x["z"], x["delta_bias"], True)
+        selective_scan_bwd(torch.randn_like(x["u"]), *args[:5], states, x["D"], x["z"], x["delta_bias"], True,
+                           launch=launch)  # fmt: skip
+    else:
+        batch, _, L, N = shape
+        for dims in (shape, (batch, MAMBA_CHECK_DIMS, L, N)):
+            x = _mamba_inputs(dims, dtype)
+            _grads(lambda *a: _coop_scan(*a[:5], D=a[5], z=a[6], delta_bias=a[7], delta_softplus=True), x,
+                   torch.randn_like(x["u"]))  # fmt: skip
+    torch.cuda.synchronize()
 
 
 def _peak_cell(r: dict, key: str) -> str:
@@ -330,6 +375,8 @@ def mamba_bwd_lines(rows: list[dict]) -> list[str]:
 
 
 def run(sizes: list[int], arch: str) -> list[dict]:
+    first, then = warm_items()
+    warm_in_workers(warm_launch, first, then=then, label="mamba_bwd")
     return mamba_bwd_rows()
 
 

@@ -11,6 +11,7 @@ from benchmarks.kernels import tutorial, with_threads
 from benchmarks.report import correct_cell, failed_row, table_row
 from benchmarks.section import Section
 from benchmarks.timing import cuda_time_ms, guarded, tune_working
+from benchmarks.warm import one_triton_config, warm_in_workers
 
 #: (M, N, K)
 MATMUL_SHAPES = ((4096, 4096, 4096), (8192, 8192, 1024))
@@ -77,12 +78,7 @@ def _matmul_row(shape: tuple[int, int, int], dtype: str, tf32: bool) -> dict:
     import torch
 
     ops = tutorial("12_matmul")
-    m, n, k = shape
-    t = getattr(torch, dtype)
-    g = torch.Generator(device="cuda").manual_seed(21)
-    a = torch.randn(m, k, device="cuda", generator=g).to(t)
-    b = torch.randn(k, n, device="cuda", generator=g).to(t)
-    c = torch.empty(m, n, device="cuda", dtype=torch.float32)
+    a, b, c = _operands(shape, dtype)
     expected = a.double() @ b.double()
     atol = MATMUL_ATOL[tf32]
 
@@ -93,10 +89,7 @@ def _matmul_row(shape: tuple[int, int, int], dtype: str, tf32: bool) -> dict:
         fill_nan(c)
 
     def coop(key: tuple[int, int, int, int]) -> Any:
-        bm, bn, bk, threads = key
-        program = with_threads(ops.matmul.kernel, threads)
-        grid = ops.grid(m, n)({"BM": bm, "BN": bn})
-        return lambda: program[grid](a, b, c, m, n, k, BM=bm, BN=bn, BK=bk, TF32=tf32)
+        return _coop_launch(ops, key, a, b, c, tf32)
 
     def triton() -> dict:
         from benchmarks._baselines_matmul import best_config, triton_matmul
@@ -113,6 +106,59 @@ def _matmul_row(shape: tuple[int, int, int], dtype: str, tf32: bool) -> dict:
         "triton": guarded(triton),
         "torch": guarded(_cublas, a, b, tf32, check),
     }
+
+
+def _operands(shape: tuple[int, int, int], dtype: str) -> tuple[Any, Any, Any]:
+    """a and b, standard normal in `dtype`, and c (float32, not written)."""
+    import torch
+
+    m, n, k = shape
+    t = getattr(torch, dtype)
+    g = torch.Generator(device="cuda").manual_seed(21)
+    a = torch.randn(m, k, device="cuda", generator=g).to(t)
+    b = torch.randn(k, n, device="cuda", generator=g).to(t)
+    return a, b, torch.empty(m, n, device="cuda", dtype=torch.float32)
+
+
+def _coop_launch(ops: Any, key: tuple[int, int, int, int], a: Any, b: Any, c: Any, tf32: bool) -> Any:
+    """A launch of tutorial 12's program at config `key` (config_key), its threads pinned (with_threads)."""
+    (m, k), n = a.shape, b.shape[1]
+    bm, bn, bk, threads = key
+    program = with_threads(ops.matmul.kernel, threads)
+    grid = ops.grid(m, n)({"BM": bm, "BN": bn})
+    return lambda: program[grid](a, b, c, m, n, k, BM=bm, BN=bn, BK=bk, TF32=tf32)
+
+
+def warm_items() -> list[tuple]:
+    """The launches for `warm_in_workers`, `(what, dtype, tf32, config)`: each case of MATMUL_CASES with each of
+    tutorial 12's configs (coop_tiles: a cuBLASDx GEMM each, the longest compiles, first) and each of the Triton
+    autotuner's configs by index (where Triton imports; else the timed run reports it). One shape serves both:
+    coop_tiles' kernels are specialised on dtypes and constexprs, not sizes, and Triton's on sizes' divisibility by
+    16, which every MATMUL_SHAPES size has."""
+    ops = tutorial("12_matmul")
+    items = [("coop", d, tf32, config_key(c)) for d, tf32 in MATMUL_CASES for c in ops.CONFIGS]
+    try:
+        from benchmarks._baselines_matmul import CONFIGS
+    except Exception:  # noqa: BLE001 (no Triton: the timed run reports it)
+        return items
+    return items + [("triton", d, tf32, i) for d, tf32 in MATMUL_CASES for i in range(len(CONFIGS))]
+
+
+def warm_launch(item: tuple) -> None:
+    """One of `warm_items` (in a worker process): the launch the timed row makes, at the first shape; Triton's with
+    its autotuner left that one config (so it compiles it alone)."""
+    import torch
+
+    what, dtype, tf32, config = item
+    a, b, c = _operands(MATMUL_SHAPES[0], dtype)
+    if what == "coop":
+        _coop_launch(tutorial("12_matmul"), config, a, b, c, tf32)()
+    else:
+        from benchmarks import _baselines_matmul
+
+        with one_triton_config([_baselines_matmul], "_matmul", config):
+            _baselines_matmul.triton_matmul(a, b, c, tf32=tf32)()
+    torch.cuda.synchronize()
 
 
 def _cublas(a: Any, b: Any, tf32: bool, check: Any) -> dict:
@@ -211,6 +257,7 @@ def matmul_lines(rows: list[dict]) -> list[str]:
 
 
 def run(sizes: list[int], arch: str) -> list[dict]:
+    warm_in_workers(warm_launch, warm_items(), label="matmul")
     return matmul_rows()
 
 

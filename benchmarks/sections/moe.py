@@ -12,6 +12,7 @@ from benchmarks.kernels import tutorial
 from benchmarks.report import correct_cell, failed_row, ms_cell, speedup_cell, table_row
 from benchmarks.section import Section
 from benchmarks.timing import cuda_time_ms, guarded, host_overheads_us
+from benchmarks.warm import warm_in_workers
 
 MOE_TOKENS = (256, 4096, 16384)
 MOE_TOPK, MOE_EXPERTS, MOE_BLOCK = 8, 256, 64
@@ -48,13 +49,11 @@ def _vllm_extension() -> dict:
 def _moe_row(tokens: int, vllm: dict) -> dict:
     """Both timed (each call with its allocations) and checked against tutorial 15's sequential reference (coop_tiles
     exactly, vLLM with `same_routing`), then against each other; the host time per call of both."""
-    import torch
 
     from benchmarks import _vllm_moe
     from coop_tiles.examples import moe_align_block_size
 
-    g = torch.Generator(device="cuda").manual_seed(tokens)
-    ids = torch.randn(tokens, MOE_EXPERTS, device="cuda", generator=g).topk(MOE_TOPK, dim=1).indices.int()
+    ids = _topk_ids(tokens)
     want = tutorial("15_moe_routing").sequential(ids.cpu().numpy(), MOE_BLOCK, MOE_EXPERTS)
 
     def coop() -> Any:
@@ -73,6 +72,25 @@ def _moe_row(tokens: int, vllm: dict) -> dict:
     row["agree"] = same_routing(got, theirs_got, MOE_BLOCK)
     row["host_us"] = guarded(host_overheads_us, {"coop": coop, "vllm": theirs}, 200, 7)
     return row
+
+
+def _topk_ids(tokens: int) -> Any:
+    """(tokens, MOE_TOPK) int32 expert ids: each token's top MOE_TOPK of MOE_EXPERTS random logits."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(tokens)
+    return torch.randn(tokens, MOE_EXPERTS, device="cuda", generator=g).topk(MOE_TOPK, dim=1).indices.int()
+
+
+def warm_launch(tokens: int) -> None:
+    """coop_tiles' routing of `tokens` tokens (in a worker process of `warm_in_workers`): its programs and their
+    constexprs depend on the count."""
+    import torch
+
+    from coop_tiles.examples import moe_align_block_size
+
+    moe_align_block_size(_topk_ids(tokens), MOE_BLOCK, MOE_EXPERTS)
+    torch.cuda.synchronize()
 
 
 def _host(outputs: tuple) -> tuple:
@@ -126,6 +144,7 @@ def moe_lines(rows: list[dict]) -> list[str]:
 
 
 def run(sizes: list[int], arch: str) -> list[dict]:
+    warm_in_workers(warm_launch, MOE_TOKENS, label="moe")
     return moe_rows()
 
 

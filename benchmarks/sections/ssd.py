@@ -12,6 +12,7 @@ from benchmarks.device import free_device_memory
 from benchmarks.report import correct_cell, failed_row, ms_cell, speedup_cell, table_row
 from benchmarks.section import Section
 from benchmarks.timing import cuda_time_ms, guarded
+from benchmarks.warm import one_triton_config, triton_autotuners, warm_in_workers
 
 #: (batch, seqlen, nheads, headdim, dstate, ngroups, chunk_size), bfloat16
 SSD_SHAPES = ((8, 4096, 80, 64, 128, 1, 256), (2, 16384, 32, 64, 128, 1, 256))
@@ -23,6 +24,14 @@ PASSING_TOLERANCE = (2e-2, 5e-2)
 #: batch rows the float64 reference computes (its (chunk, chunk) decays for all rows at once would take
 #: gigabytes; an element-wise check of every row would take 80 GiB at the first shape)
 CHECKED_BATCH = 1
+#: Mamba's Triton kernels (each a `triton.autotune`) that its forward launches
+MAMBA_FORWARD_KERNELS = (
+    "_chunk_cumsum_fwd_kernel",
+    "_chunk_state_fwd_kernel",
+    "_state_passing_fwd_kernel",
+    "_bmm_chunk_fwd_kernel",
+    "_chunk_scan_fwd_kernel",
+)
 
 
 def ssd_rows() -> list[dict]:
@@ -143,11 +152,7 @@ def _passing_rows(shape: tuple, mamba: dict) -> dict:
 
     from coop_tiles.examples.ssd import pass_states
 
-    batch, seqlen, nheads, headdim, dstate, _, chunk = shape
-    nchunks = seqlen // chunk
-    g = torch.Generator(device="cuda").manual_seed(22)
-    states = torch.randn(batch, nchunks, nheads, headdim, dstate, device="cuda", generator=g)
-    ends = -torch.rand(batch, nheads, nchunks, device="cuda", generator=g)
+    states, ends = _passing_inputs(shape)
     ours = pass_states(states, ends, None, torch.bfloat16)
     rtol, atol = PASSING_TOLERANCE
 
@@ -158,9 +163,7 @@ def _passing_rows(shape: tuple, mamba: dict) -> dict:
     def theirs() -> dict:
         if "error" in mamba:
             raise RuntimeError(mamba["error"])
-        fwd = mamba["module"]._state_passing_fwd
-        flat = states.reshape(batch, nchunks, nheads, headdim * dstate)
-        run = lambda: fwd(flat, ends, out_dtype=torch.bfloat16)  # noqa: E731
+        run = lambda: _mamba_passing(mamba["module"], states, ends)  # noqa: E731
         passed, final = run()
         ok = torch.allclose(passed.float(), ours[0].reshape(passed.shape).float(), rtol=rtol, atol=atol)
         ok = ok and torch.allclose(final.float(), ours[1].reshape(final.shape), rtol=rtol, atol=atol)
@@ -168,6 +171,77 @@ def _passing_rows(shape: tuple, mamba: dict) -> dict:
         return {"best": None, "ms": ms, "times": {None: ms}, "correct": bool(ok)}
 
     return {"passing_coop": guarded(coop), "passing_mamba": guarded(theirs)}
+
+
+def _passing_inputs(shape: tuple) -> tuple[Any, Any]:
+    """The state passing's per-chunk float32 states (batch, nchunks, nheads, headdim, dstate) and the chunks' decays
+    (batch, nheads, nchunks), random."""
+    import torch
+
+    batch, seqlen, nheads, headdim, dstate, _, chunk = shape
+    nchunks = seqlen // chunk
+    g = torch.Generator(device="cuda").manual_seed(22)
+    states = torch.randn(batch, nchunks, nheads, headdim, dstate, device="cuda", generator=g)
+    return states, -torch.rand(batch, nheads, nchunks, device="cuda", generator=g)
+
+
+def _mamba_passing(module: Any, states: Any, ends: Any) -> Any:
+    """Mamba's `_state_passing_fwd` of `_passing_inputs`' states, bfloat16 out."""
+    import torch
+
+    flat = states.reshape(*states.shape[:3], -1)
+    return module._state_passing_fwd(flat, ends, out_dtype=torch.bfloat16)
+
+
+def _mamba_modules() -> list[Any]:
+    """Mamba's SSD module and the Mamba modules it imports (which hold its Triton kernels)."""
+    import sys
+
+    from benchmarks import _mamba_triton
+
+    _mamba_triton.load(_mamba_triton.SSD_MODULE)
+    return [module for name, module in list(sys.modules.items()) if name.startswith(_mamba_triton.PACKAGE + ".")]
+
+
+def warm_items() -> tuple[list[tuple], list[tuple]]:
+    """`(first, then)` for `warm_in_workers`, `(what, shape, kernel, config)`: coop_tiles' forward and state passing
+    at the first shape, and each config of each of Mamba's forward kernels and of its state passing alone (on
+    contiguous states: other strides than in its forward, so other binaries), by index (where Mamba's copy loads;
+    else the timed run reports it); then coop_tiles' at the other shapes. Mamba's at the first shape only: the
+    shapes' sizes are all multiples of 16, the only property of a size Triton specialises on."""
+    first, then = [("coop", SSD_SHAPES[0], None, None)], [("coop", shape, None, None) for shape in SSD_SHAPES[1:]]
+    try:
+        tuners = triton_autotuners(_mamba_modules())
+    except Exception:  # noqa: BLE001 (no Mamba copy, no Triton: the timed run reports it)
+        return first, then
+    for what, names in (("mamba", MAMBA_FORWARD_KERNELS), ("mamba_passing", ("_state_passing_fwd_kernel",))):
+        first += [
+            (what, SSD_SHAPES[0], name, i) for name in names if name in tuners for i in range(len(tuners[name].configs))
+        ]
+    return first, then
+
+
+def warm_launch(item: tuple) -> None:
+    """One of `warm_items` (in a worker process): what the timed row launches; Mamba's with one kernel left one config
+    and its other kernels launching nothing (one_triton_config)."""
+    import torch
+
+    what, shape, kernel, config = item
+    if what == "coop":
+        from coop_tiles.examples import mamba_chunk_scan_combined
+        from coop_tiles.examples.ssd import pass_states
+
+        mamba_chunk_scan_combined(**ssd_inputs(shape), chunk_size=shape[-1], dt_softplus=True)
+        pass_states(*_passing_inputs(shape), None, torch.bfloat16)
+    else:
+        modules = _mamba_modules()
+        module = _mamba_module()["module"]
+        with one_triton_config(modules, kernel, config):
+            if what == "mamba":
+                module.mamba_chunk_scan_combined(**ssd_inputs(shape), chunk_size=shape[-1], dt_softplus=True)
+            else:
+                _mamba_passing(module, *_passing_inputs(shape))
+    torch.cuda.synchronize()
 
 
 def ssd_lines(rows: list[dict]) -> list[str]:
@@ -222,6 +296,8 @@ def _checked(result: dict) -> str:
 
 
 def run(sizes: list[int], arch: str) -> list[dict]:
+    first, then = warm_items()
+    warm_in_workers(warm_launch, first, then=then, label="ssd")
     return ssd_rows()
 
 

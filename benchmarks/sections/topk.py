@@ -11,6 +11,7 @@ from benchmarks.device import free_device_memory
 from benchmarks.report import config_times_cell, correct_cell, failed_row, ms_cell, speedup_cell, table_row
 from benchmarks.section import Section
 from benchmarks.timing import cuda_time_ms, guarded, tune, tune_working
+from benchmarks.warm import warm_in_workers
 
 TOPK_ROWS, TOPK_VOCAB = 64, 128256
 TOPK_DTYPES = ("float32", "bfloat16")
@@ -29,6 +30,54 @@ def _tile_name(tile_size: int) -> str:
 
 def _chunk_name(chunk: int) -> str:
     return f"chunk {chunk}"
+
+
+def _triton_chunks(k: int) -> list[int]:
+    """The Triton chunks a k takes (a chunk keeps its first k)."""
+    return [c for c in TRITON_CHUNKS if c >= k]
+
+
+def _logits(dtype: str, k: int) -> tuple[Any, Any]:
+    """The row's (TOPK_ROWS, TOPK_VOCAB) normal logits, and the generator that drew them (for the sampler's uniform
+    numbers)."""
+    import torch
+
+    g = torch.Generator(device="cuda").manual_seed(22 + k)
+    return torch.randn(TOPK_ROWS, TOPK_VOCAB, device="cuda", generator=g).to(getattr(torch, dtype)), g
+
+
+def warm_items() -> tuple[list[tuple], list[tuple]]:
+    """`(first, then)` launches for `warm_in_workers`, `(what, dtype, k, config)`: every Triton launch, and per dtype
+    and tile coop_tiles' top-k at k = 1 (its own 2 programs) and at the first k > 1 (the passes over whole rows,
+    which the other ks and the sampler share, and its select); then coop_tiles' other top-k and the samplers."""
+    first, then = [], []
+    for dtype in TOPK_DTYPES:
+        first += [("triton", dtype, k, chunk) for k in TOPK_KS for chunk in _triton_chunks(k)]
+        shared = [k for k in TOPK_KS if k == 1] + [k for k in TOPK_KS if k > 1][:1]
+        for tile_size in TOPK_TILES:
+            first += [("coop", dtype, k, tile_size) for k in shared]
+            then += [("coop", dtype, k, tile_size) for k in TOPK_KS if k not in shared]
+            then += [("sampler", dtype, k, tile_size) for k in TOPK_KS if k > 1]
+    return first, then
+
+
+def warm_launch(item: tuple) -> None:
+    """One of `warm_items` (in a worker process): the launch the timed row makes, on logits of the row's shape
+    (the constexprs of coop_tiles' passes depend on it)."""
+    import torch
+
+    from benchmarks import _topk_triton
+    from coop_tiles.examples import top_p_sample, topk
+
+    what, dtype, k, config = item
+    x, _ = _logits(dtype, k)
+    if what == "coop":
+        topk(x, k, tile_size=config)
+    elif what == "sampler":
+        top_p_sample(x, k, TOP_P, torch.rand(TOPK_ROWS, device="cuda"), tile_size=config)
+    else:
+        _topk_triton.topk(x, k, config)
+    torch.cuda.synchronize()
 
 
 def topk_rows() -> list[dict]:
@@ -50,8 +99,7 @@ def _topk_row(dtype: str, k: int) -> dict:
 
     from coop_tiles.examples import top_p_sample, topk
 
-    g = torch.Generator(device="cuda").manual_seed(22 + k)
-    x = torch.randn(TOPK_ROWS, TOPK_VOCAB, device="cuda", generator=g).to(getattr(torch, dtype))
+    x, g = _logits(dtype, k)
     want = torch.topk(x, k).values
     got: dict[str, Any] = {}
 
@@ -91,8 +139,7 @@ def _topk_row(dtype: str, k: int) -> dict:
 def _triton(x: Any, k: int, keep: Any, reset: Any, check: Any) -> dict:
     from benchmarks import _topk_triton
 
-    chunks = [c for c in TRITON_CHUNKS if c >= k]
-    return tune_working(chunks, lambda c: keep(lambda: _topk_triton.topk(x, k, c)), reset, check)
+    return tune_working(_triton_chunks(k), lambda c: keep(lambda: _topk_triton.topk(x, k, c)), reset, check)
 
 
 def _torch_sample(x: Any, k: int, uniform: Any) -> Any:
@@ -180,6 +227,8 @@ def topk_lines(rows: list[dict]) -> list[str]:
 
 
 def run(sizes: list[int], arch: str) -> list[dict]:
+    first, then = warm_items()
+    warm_in_workers(warm_launch, first, then=then, label="topk")
     return topk_rows()
 
 

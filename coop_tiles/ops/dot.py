@@ -156,7 +156,7 @@ class Dot(TileOp):
             return lower_registers(s, w, spec)
         traits = w.gemm(spec)
         operands = (s.a, s.b, s.out)
-        shapes = [v.type.shape for v in operands]
+        shapes = [*operand_shapes(s), s.out.type.shape]  # (as multiplied: a `.T` operand is held the other way)
         types = [cxx_name(v.type.dtype) for v in operands]
         # a row-major (r, c) operand takes r leading dimensions, a column-major one c
         fields = "".join(
