@@ -60,6 +60,16 @@ def test_elementwise_only_program_loads_striped_without_shared_memory():
     assert not BARRIER.findall(k.ptx)
 
 
+def test_element_wise_chains_are_one_loop_and_choices_take_no_branch():
+    """Numba's compile time grows with the square of a body's basic blocks: each store's chain of element-wise
+    ops is one loop over the items, and tile.where, maximum and minimum choose without a branch (softplus's own
+    conditional is the body's only one)."""
+    x = np.zeros(1, np.float32)
+    source = elementwise_math.compile(x, x, 1, TILE=1024, arch="sm_90").numba_source  # 4 items per thread
+    assert source.count("for i in range(") == 1 + 7, source  # the loaded tile's copy into t, then one per store
+    assert source.count(" if ") == 1 and source.count("select(") == 3, source
+
+
 def test_pinned_block_threads_sets_items_per_thread():
     import coop_tiles as ct
 
