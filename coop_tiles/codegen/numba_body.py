@@ -177,16 +177,14 @@ class _BodyWriter:
         """`body`'s statements, those that make a register tile item by item gathered into one loop over the items
         per count of items until a statement of another kind or a barrier: Numba's compile time grows with the
         square of a body's basic blocks, and each loop is several. A gathered statement reads item i of its
-        operands only, tiles of its own count of items, so item i of each loop runs the statements in order
-        (tiles in shared memory are not gathered: they may share bytes at other items' positions)."""
+        operands only, tiles of its own count of items, so item i of each loop runs the statements in order."""
         if not body:
             self.line(depth, "pass")
         loops: dict[int, list[str]] = {}  # items per thread: the gathered assignments
         for s in body:
             barrier = self.plan is not None and self.plan.barrier_before(s)
             expr = self.item_expr(s)
-            tiles = [v.name for v in (*ir.defs(s), *ir.uses(s)) if isinstance(v.type, TileType)]
-            gathered = expr is not None and not any(t in self.plan.carve.tiles for t in tiles)
+            gathered = expr is not None and self.in_registers(s)
             if barrier or not gathered:
                 self.item_loops(loops, depth)
             if barrier:
@@ -196,6 +194,11 @@ class _BodyWriter:
             else:
                 self.stmt(s, depth)
         self.item_loops(loops, depth)
+
+    def in_registers(self, s: ir.Stmt) -> bool:
+        """Whether every tile `s` names is in registers (one in shared memory may share bytes with another at other
+        items' positions, so its statements are not gathered)."""
+        return not any(v.name in self.plan.carve.tiles for v in (*ir.defs(s), *ir.uses(s)))
 
     def stmt(self, s: ir.Stmt, depth: int) -> None:
         """One statement, on its own."""
