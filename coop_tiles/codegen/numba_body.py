@@ -174,31 +174,45 @@ class _BodyWriter:
                         self.line(depth, f"{state}[0] = 0")
 
     def stmts(self, body: list[ir.Stmt], depth: int) -> None:
-        """`body`'s statements, those that make a register tile item by item gathered into one loop over the items
-        per count of items until a statement of another kind or a barrier: Numba's compile time grows with the
-        square of a body's basic blocks, and each loop is several. A gathered statement reads item i of its
-        operands only, tiles of its own count of items, so item i of each loop runs the statements in order."""
+        """`body`'s statements, those that make a tile item by item gathered into one loop over the items per count
+        of items until a statement of another kind or a barrier: Numba's compile time grows with the square of a
+        body's basic blocks, and each loop is several. A gathered statement reads item i of its operands only,
+        tiles of its own count of items, so item i of each loop runs the statements in order, as long as no two
+        tiles of the loops share bytes at different items (`overlap`)."""
         if not body:
             self.line(depth, "pass")
         loops: dict[int, list[str]] = {}  # items per thread: the gathered assignments
+        placed: dict[str, tuple[int, ...]] = {}  # the gathered tiles in shared memory (`placements`)
         for s in body:
             barrier = self.plan is not None and self.plan.barrier_before(s)
             expr = self.item_expr(s)
-            gathered = expr is not None and self.in_registers(s)
-            if barrier or not gathered:
+            shared = self.placements(s) if expr is not None else {}
+            if barrier or expr is None or self.overlap(shared, placed):
                 self.item_loops(loops, depth)
+                placed.clear()
             if barrier:
                 self.line(depth, "cuda.syncthreads()")
-            if gathered:
+            if expr is not None:
                 loops.setdefault(self.items(s.out), []).append(f"{s.out.name}[i] = {expr}")
+                placed.update(shared)
             else:
                 self.stmt(s, depth)
         self.item_loops(loops, depth)
 
-    def in_registers(self, s: ir.Stmt) -> bool:
-        """Whether every tile `s` names is in registers (one in shared memory may share bytes with another at other
-        items' positions, so its statements are not gathered)."""
-        return not any(v.name in self.plan.carve.tiles for v in (*ir.defs(s), *ir.uses(s)))
+    def placements(self, s: ir.Stmt) -> dict[str, tuple[int, ...]]:
+        """The tiles `s` names that are in shared memory: (first byte, end, bytes between threads' items, bytes
+        of an item)."""
+        carve, tiles = self.plan.carve.tiles, self.plan.tiles
+        named = {v.name for v in (*ir.defs(s), *ir.uses(s))} & carve.keys()
+        return {n: (carve[n].offset, carve[n].end, tile_stride(tiles[n]), tiles[n].itemsize) for n in named}
+
+    @staticmethod
+    def overlap(tiles: dict[str, tuple[int, ...]], placed: dict[str, tuple[int, ...]]) -> bool:
+        """Whether a tile of `tiles` shares bytes with one of `placed` (reused shared memory) other than item for
+        item (an element-wise result written over its operand): one loop would write an item of one before it
+        read the other's."""
+        pairs = ((a, b) for a in tiles.values() for b in placed.values())
+        return any(a[0] < b[1] and b[0] < a[1] and (a[0], *a[2:]) != (b[0], *b[2:]) for a, b in pairs)
 
     def stmt(self, s: ir.Stmt, depth: int) -> None:
         """One statement, on its own."""
