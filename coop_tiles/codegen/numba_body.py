@@ -3,12 +3,12 @@ only module that writes Numba code.
 
 Each tile is a `cuda.local.array` of its items per thread (16-bit floats as their bits), or,
 when the plan keeps it in shared memory, an array over this thread's bytes of its region;
-element-wise operations are loops over those items, consecutive ones over register tiles one
-loop (unrolled by LLVM, so register tiles stay in registers; few loops, few basic blocks, which
-Numba's compile time grows with the square of); collectives call their C++ shims as their
-`ShimCall` says, with the TempStorage buffer and the planned byte offset; `cuda.syncthreads()`
-goes exactly where the plan puts barriers. Arrays and views are a pointer, an element offset,
-and per-axis shapes and strides.
+element-wise operations are loops over those items, consecutive ones one loop (unrolled by
+LLVM, so register tiles stay in registers; few loops are few basic blocks, which Numba's compile
+time grows with the square of); collectives call their C++ shims as their `ShimCall` says, with
+the TempStorage buffer and the planned byte offset; `cuda.syncthreads()` goes exactly where the
+plan puts barriers. Arrays and views are a pointer, an element offset, and per-axis shapes and
+strides.
 """
 
 from __future__ import annotations
