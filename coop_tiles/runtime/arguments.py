@@ -44,8 +44,12 @@ class DeviceArray:
         else the tuple of its shape and strides (the last left out when it is unit)."""
         if len(self.shape) == 1 and self.unit_stride:
             return self.ptr, self.shape[0]
-        strides = self.strides[:-1] if self.unit_stride else self.strides
-        return self.ptr, (*self.shape, *strides)
+        return self.ptr, launch_extents(self.shape, self.strides, self.unit_stride)
+
+
+def launch_extents(shape: tuple[int, ...], strides: tuple[int, ...], unit: bool) -> tuple[int, ...]:
+    """An array's shape and element strides as the launchers take them (the last stride left out when it is 1)."""
+    return (*shape, *(strides[:-1] if unit else strides))
 
 
 def _element_strides(byte_strides: Any, shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:

@@ -51,10 +51,9 @@ class Classifier:
             bool: self._scalar,
         }
         self._extractors: dict[type, Callable[[Any], arguments.DeviceArray] | None] = {}
-        #: the key of a PyTorch tensor by (torch dtype, rank, unit last-axis stride), and of a CuPy array by (dtype
-        #: number, rank, unit last-axis stride): the one `_array` gives it
-        self._torch_keys: dict[tuple, Any] = {}
-        self._cupy_keys: dict[tuple, Any] = {}
+        #: the key `_array` gave the first PyTorch tensor of a (torch dtype, rank, unit last-axis stride), and the
+        #: first CuPy array of a (dtype number, rank, unit last-axis stride)
+        self._learnt_keys: dict[tuple, Any] = {}
         #: whether the CuPy and PyTorch classifiers read their arrays' devices (set when the first is
         #: chosen: with one GPU every array is on device 0)
         self._read_devices = True
@@ -117,17 +116,15 @@ class Classifier:
         else:
             strides = value.stride()
             unit = shape[-1] <= 1 or strides[-1] == 1
-        key = self._torch_keys.get((value.dtype, len(shape), unit))
+        kind = (value.dtype, len(shape), unit)
+        key = self._learnt_keys.get(kind)
         if key is None or not value.is_cuda:
-            key, values, library, device = self._array(value, name)
-            self._torch_keys[(value.dtype, len(shape), unit)] = key
-            return key, values, library, device
+            return self._learn(kind, value, name)
         device = value.get_device() if self._read_devices else 0
         if strides is None and unit:
             return key, (value.data_ptr(), shape[0]), launcher.TORCH, device
         strides = strides if strides is not None else value.stride()
-        rest = (*shape, *(strides[:-1] if unit else strides))
-        return key, (value.data_ptr(), rest), launcher.TORCH, device
+        return key, (value.data_ptr(), arguments.launch_extents(shape, strides, unit)), launcher.TORCH, device
 
     def _cupy_array(self, value: Any, name: str) -> Classified:
         """A CuPy array of any rank and strides, without building a DeviceArray once an array of its dtype, rank and
@@ -140,12 +137,17 @@ class Classifier:
         shape, strides, itemsize = value.shape, value.strides, value.itemsize
         unit = ndim > 0 and (shape[-1] <= 1 or strides[-1] == itemsize)
         num = value.dtype.num
-        cache = (num, ndim, unit)
-        key = self._cupy_keys.get(cache)
+        kind = (num, ndim, unit)
+        key = self._learnt_keys.get(kind)
         if key is None or num >= 256 or any(s % itemsize for s in strides):  # (user dtypes' numbers are not unique)
-            key, values, library, device = self._array(value, name)
-            self._cupy_keys[cache] = key
-            return key, values, library, device
+            return self._learn(kind, value, name)
         data = value.data
-        elements = tuple(s // itemsize for s in (strides[:-1] if unit else strides))
-        return key, (data.ptr, (*shape, *elements)), launcher.CUPY, data.device_id if self._read_devices else 0
+        extents = arguments.launch_extents(shape, tuple(s // itemsize for s in strides), unit)
+        return key, (data.ptr, extents), launcher.CUPY, data.device_id if self._read_devices else 0
+
+    def _learn(self, kind: tuple, value: Any, name: str) -> Classified:
+        """`value` classified through `_array` (which reports what is wrong with it), its key remembered for the
+        arrays of its `kind`."""
+        classified = self._array(value, name)
+        self._learnt_keys[kind] = classified[0]
+        return classified
