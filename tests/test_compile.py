@@ -8,6 +8,8 @@ from carve_checker import check, format_report
 from drawing_checker import drawing_problems
 from programs import CASES, elementwise_math, scaled_cumsum, vector_add
 
+from coop_tiles.codegen.numba_body import _BodyWriter
+
 BARRIER = re.compile(r"^\s*(?:bar|barrier)\.sync", re.M)
 
 # Every distinct specialisation compiles for sm_90; every program compiles for sm_80 too.
@@ -58,6 +60,26 @@ def test_elementwise_only_program_loads_striped_without_shared_memory():
     assert all(t.arrangement == "striped" for t in k.plan.tiles.values())
     assert k.local_memory_bytes() == 0
     assert not BARRIER.findall(k.ptx)
+
+
+def test_element_wise_chains_are_one_loop_and_choices_take_no_branch():
+    """Numba's compile time grows with the square of a body's basic blocks: each store's chain of element-wise
+    ops is one loop over the items, and tile.where, maximum and minimum choose without a branch (softplus's own
+    conditional is the body's only one)."""
+    x = np.zeros(1, np.float32)
+    source = elementwise_math.compile(x, x, 1, TILE=1024, arch="sm_90").numba_source  # 4 items per thread
+    assert source.count("for i in range(") == 1 + 7, source  # the loaded tile's copy into t, then one per store
+    assert source.count(" if ") == 1 and source.count("select(") == 3, source
+
+
+def test_item_loops_keep_apart_shared_tiles_that_share_bytes_at_different_items():
+    """Statements over tiles in shared memory join one loop over the items unless two of its tiles share bytes
+    other than item for item (reused memory: a loop would write one's item before it read the other's)."""
+    placed = {"a": (0, 1024, 12, 4)}  # (first byte, end, bytes between threads' items, item size)
+    assert not _BodyWriter.overlap({"b": (0, 1024, 12, 4)}, placed)  # a result written over its operand
+    assert not _BodyWriter.overlap({"b": (1024, 2048, 12, 4)}, placed)
+    assert _BodyWriter.overlap({"b": (512, 1536, 12, 4)}, placed)
+    assert _BodyWriter.overlap({"b": (0, 512, 4, 2)}, placed)
 
 
 def test_pinned_block_threads_sets_items_per_thread():

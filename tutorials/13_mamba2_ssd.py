@@ -27,7 +27,10 @@ chunk:
 3. **The output**: inside the chunk a causal, decayed attention-like product, `((C B^T) * exp(cs_l - cs_s) * dt_s,
    for s <= l) @ X`, plus the entering state's contribution `(C H_c^T) * exp(cs_l)`, then D and the z gate. Two
    `tile.dot`s per block of earlier rows, the mask and the decay element-wise on the (M, K) block in between;
-   every product into the output of one shape, so that its accumulator stays in registers.
+   every product into the output of one shape, so that its accumulator stays in registers. The states H and B
+   are stored (.., headdim, dstate) and (.., seqlen, dstate): their blocks are loaded along those contiguous rows
+   and multiplied as `hn.T` and `bk.T` (a transposed view loaded item by item would read one element per
+   memory sector).
 
     Mamba's Triton (ssd_combined.py)                      coop_tiles.examples.ssd
     _chunk_cumsum_fwd + _chunk_state_fwd (2 kernels)      chunk_state: tile.scan, tile.dot

@@ -3,10 +3,12 @@ only module that writes Numba code.
 
 Each tile is a `cuda.local.array` of its items per thread (16-bit floats as their bits), or,
 when the plan keeps it in shared memory, an array over this thread's bytes of its region;
-element-wise operations are loops over those items (unrolled by LLVM, so register tiles stay
-in registers); collectives call their C++ shims as their `ShimCall` says, with the TempStorage
-buffer and the planned byte offset; `cuda.syncthreads()` goes exactly where the plan puts
-barriers. Arrays and views are a pointer, an element offset, and per-axis shapes and strides.
+element-wise operations are loops over those items, consecutive ones one loop (unrolled by
+LLVM, so register tiles stay in registers; few loops are few basic blocks, which Numba's compile
+time grows with the square of); collectives call their C++ shims as their `ShimCall` says, with
+the TempStorage buffer and the planned byte offset; `cuda.syncthreads()` goes exactly where the
+plan puts barriers. Arrays and views are a pointer, an element offset, and per-axis shapes and
+strides.
 """
 
 from __future__ import annotations
@@ -133,11 +135,16 @@ class _BodyWriter:
         return v.name
 
     def declare(self, body: list[ir.Stmt], depth: int) -> None:
-        """Every variable at the top of the function (Numba needs one type per name)."""
+        """Every variable at the top of the function (Numba needs one type per name), but the scalars and views
+        that are temporaries: defined once, before every use (the IR's rule), by a statement that every thread
+        runs (an element read runs in thread 0 alone when only thread 0 needs it), they need no declaration, and a
+        declaration would define them twice (Numba's SSA pass then rewrites each of them through the whole body)."""
         declared: set[str] = set()
         for s in ir.walk(body):
             for out in ir.defs(s):
                 if out.name in declared or isinstance(s, (ir.Param, ir.ForRange)):  # (they bind their own)
+                    continue
+                if out.kind == ir.TEMP and not isinstance(out.type, TileType) and not isinstance(s, ir.ArrayRead):
                     continue
                 declared.add(out.name)
                 if isinstance(out.type, TileType) and self.plan is not None and out.name in self.plan.carve.tiles:
@@ -167,19 +174,79 @@ class _BodyWriter:
                         self.line(depth, f"{state}[0] = 0")
 
     def stmts(self, body: list[ir.Stmt], depth: int) -> None:
+        """`body`'s statements, those that make a tile item by item gathered into one loop over the items per count
+        of items until a statement of another kind or a barrier: Numba's compile time grows with the square of a
+        body's basic blocks, and each loop is several. A gathered statement reads item i of its operands only,
+        tiles of its own count of items, so item i of each loop runs the statements in order, as long as no two
+        tiles of the loops share bytes at different items (`overlap`)."""
         if not body:
             self.line(depth, "pass")
+        loops: dict[int, list[str]] = {}  # items per thread: the gathered assignments
+        placed: dict[str, tuple[int, ...]] = {}  # the gathered tiles in shared memory (`placements`)
         for s in body:
-            if self.plan is not None and self.plan.barrier_before(s):
+            barrier = self.plan is not None and self.plan.barrier_before(s)
+            expr = self.item_expr(s)
+            shared = self.placements(s) if expr is not None else {}
+            if barrier or expr is None or self.overlap(shared, placed):
+                self.item_loops(loops, depth)
+                placed.clear()
+            if barrier:
                 self.line(depth, "cuda.syncthreads()")
-            handler = _HANDLERS.get(type(s))
-            if handler is not None:
-                handler(self, s, depth)
-            elif isinstance(s, ir.Collective):
-                self.call(self.calls[s.cid], s.cid, depth)
-            else:  # a tile made item by item (`TileOp.item_value`)
-                self.line(depth, f"for i in range({self.items(s.out)}):")
-                self.line(depth + 1, f"{s.out.name}[i] = {op_of(s).item_value(s, self)}")
+            if expr is not None:
+                loops.setdefault(self.items(s.out), []).append(f"{s.out.name}[i] = {expr}")
+                placed.update(shared)
+            else:
+                self.stmt(s, depth)
+        self.item_loops(loops, depth)
+
+    def placements(self, s: ir.Stmt) -> dict[str, tuple[int, ...]]:
+        """The tiles `s` names that are in shared memory: (first byte, end, bytes between threads' items, bytes
+        of an item)."""
+        carve, tiles = self.plan.carve.tiles, self.plan.tiles
+        named = {v.name for v in (*ir.defs(s), *ir.uses(s))} & carve.keys()
+        return {n: (carve[n].offset, carve[n].end, tile_stride(tiles[n]), tiles[n].itemsize) for n in named}
+
+    @staticmethod
+    def overlap(tiles: dict[str, tuple[int, ...]], placed: dict[str, tuple[int, ...]]) -> bool:
+        """Whether a tile of `tiles` shares bytes with one of `placed` (reused shared memory) other than item for
+        item (an element-wise result written over its operand): one loop would write an item of one before it
+        read the other's."""
+        pairs = ((a, b) for a in tiles.values() for b in placed.values())
+        return any(a[0] < b[1] and b[0] < a[1] and (a[0], *a[2:]) != (b[0], *b[2:]) for a, b in pairs)
+
+    def stmt(self, s: ir.Stmt, depth: int) -> None:
+        """One statement, on its own."""
+        expr = self.item_expr(s)
+        if expr is not None:
+            self.item_loops({self.items(s.out): [f"{s.out.name}[i] = {expr}"]}, depth)
+        elif isinstance(s, ir.Collective):
+            self.call(self.calls[s.cid], s.cid, depth)
+        else:
+            _HANDLERS[type(s)](self, s, depth)
+
+    def item_expr(self, s: ir.Stmt) -> str | None:
+        """Item i of the tile that `s` makes item by item (an element-wise op, a tile copy, a tile constructor's
+        `TileOp.item_value`); None for any other statement."""
+        out = getattr(s, "out", None)
+        if isinstance(s, ir.Collective) or not isinstance(getattr(out, "type", None), TileType):
+            return None
+        if isinstance(s, ir.TileMap):
+            args = [self.operand(a, True) for a in s.args]
+            return element_expr(s.op, args, [a.type.dtype for a in s.args], s.compute, out.type.dtype)
+        if isinstance(s, ir.Copy):
+            return convert(self.operand(s.src, True), s.src.type.dtype, out.type.dtype)
+        return None if type(s) in _HANDLERS else op_of(s).item_value(s, self)
+
+    def item_loops(self, loops: dict[int, list[str]], depth: int) -> None:
+        """For each count of items, its assignments for each item i (no loop for one item); `loops` emptied."""
+        for items, lines in loops.items():
+            if items == 1:
+                self.line(depth, "i = 0")
+            else:
+                self.line(depth, f"for i in range({items}):")
+            for text in lines:
+                self.line(depth + (items > 1), text)
+        loops.clear()
 
     def item_index(self, tile: ir.Var) -> str:
         """Item `i`'s index in `tile`, an int64."""
@@ -247,20 +314,8 @@ def _scalar_op(w: _BodyWriter, s: ir.ScalarOp, depth: int) -> None:
     w.line(depth, f"{s.out.name} = {expr}")
 
 
-def _tile_map(w: _BodyWriter, s: ir.TileMap, depth: int) -> None:
-    args = [w.operand(a, True) for a in s.args]
-    expr = element_expr(s.op, args, [a.type.dtype for a in s.args], s.compute, s.out.type.dtype)
-    w.line(depth, f"for i in range({w.items(s.out)}):")
-    w.line(depth + 1, f"{s.out.name}[i] = {expr}")
-
-
 def _copy(w: _BodyWriter, s: ir.Copy, depth: int) -> None:
-    src_dt, dst_dt = s.src.type.dtype, s.out.type.dtype
-    if isinstance(s.out.type, TileType):
-        w.line(depth, f"for i in range({w.items(s.out)}):")
-        w.line(depth + 1, f"{s.out.name}[i] = {convert(w.operand(s.src, True), src_dt, dst_dt)}")
-    else:
-        w.line(depth, f"{s.out.name} = {convert(w.operand(s.src, False), src_dt, dst_dt)}")
+    w.line(depth, f"{s.out.name} = {convert(w.operand(s.src, False), s.src.type.dtype, s.out.type.dtype)}")
 
 
 def _program_id(w: _BodyWriter, s: ir.ProgramId, depth: int) -> None:
@@ -278,10 +333,10 @@ def _array_view(w: _BodyWriter, s: ir.ArrayView, depth: int) -> None:
     ok, offset, _ = w.address(s.array, s.indices)
     name = s.out.name
     w.line(depth, f"{name}_ok = {ok}")
-    w.line(depth, f"{name}_off = ({offset}) if {name}_ok else np.int64(0)")
+    w.line(depth, f"{name}_off = select({name}_ok, {offset}, np.int64(0))")
     shapes = [f"{name}_shape{j}" for j in range(s.out.type.ndim)]
     for j, n in enumerate(shapes):
-        w.line(depth, f"{n} = {base.shapes[k + j]} if {name}_ok else np.int64(0)")
+        w.line(depth, f"{n} = select({name}_ok, {base.shapes[k + j]}, np.int64(0))")
     w.arrays[name] = ArrayParts(base.ptr, f"{name}_off", tuple(shapes), base.strides[k:])
 
 
@@ -333,7 +388,6 @@ def _handlers() -> dict:
     return {
         ir.Param: _param,
         ir.ScalarOp: _scalar_op,
-        ir.TileMap: _tile_map,
         ir.Copy: _copy,
         ir.ProgramId: _program_id,
         ir.ArrayView: _array_view,
@@ -367,7 +421,7 @@ def _start(w: _BodyWriter, start: BodyStart) -> None:
             guess = "cuda.gridDim.x - 1 - cuda.blockIdx.x" if start.descending else "cuda.blockIdx.x"
             w.line(1, f"{s.out.name} = np.int64({guess})")  # the guess; the ticket comes after
         else:
-            _HANDLERS[type(s)](w, s, 1)
+            w.stmt(s, 1)
     for s in start.calls_for:
         w.call(start.call(ir.rewrite(s, rename)), -1, 1)
     w.shims.append(ShimDecl(start.begin, "void", ("CPointer(uint8)",)))

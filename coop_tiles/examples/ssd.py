@@ -132,12 +132,13 @@ def state_passing(
 
 @ct.jit
 def chunk_cb(
-    C, BT, seq_rows, seq_cols, cb, seqlen,
+    C, B, seq_rows, seq_cols, cb, seqlen,
     HAS_SEQ_IDX: ct.constexpr, L: ct.constexpr, N: ct.constexpr, M: ct.constexpr, K: ct.constexpr,
 ):  # fmt: skip
     """Rows m..m+M of C_c B_c^T for chunk c of (b, g) into cb[b, c, g] ((batch, nchunks, ngroups, L, L), float32),
-    the (M, K) blocks on and below the diagonal that `chunk_scan` reads (once per group, not per head). C:
-    (batch, ngroups, seqlen, N), BT: (batch, ngroups, N, seqlen) (B transposed) views. With HAS_SEQ_IDX the
+    the (M, K) blocks on and below the diagonal that `chunk_scan` reads (once per group, not per head). C and B:
+    (batch, ngroups, seqlen, N) views; B's blocks are loaded along its contiguous rows and multiplied transposed
+    (the dot reads `bk.T` in place). With HAS_SEQ_IDX the
     entries between steps of different sequences are 0: seq_rows (batch, seqlen, at least K) and seq_cols
     (batch, M, seqlen), seq_idx repeated along a last and a middle axis (stride-0 views, as chunk_scan's)."""
     m, c, bg = ct.program_id(0) * M, ct.program_id(1), ct.program_id(2)
@@ -149,28 +150,29 @@ def chunk_cb(
             acc = tile.zeros((M, K), np.float32)
             for n in range(0, N, K):
                 cn = tile.load(C[b, g], (t0 + m, n), (M, K), valid=(steps - m, N - n), other=0)
-                bn = tile.load(BT[b, g], (n, t0 + k), (K, K), valid=(N - n, steps - k), other=0)
-                acc = tile.dot(cn, bn, acc)
+                bn = tile.load(B[b, g], (t0 + k, n), (K, K), valid=(steps - k, N - n), other=0)
+                acc = tile.dot(cn, bn.T, acc)
             row_seq = tile.load(seq_rows[b], (t0 + m, 0), (M, K), valid=(steps - m, None), other=-1)
             col_seq = tile.load(seq_cols[b], (0, t0 + k), (M, K), valid=(None, steps - k), other=-2)
             tile.store(cb[b, c, g], (m, k), ct.where(row_seq == col_seq, acc, 0.0), valid=(L - m, L - k))
     else:
         cm = tile.load(C[b, g], (t0 + m, 0), (M, N), valid=(steps - m, None), other=0)
         for k in range(0, min(m + M, steps), K):
-            bk = tile.load(BT[b, g], (0, t0 + k), (N, K), valid=(None, steps - k), other=0)
-            tile.store(cb[b, c, g], (m, k), tile.dot(cm, bk), valid=(L - m, L - k))
+            bk = tile.load(B[b, g], (t0 + k, 0), (K, N), valid=(steps - k, None), other=0)
+            tile.store(cb[b, c, g], (m, k), tile.dot(cm, bk.T), valid=(L - m, L - k))
 
 
 @ct.jit
 def chunk_scan(
-    x, z, D_rows, cb, C, dt_out, dA_cumsum, cs_rows, seq_rows, passedT, out, seqlen,
+    x, z, D_rows, cb, C, dt_out, dA_cumsum, cs_rows, seq_rows, passed, out, seqlen,
     HAS_D: ct.constexpr, D_PER_ROW: ct.constexpr, HAS_Z: ct.constexpr, HAS_SEQ_IDX: ct.constexpr,
     L: ct.constexpr, P: ct.constexpr, N: ct.constexpr, M: ct.constexpr, K: ct.constexpr,
 ):  # fmt: skip
     """Rows m..m+M of chunk c of (b, h) into out[b, h] (a (batch, nheads, seqlen, P) view like x and z). C:
     (batch, ngroups, seqlen, N); cb: (batch, nchunks, ngroups, L, L), C B^T of each chunk (`chunk_cb`; only its
-    entries on and below the diagonal are read); passedT: (batch, nchunks, nheads, N, P), the state entering each
-    chunk transposed (a view); dt_out and dA_cumsum: (batch, nheads, nchunks, L). The products into the output,
+    entries on and below the diagonal are read); passed: (batch, nchunks, nheads, P, N), the state entering each
+    chunk, read K states at a time along its contiguous rows and multiplied transposed (the dot reads `hn.T` in
+    place); dt_out and dA_cumsum: (batch, nheads, nchunks, L). The products into the output,
     all (M, K) @ (K, P) (C and the states K columns at a time, then each earlier block's), keep their accumulator
     in registers (`tile.dot`'s fragment), where a broadcast would be an exchange: its per-row factors are 2-D
     loads of views that repeat a vector (stride 0): cs_rows, dA_cumsum repeated along a last axis (at least P
@@ -188,8 +190,8 @@ def chunk_scan(
     acc = tile.zeros((M, P), np.float32)
     for n in range(0, N, K):
         cn = tile.load(C[b, g], (t0 + m, n), (M, K), valid=(rows, N - n), other=0)
-        hn = tile.load(passedT[b, c, h], (n, 0), (K, P), valid=(N - n, None), other=0).astype(cn.dtype)
-        acc = tile.dot(cn, hn, acc)
+        hn = tile.load(passed[b, c, h], (0, n), (P, K), valid=(None, N - n), other=0).astype(cn.dtype)
+        acc = tile.dot(cn, hn.T, acc)
     if HAS_SEQ_IDX:
         prev = 0
         if c > 0:
@@ -237,12 +239,12 @@ class ScanBlock(NamedTuple):
 #: shared bytes and blocks a multiprocessor at headdim 64, dstate 128, chunk 256, bfloat16; the registers are
 #: ptxas's choice, not the tiles' need: M=32, K=32 at 128 threads takes 218 uncapped and spills under 144)
 SCAN_BLOCKS = {
-    "m64k64t256": ScanBlock(64, 64, 256),  # 235, 32 KiB, 1 block: the configuration measured at 4.95 ms (H100)
-    "m64k32t256": ScanBlock(64, 32, 256),  # 198, 16 KiB, 1 block
-    "m64k64t128": ScanBlock(64, 64, 128),  # 255, 58 KiB, 2 blocks
-    "m32k64t128r200": ScanBlock(32, 64, 128, 200),  # 200, 25 KiB, 2 blocks
-    "m32k32t128r168": ScanBlock(32, 32, 128, 168),  # 168, 12 KiB, 3 blocks
-    "m32k32t64": ScanBlock(32, 32, 64),  # 240, 17 KiB, 4 blocks
+    "m64k64t256": ScanBlock(64, 64, 256),  # 255, 32 KiB, 1 block: 5.50 ms on the H100 (states read transposed)
+    "m64k32t256": ScanBlock(64, 32, 256),  # 194, 16 KiB, 1 block: 0.82x the default's speed, as above
+    "m64k64t128": ScanBlock(64, 64, 128),  # 255, 58 KiB, 2 blocks: 0.68x
+    "m32k64t128r200": ScanBlock(32, 64, 128, 200),  # 198, 25 KiB, 2 blocks: 0.64x
+    "m32k32t128r168": ScanBlock(32, 32, 128, 168),  # 168, 12 KiB, 3 blocks: 1.02-1.03x
+    "m32k32t64": ScanBlock(32, 32, 64),  # 224, 17 KiB, 4 blocks: 0.53x
 }
 #: the launch `mamba_chunk_scan_combined` uses (the rule: this one, M and K cut to the chunk; switching is this line)
 SCAN_BLOCK = "m64k64t256"
@@ -317,7 +319,7 @@ def mamba_chunk_scan_combined(
     ngroups = B.shape[2]
     cb = empty_like(x, (batch, nchunks, ngroups, chunk_size, chunk_size), f32)
     _program(chunk_cb, interpret)[-(-chunk_size // block_m), nchunks, batch * ngroups](
-        Cg, _permute(B, (0, 2, 3, 1)), seq_rows, seq_cols, cb, seqlen,
+        Cg, Bg, seq_rows, seq_cols, cb, seqlen,
         HAS_SEQ_IDX=has_seq, L=chunk_size, N=dstate, M=block_m, K=block_k,
     )  # fmt: skip
     scan_chunks(
@@ -353,7 +355,7 @@ def scan_chunks(
     cs_rows = _expand(dA_cumsum[..., None], (batch, nheads, nchunks, chunk_size, headdim))
     scan_program(block, interpret)[-(-chunk_size // M), nchunks, batch * nheads](
         xh, xh if zh is None else zh, D_rows, cb, Cg, dt_out, dA_cumsum, cs_rows,
-        dt_out if seq_rows is None else seq_rows, _permute(passed, (0, 1, 2, 4, 3)), outh, seqlen,
+        dt_out if seq_rows is None else seq_rows, passed, outh, seqlen,
         HAS_D=D is not None, D_PER_ROW=D is not None and D.ndim == 2, HAS_Z=zh is not None,
         HAS_SEQ_IDX=seq_rows is not None, L=chunk_size, P=headdim, N=Cg.shape[3], M=M, K=K,
     )  # fmt: skip

@@ -53,7 +53,7 @@ def _infix(symbol: str, boolean: bool = False, fn: Callable | None = None) -> Ca
 
 def _nan_first(compare: str) -> Callable:
     """minimum/maximum propagating NaN from either side, as NumPy does."""
-    return lambda xs, lit: f"({xs[0]} if ({xs[0]} != {xs[0]} or {xs[0]} {compare} {xs[1]}) else {xs[1]})"
+    return lambda xs, lit: f"select(({xs[0]} != {xs[0]}) | ({xs[0]} {compare} {xs[1]}), {xs[0]}, {xs[1]})"
 
 
 _TABLE = [
@@ -101,7 +101,7 @@ _TABLE = [
     ),
     ElementOp("minimum", np.minimum, _nan_first("<")),
     ElementOp("maximum", np.maximum, _nan_first(">")),
-    ElementOp("where", np.where, lambda xs, lit: f"({xs[1]} if {xs[0]} else {xs[2]})"),
+    ElementOp("where", np.where, lambda xs, lit: f"select({xs[0]}, {xs[1]}, {xs[2]})"),
     ElementOp("cast", lambda x: x, lambda xs, lit: xs[0]),
 ]
 

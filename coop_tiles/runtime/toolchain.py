@@ -219,6 +219,7 @@ def _numba_compile(
         "cuda": cuda,
         "ptr": _data_pointer(intrinsic, types),
         "shared_tile": _shared_tile(intrinsic, types),
+        "select": _select(intrinsic, types),
     }
     for decl in shims:
         sig = nb_type(decl.restype)(*(nb_type(a) for a in decl.argtypes))
@@ -268,6 +269,24 @@ def _data_pointer(intrinsic, types):
         return sig, codegen
 
     return ptr
+
+
+@functools.cache
+def _select(intrinsic, types):
+    @intrinsic
+    def select(typingctx, cond, a, b):
+        """`a` if `cond` else `b`, both already evaluated: one select instruction where a conditional
+        expression is a branch (Numba's compile time grows with the square of a body's basic blocks)."""
+        result = types.unliteral(typingctx.unify_types(a, b))
+
+        def codegen(context, builder, signature, args):
+            c = context.cast(builder, args[0], signature.args[0], types.boolean)
+            x, y = (context.cast(builder, v, t, result) for v, t in zip(args[1:], signature.args[1:]))
+            return builder.select(c, x, y)
+
+        return result(cond, a, b), codegen
+
+    return select
 
 
 @functools.cache
