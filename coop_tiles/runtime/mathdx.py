@@ -10,8 +10,8 @@ shims call it and nvJitLink links its LTO-IR with the rest of the kernel.
 
 It is driven here through ctypes (nvmath-python's bindings need the CUDA driver at import, which a
 CI machine has not). Each generation is one or two NVRTC compiles of cuBLASDx (seconds), so the
-traits and the LTO-IR are kept in the disk cache (kind "gemm"), keyed by the request and the
-library's version.
+traits and the LTO-IR are kept in the disk cache (kind "gemm"), keyed by the request, the library's
+version and NVRTC's.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from ..errors import CompileError
+from . import toolchain
 from .cache import DiskCache, make_key
 
 #: commondxPrecision of each operand precision name
@@ -281,7 +282,8 @@ def _generate(spec: GemmSpec) -> tuple[GemmTraits, bytes]:
 
 def _cached(api: tuple[str, ...], spec: GemmSpec, generate):
     cache = DiskCache()
-    key = make_key("gemm", *api, vars(spec), version())
+    # (libmathdx compiles with the NVRTC loaded here: LTO-IR of a newer NVRTC does not link with an older nvJitLink)
+    key = make_key("gemm", *api, vars(spec), version(), toolchain.versions()["nvrtc"])
     found = cache.get("gemm", key)
     if found is None:
         found = generate(spec)
