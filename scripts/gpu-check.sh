@@ -67,9 +67,13 @@ sanitize() {  # racecheck and memcheck over the selection and SANITIZE_TESTS; lo
     python3 scripts/sanitize_cases.py --list | tee "$out/sanitize-cases.txt"
     # each SANITIZE_TESTS entry once without a sanitizer, all at once: their kernels (GEMMs take seconds of NVRTC
     # each) reach the disk cache, so the runs under the tools spend their time in the tools, not compiling
+    # (with pytest-xdist, each entry's tests compile side by side too: the SSD entry's GEMMs took 9 minutes in turn)
+    local -a spread=()
+    python3 -c "import xdist" 2>/dev/null && spread=(-n 4)
     for i in "${!SANITIZE_TESTS[@]}"; do
         IFS='|' read -r file selection <<< "${SANITIZE_TESTS[$i]}"
-        python3 -m pytest -q -p no:cacheprovider "$file" -k "$selection" > "$out/sanitize-warm$i.log" 2>&1 &
+        python3 -m pytest -q -p no:cacheprovider "${spread[@]}" "$file" -k "$selection" \
+            > "$out/sanitize-warm$i.log" 2>&1 &
     done
     wait
     # every run under a tool at once (each its own process and log), then each log judged:
