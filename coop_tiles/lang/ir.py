@@ -33,7 +33,7 @@ import dataclasses
 import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 import numpy as np
 
@@ -370,6 +370,33 @@ class Combine:
         _format(self.body, lines, 1)
         lines.append(f"  return {', '.join(_fmt(r) for r in self.results)}")
         return "\n".join(lines)
+
+
+class Numbering:
+    """Ids for the statements, and names for the temporaries, that a rewrite adds to `program`: past every id it
+    has, each statement at the source line (and inlined calls) of the one it stands for."""
+
+    def __init__(self, program: Program) -> None:
+        stmts = list(program.walk())
+        self.sid = max((s.sid for s in stmts), default=0)
+        self.cid = max((s.cid for s in stmts if isinstance(s, Collective)), default=-1)
+
+    def place(self, stmt: _S, like: Stmt) -> _S:
+        """`stmt`, numbered and located where `like` is."""
+        self.sid += 1
+        stmt.sid, stmt.loc, stmt.inlined = self.sid, like.loc, like.inlined
+        if isinstance(stmt, Collective):
+            self.cid += 1
+            stmt.cid = self.cid
+        return stmt
+
+    def temp(self, t: ValueType) -> Var:
+        """A new temporary of type `t`."""
+        self.sid += 1
+        return Var(f"coop_c{self.sid}", t)
+
+
+_S = TypeVar("_S", bound=Stmt)
 
 
 def walk(body: list[Stmt]) -> Iterator[Stmt]:

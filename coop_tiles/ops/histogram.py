@@ -252,17 +252,7 @@ def accumulate_in_shared_memory(program: ir.Program) -> None:
     region through the loop: written there once before it, composited into by every iteration
     (no re-zeroing, no copy to registers), read back once after it."""
     refs = _references(program.body)
-    stmts = list(ir.walk(program.body))
-    ids = {
-        "cid": max((s.cid for s in stmts if isinstance(s, ir.Collective)), default=-1),
-        "sid": max((s.sid for s in stmts), default=0),
-    }
-
-    def new(stmt: ir.Collective, like: ir.Stmt) -> ir.Collective:
-        ids["cid"] += 1
-        ids["sid"] += 1
-        stmt.cid, stmt.sid, stmt.loc, stmt.inlined = ids["cid"], ids["sid"], like.loc, like.inlined
-        return stmt
+    new = ir.Numbering(program).place
 
     def visit(body: list[ir.Stmt]) -> None:
         i = 0

@@ -190,23 +190,8 @@ def columns_as_rows(program: ir.Program, cls: type) -> None:
     """The GPU form of axis ops along columns (`axis=0`, statements of class `cls`): their 2-D operands
     transposed (`ir.TileRemap`, through shared memory), the op along rows, its 2-D results transposed back and
     its per-column vectors reshaped to their shapes: one lowering, the row one, for both axes."""
-    stmts = list(program.walk())
-    ids = {
-        "sid": max((s.sid for s in stmts), default=0),
-        "cid": max((s.cid for s in stmts if isinstance(s, ir.Collective)), default=-1),
-    }
-
-    def fresh(stmt: ir.Stmt, like: ir.Stmt) -> ir.Stmt:
-        ids["sid"] += 1
-        stmt.sid, stmt.loc, stmt.inlined = ids["sid"], like.loc, like.inlined
-        if isinstance(stmt, ir.Collective):
-            ids["cid"] += 1
-            stmt.cid = ids["cid"]
-        return stmt
-
-    def temp(t: TileType) -> ir.Var:
-        ids["sid"] += 1
-        return ir.Var(f"coop_c{ids['sid']}", t)
+    numbering = ir.Numbering(program)
+    fresh, temp = numbering.place, numbering.temp
 
     def visit(body: list[ir.Stmt]) -> None:
         i = 0
