@@ -290,6 +290,11 @@ def test_gpu_scan_blocks_match_reference(name, monkeypatch):
     _check_on_gpu(args, 256, BF16)
 
 
+def _tolerances(dtype) -> tuple[float, float]:
+    """(rtol, atol): Mamba's test tolerances; bfloat16 outputs round once more."""
+    return (1e-2, 3e-3) if dtype == np.float32 else (2e-2, 5e-2)
+
+
 def _check_on_gpu(args: dict, chunk: int, dtype) -> tuple:
     """`mamba_chunk_scan_combined` on the GPU against the float64 reference at Mamba's tolerances; its output,
     final states and the reference's output as NumPy arrays, and the arguments as CUDA tensors."""
@@ -298,7 +303,7 @@ def _check_on_gpu(args: dict, chunk: int, dtype) -> tuple:
     device = _torch(args, torch)
     out, final = mamba_chunk_scan_combined(**device, chunk_size=chunk, return_final_states=True)
     torch.cuda.synchronize()
-    rtol, atol = (1e-2, 3e-3) if dtype == np.float32 else (2e-2, 5e-2)  # Mamba's; bfloat16 outputs round once more
+    rtol, atol = _tolerances(dtype)
     got = out.float().cpu().numpy()
     scale = np.abs(ref_out).max()
     if dtype == BF16:
@@ -328,5 +333,5 @@ def test_gpu_as_close_as_mamba(dtype, seq):
     got, final, ref_out, device = _check_on_gpu(args, chunk, dtype)
     theirs, their_final = mamba(**device, chunk_size=chunk, return_final_states=True)
     assert np.abs(got - ref_out).max() <= 2 * np.abs(theirs.float().cpu().numpy() - ref_out).max() + 1e-3
-    rtol, atol = (1e-2, 3e-3) if dtype == np.float32 else (2e-2, 5e-2)
+    rtol, atol = _tolerances(dtype)
     np.testing.assert_allclose(final, their_final.float().cpu().numpy(), rtol=rtol, atol=atol)
