@@ -43,6 +43,7 @@ def check(got, want):
 @pytest.mark.parametrize("k", [1, 9, 700])
 def test_interpreter_matches_numpy(dtype, k, monkeypatch):
     monkeypatch.setattr(module, "PROGRAMS", 4)  # (several tiles per program)
+    monkeypatch.setattr(module, "CANDIDATE_TILE", 64)  # (several tiles of candidates per row)
     x = logits(3, 1500, dtype)
     check(topk(x, k, tile_size=128), tutorial.reference_topk(x, k))
 
@@ -89,12 +90,18 @@ def test_programs_compile():
     compiled = [
         module.count_pass.compile(f, i32, i32, 1, 1, BITS=32, FIRST=11, **sm90),
         module.gather_pass.compile(h, i32, i32, h, i32, 1, 1, 1, BITS=16, FIRST=11, CHUNKS=32, **sm90),
-        module.sample_pass.compile(i32, f, i32, f, i64, f[0], i64[0], 1, 0.9, **finish, **sm90),
+        module.sample_pass.compile(
+            i32, f, i32, f, i64, f[0], i64[0], 1, 0.9, **finish, TILE=module.CANDIDATE_TILE, arch="sm_90"
+        ),
+        module.select_pass.compile(i32, f, i32, f, i64, 1, **finish, TILE=module.CANDIDATE_TILE, arch="sm_90"),
         module.argmax_pass.compile(f, i64, i64, 1, 1, **sm90),
         module.argmax_merge.compile(f, i64, i64, f, i64, 1, C=32, arch="sm_90"),
     ]
     assert "histogram[2048]" in str(compiled[0].plan) and "sort_key" in str(compiled[0].plan)
     assert "striped x4" in str(compiled[0].plan) and "BlockRadixSort" in str(compiled[2].plan)
+    # the candidates' histograms: one set of counters (few candidates), not the per-lane copies
+    select_plan = str(compiled[3].plan)
+    assert "histogram[128] counts" in select_plan and "lane copies" not in select_plan
     for k in compiled:
         problems = check_carve(k.program, k.plan)
         assert not problems and k.local_memory_bytes() == 0, format_report(problems, k.program, k.plan)

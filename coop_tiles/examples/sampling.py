@@ -42,8 +42,11 @@ from coop_tiles import tile
 
 from ._arrays import empty_like, zeros_like
 
-#: elements per tile (each program loads `tiles` of them)
+#: elements per tile of the passes over whole rows (each program loads `tiles` of them)
 TILE = 4096
+#: candidates per tile of the per-row passes (`finish`): a row of normal logits has a few hundred (k = 50) to a few
+#: thousand (k = 1024), so a smaller tile than TILE does less work per pass over them
+CANDIDATE_TILE = 1024
 #: by the keys' width: `(FIRST, DIGIT, PASSES)`, the bits of the first digit (counted over whole rows, in
 #: 2**FIRST shared-memory counters), then those of each of the other digits and how many (over the candidates)
 DIGITS = {8: (8, 1, 0), 16: (11, 5, 1), 32: (11, 7, 3)}
@@ -138,7 +141,9 @@ def finish(
             base = t * TILE
             key = tile.sort_key(tile.load(cand[r], base, TILE, valid=m - base))
             d = ((key >> shift) & ((1 << DIGIT) - 1)).astype(np.int32)
-            h = h + tile.histogram(ct.where((key >> (shift + DIGIT)) == prefix, d, -1), 1 << DIGIT, valid=m - base)
+            counted = ct.where((key >> (shift + DIGIT)) == prefix, d, -1)
+            # (few candidates over few bins: one set of counters, not the per-lane copies a long loop gets)
+            h = h + tile.histogram(counted, 1 << DIGIT, valid=m - base, algorithm="atomic")
         digit, above = resolve(h, above, k, 1 << DIGIT)
         prefix = prefix * (1 << DIGIT) + digit
     ranks = 0
@@ -283,7 +288,8 @@ def _gather(x: Any, k: int, tile_size: int) -> tuple[tuple[Any, ...], dict[str, 
     _kernel(count_pass, x)[grid](x, hist, mine, n, tiles, **wide)
     _kernel(gather_pass, x)[grid](x, hist, mine, cand, cand_idx, n, k, tiles, CHUNKS=survivors_tile(grid[0]), **wide)
     vals, idx = empty_like(x, (rows, k), x.dtype), empty_like(x, (rows, k), "int64")
-    return (hist, cand, cand_idx, vals, idx), {"DIGIT": digit, "PASSES": passes, "K": survivors_tile(k), **wide}
+    per_row = {"DIGIT": digit, "PASSES": passes, "K": survivors_tile(k), "BITS": bits, "FIRST": first}
+    return (hist, cand, cand_idx, vals, idx), {**per_row, "TILE": CANDIDATE_TILE}
 
 
 def _chunks(rows: int, n: int, tile_size: int) -> tuple[int, tuple[int, int]]:
