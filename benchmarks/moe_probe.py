@@ -5,15 +5,16 @@ blocks of 64; benchmarks/sections/moe.py): for each num_tokens and each variant,
 (torch.profiler), and whether the outputs equal tutorial 15's sequential reference (the section's ids, and random
 ids with some out of range). A table, printed and written to --out.
 
-Variants: `new` (the module as it is), `new, two launches` / `new, one launch` (RECOUNT_CHUNKS forcing the other
-path where the routes take several chunks), `new, N threads` (the one-launch program pinned to N threads per
-block), `before` (with `--before FILE`: a copy of an older coop_tiles/examples/moe.py, e.g. made with
-`git show 52817b2:coop_tiles/examples/moe.py > benchmarks/moe_before.py` before the run; it is imported as
-`coop_tiles.examples.moe_before`), and `vLLM` (with `--vllm`, when benchmarks/.vllm/moe_align.cu exists:
-benchmarks/_vllm_moe.py builds it; compared as the section does, routes in any order within a group). The variants
-compile in parallel worker processes first (benchmarks/warm.py).
+Variants: `new` (the module as it is), `new two-launch` / `new one-launch` (RECOUNT_CHUNKS forcing the other
+path where the routes take several chunks), `new N threads` (the one-launch programs pinned to N threads per block;
+`new` lets the runtime choose, by occupancy), `before` (with `--before FILE`: a copy of an older
+coop_tiles/examples/moe.py, e.g. made with `git show 52817b2:coop_tiles/examples/moe.py > benchmarks/moe_before.py`
+before the run; it is imported as `coop_tiles.examples.moe_before`), and `vLLM` (with `--vllm`, when
+benchmarks/.vllm/moe_align.cu exists: benchmarks/_vllm_moe.py builds it; compared as the section does, routes in
+any order within a group). The variants compile in parallel worker processes first (benchmarks/warm.py).
 
-    python benchmarks/moe_probe.py --out /tmp/moe_probe.md [--before benchmarks/moe_before.py] [--vllm]
+    python benchmarks/moe_probe.py --out /tmp/moe_probe.md [--before benchmarks/moe_before.py] [--vllm] \
+        [--only "new,new one-launch,before,vLLM"]
 """
 
 from __future__ import annotations
@@ -41,13 +42,16 @@ from coop_tiles.examples import moe  # noqa: E402
 #: the variants of the new module: (name, module constants to set, threads per block of the one-launch programs)
 NEW_VARIANTS = [
     ("new", {}, None),
-    ("new, two launches", {"RECOUNT_CHUNKS": 1}, None),
-    ("new, one launch", {"RECOUNT_CHUNKS": 1 << 30}, None),
-    ("new, 512 threads", {}, 512),
-    ("new, 1024 threads", {}, 1024),
+    ("new two-launch", {"RECOUNT_CHUNKS": 1}, None),
+    ("new one-launch", {"RECOUNT_CHUNKS": 1 << 30}, None),
+    ("new 256 threads", {}, 256),
+    ("new 512 threads", {}, 512),
+    ("new 1024 threads", {}, 1024),
 ]
 #: the file given with --before
 BEFORE: dict[str, str] = {}
+#: the variants --only names (empty: all)
+ONLY: set[str] = set()
 #: the one-launch programs pinned to a number of threads, made once (each keeps its compiled kernels)
 _PINNED: dict[tuple[Any, int], Any] = {}
 
@@ -88,9 +92,9 @@ def before_module(path: str) -> Any:
 def applies(name: str, tokens: int) -> bool:
     """Whether variant `name` of the new module differs from `new` at `tokens` (the path depends on the chunks)."""
     chunks = -(-tokens * MOE_TOPK // moe.CHUNK)
-    if name == "new, two launches":
+    if name == "new two-launch":
         return 1 < chunks <= moe.RECOUNT_CHUNKS
-    if name == "new, one launch":
+    if name == "new one-launch":
         return chunks > moe.RECOUNT_CHUNKS
     if name.endswith("threads"):
         return chunks <= moe.RECOUNT_CHUNKS
@@ -112,15 +116,27 @@ def function(name: str, vllm: Any) -> Callable[[Any], Any]:
 def variants(tokens: int, vllm: Any) -> list[str]:
     """The variants timed at `tokens`."""
     names = [name for name, _, _ in NEW_VARIANTS if applies(name, tokens)]
-    return names + ["before"] * ("path" in BEFORE) + ["vLLM"] * (vllm is not None)
+    names += ["before"] * ("path" in BEFORE) + ["vLLM"] * (vllm is not None)
+    return [name for name in names if not ONLY or name in ONLY]
 
 
-def warm(item: tuple[int, str]) -> None:
-    """Compile variant `item[1]` of the new module at `item[0]` tokens (in a worker of `warm_in_workers`)."""
-    tokens, name = item
+def warm(item: tuple[int, str, str | None]) -> None:
+    """Compile variant `item[1]` at `item[0]` tokens (in a worker of `warm_in_workers`; `item[2]`: --before)."""
+    tokens, name, before = item
+    if before is not None:
+        BEFORE["path"] = before
     with variant(name):
         function(name, None)(_topk_ids(tokens))
     torch.cuda.synchronize()
+
+
+def threads() -> str:
+    """Threads per block of each program compiled so far in this process (the variant's, as `variant` set them)."""
+    seen = {}
+    for program in moe._COMPILED.values():
+        for prepared in program._kernels.values():
+            seen[program.__name__] = prepared.kernel.block_threads
+    return ", ".join(f"{name} {count}" for name, count in seen.items())
 
 
 def host_us(call: Callable[[], Any], count: int = 200, reps: int = 7) -> float:
@@ -192,8 +208,9 @@ def rows(tokens: int, vllm: Any) -> list[str]:
                 flushed = 1e3 * ct.testing.do_bench(call)
                 warm_l2 = 1e3 * ct.testing.do_bench(call, flush_l2=False)
                 cells = [f"{flushed:.1f}", f"{warm_l2:.1f}", f"{host_us(call):.1f}", kernel_us(call), right]
+                cells.append(threads() if name.startswith("new") else "")
         except Exception as error:  # (one variant failing does not stop the others)
-            cells = [failure(error), "", "", "", ""]
+            cells = [failure(error), "", "", "", "", ""]
         out.append(f"| {tokens} | {name} | " + " | ".join(cells) + " |")
         print(out[-1], flush=True)
     return out
@@ -204,7 +221,9 @@ def main() -> None:
     parser.add_argument("--out", default="/tmp/moe_probe.md")
     parser.add_argument("--before", help="an older coop_tiles/examples/moe.py to time as `before`")
     parser.add_argument("--vllm", action="store_true", help="also vLLM's CUDA op (benchmarks/.vllm/moe_align.cu)")
+    parser.add_argument("--only", default="", help="the variants to time, comma-separated (default: all)")
     args = parser.parse_args()
+    ONLY.update(name.strip() for name in args.only.split(",") if name.strip())
     if args.before:
         BEFORE["path"] = args.before
     vllm = None
@@ -215,13 +234,14 @@ def main() -> None:
             vllm = _vllm_moe.load()
         except Exception as error:
             print(f"vLLM: {failure(error)}", file=sys.stderr)
-    items = [(n, name) for n in MOE_TOKENS for name, _, _ in NEW_VARIANTS if applies(name, n)]
+    items = [(n, name, args.before) for n in MOE_TOKENS for name in variants(n, None)]
     warm_in_workers(warm, items, label="moe probe")
     lines = [
         f"MoE align probe: top-{MOE_TOPK} of {MOE_EXPERTS} experts, block {MOE_BLOCK}; {torch.cuda.get_device_name()}",
         "",
-        "| tokens | variant | do_bench µs | no flush µs | host µs/call | kernels µs/call | correct (top-k / random) |",
-        "|---|---|---|---|---|---|---|",
+        "| tokens | variant | do_bench µs | no flush µs | host µs/call | kernels µs/call | correct (top-k / random) "
+        "| threads per block (programs compiled so far) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     print("\n".join(lines), flush=True)
     for tokens in MOE_TOKENS:

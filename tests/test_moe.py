@@ -29,8 +29,8 @@ SHAPES = [
     (200, 8, 60, 24, np.int32),
     (300, 4, 1, 8, np.int32),
 ]
-#: the paths for several chunks: one launch (`recount_routes`, up to RECOUNT_CHUNKS chunks), two launches
-PATHS = {"one launch": moe.RECOUNT_CHUNKS, "two launches": 1}
+#: RECOUNT_CHUNKS forcing each path for several chunks: one launch (`recount_routes`), two launches
+PATHS = {"one launch": 1 << 30, "two launches": 1}
 
 
 def routes(tokens, topk, experts, dtype, seed=0):
@@ -141,4 +141,25 @@ def test_gpu_matches_sequential(tokens, library):
     else:
         cp = pytest.importorskip("cupy")
         got = [cp.asnumpy(a) for a in moe_align_block_size(cp.asarray(ids), 64, 256)]
+    check(got, sequential(ids, 64, 256))
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize(
+    "tokens, path", [(256, "one launch"), (4096, "one launch"), (4096, "two launches"), (16384, "one launch")]
+)
+def test_gpu_writes_every_element(monkeypatch, tokens, path):
+    """The buffer poisoned before the launch: every element is written, on the GPU's schedule of the programs;
+    the path forced (by RECOUNT_CHUNKS) where the tokens take several chunks."""
+    torch = pytest.importorskip("torch")
+    poison = -12345
+
+    def poisoned(like, shape, dtype):
+        return torch.full(shape, poison, dtype=getattr(torch, dtype), device=like.device)
+
+    monkeypatch.setattr(moe, "empty_like", poisoned)
+    monkeypatch.setattr(moe, "RECOUNT_CHUNKS", PATHS[path])
+    ids = routes(tokens, 8, 256, np.int32, seed=tokens + 1)
+    got = [a.cpu().numpy() for a in moe_align_block_size(torch.from_numpy(ids).cuda(), 64, 256)]
+    assert not any((g == poison).any() for g in got)
     check(got, sequential(ids, 64, 256))
