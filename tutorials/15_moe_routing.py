@@ -30,9 +30,10 @@ after each group's routes, up to its block edge, and past the padded total; -1 f
 comes from the counts too. Three ways, by size:
 
   1. Up to 2048 routes (256 tokens of top-8), where launching costs more than the work: one launch of
-     `align_routes`. Program 0 sorts all the routes and needs no counts: a route's block is the number
-     of routes up to it whose rank is a multiple of the block size (an inclusive `tile.scan`), and
-     its position is that block's start plus its rank within the block. The other programs count the
+     `align_routes`. Program 0 sorts all the routes and needs no counts: the routes whose rank is a
+     multiple of the block size each start a block, so an inclusive `tile.scan` of those flags
+     numbers each route's block (from 1), and its position is `(block - 1) * block_size + rank %
+     block_size`. The other programs count the
      routes (8 KB of ids each) and write the padding: the positions after each group's routes form an
      (experts, columns) 2-D tile (`(starts + counts)[:, None] + column[None, :]`, masked where the
      column is past the group's padding), each program its share of the columns.
@@ -47,8 +48,9 @@ comes from the counts too. Three ways, by size:
      table, and fills the whole of `sorted_token_ids` with the sentinel; `place_routes` folds the
      table's columns, loaded as 2-D tiles of up to 64 columns (each thread sums one expert's row:
      `tile.sum(table, axis=1)`): all of them give the counts, those of the programs before it how
-     many routes of each expert come before its chunk. Then it places its routes as in 2. The routes
-     overwrite the sentinels: the second launch starts after the first has finished.
+     many routes of each expert come before its chunk. Then it places its routes as in 2 and writes
+     its share of the -1s. The routes overwrite the sentinels: the second launch starts after the
+     first has finished.
 
 In one launch no two programs write the same element (a program can't wait for another's writes),
 and no program reads what another writes. The result is stable (routes of one expert in route

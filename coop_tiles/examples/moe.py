@@ -63,7 +63,8 @@ CHUNK = 2048
 FILL = 4096
 #: programs' counts per step of `place_routes`' sums (a power of two up to this many: the programs)
 COLUMNS = 64
-#: the most chunks `recount_routes` takes in one launch (each of its programs reads all the ids: 128 KB here)
+#: the most chunks `recount_routes` takes in one launch (each of its programs reads all the ids, 128 KB of int32
+#: here; set without a GPU measurement: benchmarks/moe_probe.py times both paths on either side of it)
 RECOUNT_CHUNKS = 16
 #: ids per step of `recount_routes`' counting loops
 RECOUNT_TILE = 8192
