@@ -1,4 +1,5 @@
-"""Tutorial 15: mixture-of-experts routing (vLLM's `moe_align_block_size`) as one or two tile programs.
+"""Tutorial 15: mixture-of-experts routing (vLLM's `moe_align_block_size`) as tile programs, in one launch (two for very
+many routes).
 
 A mixture-of-experts layer sends each token to its top-k experts. The grouped GEMM that follows wants
 the token copies (*routes*: route r is element r of `topk_ids`, read row-major) grouped by expert, each
@@ -9,35 +10,52 @@ group padded to a multiple of the GEMM's row block, so that every block of rows 
   expert_ids       = [0, 1, 2, 2]  (then -1 for the unused blocks)
   num_tokens_post_padded = [8]
 
-`coop_tiles.examples.moe_align_block_size(topk_ids, block_size, num_experts)` computes these, for
-many routes, in two launches (read `coop_tiles/examples/moe.py` beside this):
+`coop_tiles.examples.moe_align_block_size(topk_ids, block_size, num_experts)` computes these (read
+`coop_tiles/examples/moe.py` beside this). A program takes a chunk of up to 2048 routes and:
 
-  1. `count_routes`: each program counts its chunk of routes per expert with `tile.histogram` and
-     stores the counts as one column of an (experts, programs) table. It also fills its share of
-     `sorted_token_ids` with the sentinel (the padding is whatever no route overwrites).
-  2. `place_routes`: each program folds the table's columns, loaded as 2-D tiles of up to 64 columns
-     (each thread sums one expert's row: `tile.sum(table, axis=1)`). All of them give each expert's count,
-     rounded up to the block (`padded`); an exclusive `tile.scan` of those is where each expert's group
-     starts. Those of the programs before it give how many routes of each expert come before its own.
-     Their sum is stored in a small table, one row per program. Then the program sorts its chunk's
-     expert ids with the route numbers as payload (`tile.sort`: a stable radix sort over the few bits an
-     expert id has), so each expert's routes form a run in route order; `tile.flag_heads` marks the
-     runs, a max-`tile.scan` of the heads' positions gives each route its run's start, and a route's
-     rank in its run is its distance from there. `tile.gather` of its expert's row entry plus its rank
-     is where it goes: `tile.scatter` puts it there. The result is stable (routes of one expert in
-     route order), as vLLM's reference is. Program 0 also writes the padded total and `expert_ids`:
-     each expert's id scattered at its group's first block, then a running max (a carried `tile.scan`)
-     fills the blocks after it.
+  - sorts the chunk's expert ids with the route numbers as payload (`tile.sort`: a stable radix sort
+    over the few bits an expert id has), so each expert's routes form a run in route order. An id
+    outside `[0, num_experts)` is skipped: it sorts as the last expert with the route -1, so
+    `placed = routes >= 0`;
+  - ranks each route within its run: `tile.flag_heads` marks the runs, an exclusive `tile.scan` of the
+    placed flags counts the placed routes before each, and a max-`tile.scan` carries that count from
+    the run's head, so the rank is the difference (the skipped ids in the last run are not counted);
+  - scatters each route to its group's start plus its rank (`tile.scatter`), and, where that position
+    is a multiple of the block size, its expert to `expert_ids`: every group starts on a block edge,
+    and every used block's first row is a route, so the routes write every used block's expert.
 
-Up to one chunk of routes (2048: 256 tokens of top-8), where launching costs more than the work, one
-program `align_routes` does both steps alone, with no table: the histogram of all the routes, their
-starts stored for the gather, the sentinel, the routes sorted and scattered, and `expert_ids`. It
-writes `sorted_token_ids` twice, the sentinel then the routes, from different threads: the planner
-puts a `__syncthreads()` between the two (its plan lists it), as it does between any write and a
-later access of one array in a block.
+Where each expert's group starts takes the count of every expert's routes: `tile.histogram` of the
+ids, rounded up to the block (`padded`), then an exclusive `tile.scan`. The padding (the sentinel
+after each group's routes, up to its block edge, and past the padded total; -1 for the unused blocks)
+comes from the counts too. Three ways, by size:
 
-Expert ids outside `[0, num_experts)` are skipped (sorted last, never placed). The checks below compare
-with a sequential implementation of vLLM's semantics.
+  1. Up to 2048 routes (256 tokens of top-8), where launching costs more than the work: one launch of
+     `align_routes`. Program 0 sorts all the routes and needs no counts: the routes whose rank is a
+     multiple of the block size each start a block, so an inclusive `tile.scan` of those flags
+     numbers each route's block (from 1), and its position is `(block - 1) * block_size + rank %
+     block_size`. The other programs count the
+     routes (8 KB of ids each) and write the padding: the positions after each group's routes form an
+     (experts, columns) 2-D tile (`(starts + counts)[:, None] + column[None, :]`, masked where the
+     column is past the group's padding), each program its share of the columns.
+  2. Up to 16 chunks (4096 tokens): one launch of `recount_routes`, a program per chunk. Each counts
+     all the routes itself, those before its chunk apart (`h = h + tile.histogram(...)` in a loop,
+     which keeps the counts in shared memory), so it knows each group's start and how many of each
+     expert's routes come before its chunk; it stores their sum, and after the sort each route
+     gathers its expert's entry (`tile.gather`) and adds its rank. It then writes its share of the
+     padding as above.
+  3. More chunks, where counting all the routes in every program costs more than a launch: two
+     launches. `count_routes` stores each chunk's counts as one column of an (experts, programs)
+     table, and fills the whole of `sorted_token_ids` with the sentinel; `place_routes` folds the
+     table's columns, loaded as 2-D tiles of up to 64 columns (each thread sums one expert's row:
+     `tile.sum(table, axis=1)`): all of them give the counts, those of the programs before it how
+     many routes of each expert come before its chunk. Then it places its routes as in 2 and writes
+     its share of the -1s. The routes overwrite the sentinels: the second launch starts after the
+     first has finished.
+
+In one launch no two programs write the same element (a program can't wait for another's writes),
+and no program reads what another writes. The result is stable (routes of one expert in route
+order), as vLLM's reference is. The checks below compare with a sequential implementation of
+vLLM's semantics.
 
     python tutorials/15_moe_routing.py
 """

@@ -108,11 +108,12 @@ def moe_lines(rows: list[dict]) -> list[str]:
         "## MoE routing: `coop_tiles.examples.moe_align_block_size` against vLLM's CUDA kernel",
         "",
         f"`topk_ids` of (num_tokens, {MOE_TOPK}) int32, each token's top-{MOE_TOPK} of {MOE_EXPERTS} experts (random "
-        f"logits), block size {MOE_BLOCK}: vLLM's `moe_align_block_size` outputs (tutorial 15). coop_tiles: one tile "
-        "program where the routes fit one block, else two (a histogram per chunk, then a stable sort and scatter "
-        "per chunk). vLLM: its CUDA op from `csrc/moe/moe_align_sum_kernels.cu` (a counting and scan block beside a "
-        "sentinel-filling block, then an atomic scatter), built for sm_90 with vLLM's flags by "
-        "benchmarks/_vllm_moe.py, its outputs allocated with `torch.empty` as vLLM's wrapper does; each call times "
+        f"logits), block size {MOE_BLOCK}: vLLM's `moe_align_block_size` outputs (tutorial 15). coop_tiles: one launch "
+        "up to 16 chunks of 2048 routes (each program sorts a chunk by expert and scatters it, having histogrammed "
+        "the ids itself), two above (a histogram per chunk into a table, then the sort and scatter). vLLM: its CUDA "
+        "op from `csrc/moe/moe_align_sum_kernels.cu` (a counting and scan block beside a sentinel-filling block, "
+        "then an atomic scatter), built for sm_90 with vLLM's flags by benchmarks/_vllm_moe.py, its outputs "
+        "allocated with `torch.empty` as vLLM's wrapper does; each call times "
         "its allocations too. *coop / vLLM* is vLLM's time over coop_tiles' (above 1: coop_tiles faster). Host µs: "
         "the Python and launch time per call.",
         "Correct: coop_tiles equals the sequential reference exactly; vLLM routes as it (the same padded total and "

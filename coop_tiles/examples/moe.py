@@ -1,5 +1,5 @@
 """Mixture-of-experts routing: `moe_align_block_size(topk_ids, block_size, num_experts)`, vLLM's outputs from one
-tile program, or two for many routes (tutorials/15_moe_routing.py explains them).
+launch, or two for very many routes (tutorials/15_moe_routing.py explains them).
 
 Each of a token's top-k choices is a *route*, numbered `0 .. numel-1` in `topk_ids`' row-major order. The routes
 are grouped by expert, in route order within each expert, and each expert's group is padded with the sentinel
@@ -12,20 +12,37 @@ expert:
 - `expert_ids` (int32, one per block of `sorted_token_ids`): the expert of each block, -1 past the last;
 - `num_tokens_post_padded` (int32, one element): the padded length, a multiple of `block_size`.
 
-Expert ids outside `[0, num_experts)` are skipped. Up to `CHUNK` routes (256 tokens of top-8), one launch of one
-program, `align_routes`, where launching dominates the time: the histogram of all the routes, the groups' starts
-(their exclusive scan), the sentinel, then the routes placed as below, and `expert_ids`. More routes, two launches,
-`CHUNK` routes per program:
+Expert ids outside `[0, num_experts)` are skipped. Each program sorts a chunk of up to `CHUNK` routes by expert (a
+stable radix sort over the expert id's bits, a skipped id sorting as the last expert with the route -1) and ranks
+each route among the placed routes of its expert's run (an exclusive sum of the placed flags, less its value at
+the run's head, carried by a max-scan). Every group starts at a multiple of `block_size`, so a route lands at the
+start of a block exactly when its position is one: the routes write `expert_ids` of every block they fill (a
+block's first row is always a route), and the blocks past the padded total get -1. In one launch every element of
+the outputs is written by one program only: no sentinel fill that the routes overwrite, which would need the
+fill's programs to finish first.
 
-1. `count_routes`: each program's histogram of its chunk's expert ids (`tile.histogram`) into its column of an
-   (experts, programs) table; each program also fills its share of `sorted_token_ids` with the sentinel.
-2. `place_routes`: each program sums the table's columns, `COLUMNS` at a time as a 2-D tile whose rows (one per
-   expert) each thread sums alone (all of them: the counts, whose padded exclusive scan is where each expert's
-   group starts; those of the programs before it: where its own routes of each expert go within the group),
-   sorts its chunk's routes by expert (a stable radix sort over the expert id's bits), ranks each route within
-   its expert's run (a max-scan of the run heads' positions) and scatters it to its place. Program 0 also writes
-   `num_tokens_post_padded` and `expert_ids` (each group's expert scattered at its first block, then a running
-   max over the blocks).
+- Up to `CHUNK` routes (256 tokens of top-8), one launch of `align_routes`, whose programs share no results:
+  program 0 sorts all the routes and places each from scans alone: the blocks its expert's group and the groups
+  before it have started up to it (an inclusive sum of the routes whose rank is a multiple of `block_size`) and
+  its rank give its position. Each other program counts the routes per expert itself (`tile.histogram` of the
+  ids, an 8 KB read) and writes the padding (`pad`): the padded counts' exclusive scan gives the groups' starts,
+  and the program writes its `COLUMNS` columns of an (experts, block_size) tile of the positions after each
+  group's routes, its share of the sentinels past the padded total and of the -1s past the last used block.
+- Up to `RECOUNT_CHUNKS` chunks (4096 tokens of top-8), one launch of `recount_routes`: each program counts all
+  the routes by expert itself, those before its chunk apart (`RECOUNT_TILE` ids at a time, into one histogram
+  in shared memory per loop), so it knows where each expert's group starts and how many of the expert's routes
+  come before its own; it stores their sum, sorts its chunk, gathers each route's base by expert, adds the rank
+  and scatters, then writes its part of the padding as `align_routes`' other programs do (the grid has at least
+  enough programs for the padding's columns).
+- More chunks, where recounting costs more than a launch, two launches: `count_routes` (each program's histogram
+  of its chunk into its column of an (experts, programs) table, and its share of `sorted_token_ids` filled with
+  the sentinel), then `place_routes` (each program sums the table's columns, `COLUMNS` at a time as a 2-D tile
+  whose rows, one per expert, each thread sums alone: all of them give the groups' starts, those of the programs
+  before it where its own routes go; then as `recount_routes` places them, and writes its share of the -1s).
+
+The host allocates the outputs and the scratch (the starts each program gathers from, the counts table) as one
+int32 buffer and returns views of it: one allocation per call, where each costs microseconds of host time. The
+three outputs share that buffer's storage (it lives while any of them does).
 """
 
 from __future__ import annotations
@@ -38,56 +55,109 @@ import numpy as np
 import coop_tiles as ct
 from coop_tiles import tile
 
-from ._arrays import empty_like
+from ._arrays import empty_like, split
 
 #: routes per program
 CHUNK = 2048
-#: expert-id blocks per step of program 0's running max
-BLOCKS = 1024
-#: sentinels per store of `align_routes` (the whole `sorted_token_ids` of 2048 routes, 256 experts and blocks of
-#: 64 is 18176 long)
-FILL = 8192
+#: items per store of a `fill` (a range longer than that takes several)
+FILL = 4096
 #: programs' counts per step of `place_routes`' sums (a power of two up to this many: the programs)
 COLUMNS = 64
+#: the most chunks `recount_routes` takes in one launch (each of its programs reads all the ids, 128 KB of int32
+#: here; set without a GPU measurement: benchmarks/moe_probe.py times both paths on either side of it)
+RECOUNT_CHUNKS = 16
+#: ids per step of `recount_routes`' counting loops
+RECOUNT_TILE = 8192
+#: elements of the (experts, COLUMNS) tile of padding positions a program of `pad` writes at most (COLUMNS: a power
+#: of two up to the block size, `pad_columns`)
+PAD_TILE = 4096
 
 
-def fill(sorted_ids, start, end, numel, SIZE):
-    """The sentinel `numel` into `sorted_ids[start:end]`, SIZE at a time (the planner puts a barrier before each
-    store, not knowing that they write apart: fewer, larger stores where the range is long)."""
+def fill(a, start, end, value, SIZE):
+    """`value` into `a[start:end]`, SIZE at a time."""
     for at in range(start, end, SIZE):
-        tile.store(sorted_ids, at, tile.full(SIZE, numel, np.int32), valid=end - at)
+        tile.store(a, at, tile.full(SIZE, value, np.int32), valid=end - at)
 
 
-def place(ids, offsets, sorted_ids, base, row, numel, CHUNK, EXPERTS, BITS):
-    """Each route of the chunk at `base` to `sorted_ids[offsets[row + its expert] + its rank in its expert]`."""
-    e = tile.load(ids, base, CHUNK, valid=numel - base, other=EXPERTS)
-    e = ct.where((e >= 0) & (e < EXPERTS), e, EXPERTS).astype(np.int32)  # (skipped: sorted last, never placed)
-    keys, routes = tile.sort(e, tile.arange(CHUNK, np.int32) + base, valid=numel - base, end_bit=BITS)
-    position = tile.arange(CHUNK, np.int32)
-    rank = position - tile.scan(ct.where(tile.flag_heads(keys), position, 0), "max")
-    placed = (position < numel - base) & (keys < EXPERTS)
-    at = tile.gather(offsets, keys + row, mask=placed) + rank
+def share(start, end, part, parts, a, value, SIZE):
+    """Part `part` of `parts` of the range `a[start:end]` filled with `value`."""
+    step = ct.cdiv(end - start, parts)
+    fill(a, start + step * part, ct.minimum(start + step * (part + 1), end), value, SIZE)
+
+
+def place(keys, routes, at, placed, sorted_ids, expert_ids, block_size):
+    """Routes to `sorted_ids[at]` where `placed`, and the expert of each block whose first row is one of them."""
     tile.scatter(sorted_ids, at, routes, mask=placed)
+    tile.scatter(expert_ids, at // block_size, keys, mask=placed & (at % block_size == 0))
 
 
-def expert_blocks(expert_ids, post_padded, padded, starts, block_size, n_blocks, EXPERTS):
-    """`num_tokens_post_padded` and `expert_ids` from the padded counts and their exclusive scan: each group's expert
-    scattered at its first block, then a running max over the blocks; -1 past the last."""
-    post_padded[0] = tile.sum(padded)
-    for start in range(0, n_blocks, BLOCKS):
-        tile.store(expert_ids, start, tile.full(BLOCKS, -1, np.int32), valid=n_blocks - start)
-    experts = tile.arange(EXPERTS, np.int32)
-    tile.scatter(expert_ids, starts // block_size, experts, mask=padded > 0)
-    used = tile.sum(padded) // block_size
-    carry = -1
-    for start in range(0, used, BLOCKS):
-        blocks = tile.load(expert_ids, start, BLOCKS, valid=used - start, other=-1)
-        filled, carry = tile.scan(blocks, "max", initial=carry, return_total=True)
-        tile.store(expert_ids, start, filled, valid=used - start)
+def sorted_chunk(ids, base, numel, CHUNK, EXPERTS, BITS):
+    """The chunk of routes at `base` sorted by expert: `(keys, routes, rank, placed)`, whether each is placed (a
+    route of an expert in range) and its rank among the placed routes of its expert's run. A skipped id sorts as
+    the last expert, whose run it joins, with the route -1: so the keys need only the experts' bits."""
+    e = tile.load(ids, base, CHUNK, valid=numel - base, other=-1)
+    kept = (e >= 0) & (e < EXPERTS)
+    route = ct.where(kept, tile.arange(CHUNK, np.int32) + base, -1)
+    keys, routes = tile.sort(ct.where(kept, e, EXPERTS - 1).astype(np.int32), route, valid=numel - base, end_bit=BITS)
+    placed = routes >= 0  # (also false past `numel`: those were loaded as -1, not kept)
+    before = tile.scan(placed.astype(np.int32), exclusive=True)  # placed routes before each
+    rank = before - tile.scan(ct.where(tile.flag_heads(keys), before, 0), "max")
+    return keys, routes, rank, placed
+
+
+def groups(counts, block_size):
+    """The routes' counts per expert padded to the block (`padded`), their exclusive scan (where each expert's group
+    starts) and their total: `(padded, starts, total)`."""
+    padded = (counts + block_size - 1) // block_size * block_size
+    starts, total = tile.scan(padded, exclusive=True, return_total=True)
+    return padded, starts, total
+
+
+def pad(counts, sorted_ids, expert_ids, numel, block_size, padded_len, n_blocks, part, parts, COLUMNS):
+    """Part `part` of `parts` of the padding, from the routes' `counts` per expert: the sentinel in columns
+    `part*COLUMNS ..` of each group's padding (an (experts, COLUMNS) tile of positions after its routes) and in
+    a share of the tail past the padded total, and -1 in a share of the blocks past the last used one."""
+    padded, starts, total = groups(counts, block_size)
+    column = tile.arange(COLUMNS, np.int32)[None, :] + part * COLUMNS
+    padding = column < (padded - counts)[:, None]
+    tile.scatter(sorted_ids, (starts + counts)[:, None] + column, numel, mask=padding)
+    share(total, padded_len, part, parts, sorted_ids, numel, FILL)
+    share(total // block_size, n_blocks, part, parts, expert_ids, -1, FILL)
 
 
 @ct.jit
 def align_routes(
+    ids,
+    sorted_ids,
+    expert_ids,
+    post_padded,
+    numel,
+    block_size,
+    padded_len,
+    n_blocks,
+    CHUNK: ct.constexpr,
+    EXPERTS: ct.constexpr,
+    BITS: ct.constexpr,
+    COLUMNS: ct.constexpr,
+):
+    """All the routes (at most CHUNK): program 0 places the routes, the others write the padding (the module
+    docstring). No program reads what another writes."""
+    p = ct.program_id(0)
+    if p == 0:
+        keys, routes, rank, placed = sorted_chunk(ids, 0, numel, CHUNK, EXPERTS, BITS)
+        first = placed & (rank % block_size == 0)  # a route that starts a block
+        blocks, used = tile.scan(first.astype(np.int32), return_total=True)  # blocks started up to each route
+        at = (blocks - 1) * block_size + rank % block_size
+        place(keys, routes, at, placed, sorted_ids, expert_ids, block_size)
+        post_padded[0] = used * block_size
+    else:
+        counts = tile.histogram(tile.load(ids, 0, CHUNK, valid=numel, other=-1), EXPERTS, valid=numel)
+        helpers = ct.num_programs(0) - 1
+        pad(counts, sorted_ids, expert_ids, numel, block_size, padded_len, n_blocks, p - 1, helpers, COLUMNS)
+
+
+@ct.jit
+def recount_routes(
     ids,
     offsets,
     sorted_ids,
@@ -100,17 +170,32 @@ def align_routes(
     CHUNK: ct.constexpr,
     EXPERTS: ct.constexpr,
     BITS: ct.constexpr,
+    COLUMNS: ct.constexpr,
+    TILE: ct.constexpr,
 ):
-    """One program, all the routes (at most CHUNK): the histogram, the groups' starts (into `offsets`), the sentinel,
-    the routes placed, the expert of each block. (The planner puts a barrier between the sentinel's stores and the
-    routes' scatter into the same `sorted_ids`, and between the starts' store and their gather.)"""
-    experts = tile.load(ids, 0, CHUNK, valid=numel, other=-1)
-    padded = (tile.histogram(experts, EXPERTS, valid=numel) + block_size - 1) // block_size * block_size
-    starts = tile.scan(padded, exclusive=True)
-    tile.store(offsets, 0, starts)
-    fill(sorted_ids, 0, padded_len, numel, FILL)
-    place(ids, offsets, sorted_ids, 0, 0, numel, CHUNK, EXPERTS, BITS)
-    expert_blocks(expert_ids, post_padded, padded, starts, block_size, n_blocks, EXPERTS)
+    """Program p: counts all the routes by expert itself, those before its chunk apart (TILE at a time), places
+    its chunk's routes (if it has one) and writes its part of the padding (the module docstring)."""
+    p = ct.program_id(0)
+    base = p * CHUNK
+    upto = ct.minimum(base, numel)
+    before = tile.zeros(EXPERTS, np.int32)
+    for start in range(0, upto, TILE):
+        experts = tile.load(ids, start, TILE, valid=upto - start, other=-1)
+        before = before + tile.histogram(experts, EXPERTS, valid=upto - start)
+    after = tile.zeros(EXPERTS, np.int32)
+    for start in range(upto, numel, TILE):
+        experts = tile.load(ids, start, TILE, valid=numel - start, other=-1)
+        after = after + tile.histogram(experts, EXPERTS, valid=numel - start)
+    counts = before + after
+    if base < numel:
+        _, starts, total = groups(counts, block_size)
+        tile.store(offsets, p * EXPERTS, starts + before)  # (gathered from below, by expert)
+        keys, routes, rank, placed = sorted_chunk(ids, base, numel, CHUNK, EXPERTS, BITS)
+        at = tile.gather(offsets, keys + p * EXPERTS, mask=placed) + rank
+        place(keys, routes, at, placed, sorted_ids, expert_ids, block_size)
+        if p == 0:
+            post_padded[0] = total
+    pad(counts, sorted_ids, expert_ids, numel, block_size, padded_len, n_blocks, p, ct.num_programs(0), COLUMNS)
 
 
 @ct.jit
@@ -121,8 +206,7 @@ def count_routes(ids, counts, sorted_ids, numel, padded_len, CHUNK: ct.constexpr
     base = p * CHUNK
     experts = tile.load(ids, base, CHUNK, valid=numel - base, other=-1)
     tile.store(counts, (0, p), tile.histogram(experts, EXPERTS, valid=numel - base)[:, None])
-    share = ct.cdiv(padded_len, ct.num_programs(0))
-    fill(sorted_ids, share * p, ct.minimum(share * (p + 1), padded_len), numel, CHUNK)
+    share(0, padded_len, p, ct.num_programs(0), sorted_ids, numel, FILL)
 
 
 @ct.jit
@@ -150,15 +234,17 @@ def place_routes(
         total = total + tile.sum(table, axis=1)
         program = tile.arange(COLUMNS, np.int32)[None, :] + c
         before = before + tile.sum(ct.where(program < p, table, 0), axis=1)
-    padded = (total + block_size - 1) // block_size * block_size
-    starts = tile.scan(padded, exclusive=True)
+    _, starts, padded_total = groups(total, block_size)
     tile.store(offsets, p * EXPERTS, starts + before)  # (gathered from below, by expert)
-    place(ids, offsets, sorted_ids, p * CHUNK, p * EXPERTS, numel, CHUNK, EXPERTS, BITS)
+    keys, routes, rank, placed = sorted_chunk(ids, p * CHUNK, numel, CHUNK, EXPERTS, BITS)
+    at = tile.gather(offsets, keys + p * EXPERTS, mask=placed) + rank
+    place(keys, routes, at, placed, sorted_ids, expert_ids, block_size)
+    share(padded_total // block_size, n_blocks, p, ct.num_programs(0), expert_ids, -1, FILL)
     if p == 0:
-        expert_blocks(expert_ids, post_padded, padded, starts, block_size, n_blocks, EXPERTS)
+        post_padded[0] = padded_total
 
 
-_COMPILED = {k: k for k in (align_routes, count_routes, place_routes)}
+_COMPILED = {k: k for k in (align_routes, recount_routes, count_routes, place_routes)}
 _INTERPRETING = {k: ct.jit(k.fn, interpret=True) for k in _COMPILED}
 
 
@@ -167,29 +253,46 @@ def padded_length(numel: int, block_size: int, num_experts: int) -> int:
     return numel * block_size if numel < num_experts else numel + num_experts * (block_size - 1)
 
 
+def pad_columns(block_size: int, num_experts: int) -> int:
+    """`pad`'s COLUMNS: a power of two, at most `PAD_TILE // num_experts` (at least 1) and no more than
+    the block size needs."""
+    return min(1 << (block_size - 1).bit_length(), 1 << (max(PAD_TILE // num_experts, 1).bit_length() - 1))
+
+
 def moe_align_block_size(topk_ids: Any, block_size: int, num_experts: int) -> tuple[Any, Any, Any]:
     """`(sorted_token_ids, expert_ids, num_tokens_post_padded)` of vLLM's `moe_align_block_size` for the integer
-    array `topk_ids` (any shape, read row-major; CuPy, PyTorch, or NumPy in the interpreter), in one launch when the
-    routes fit one chunk, else two (the module docstring)."""
+    array `topk_ids` (any shape, read row-major; CuPy, PyTorch, or NumPy in the interpreter), in one launch up to
+    RECOUNT_CHUNKS chunks of routes, else two (the module docstring). The three are views of one new int32
+    buffer."""
     numel = math.prod(topk_ids.shape)  # (not np.prod: microseconds per call where launches take a few)
     flat = topk_ids.reshape(-1)
     length = padded_length(numel, block_size, num_experts)
     n_blocks = ct.cdiv(length, block_size)
     grid = max(ct.cdiv(numel, CHUNK), 1)
-    sorted_ids = empty_like(flat, (length,), "int32")
-    expert_ids = empty_like(flat, (n_blocks,), "int32")
-    post_padded = empty_like(flat, (1,), "int32")
-    offsets = empty_like(flat, (grid * num_experts,), "int32")
     kernels = _INTERPRETING if isinstance(flat, np.ndarray) else _COMPILED
-    bits = int(num_experts).bit_length()  # (expert ids and the skipped ones' `num_experts`)
-    constexprs = {"CHUNK": CHUNK, "EXPERTS": num_experts}
+    bits = max(int(num_experts - 1).bit_length(), 1)  # (the sort's key bits: expert ids)
+    constexprs = {"CHUNK": CHUNK, "EXPERTS": num_experts, "BITS": bits}
     if grid == 1:
-        args = (flat, offsets, sorted_ids, expert_ids, post_padded, numel, block_size, length, n_blocks)
-        kernels[align_routes][1](*args, BITS=bits, **constexprs)
+        work = empty_like(flat, (length + n_blocks + 1,), "int32")
+        sorted_ids, expert_ids, post_padded = split(work, length, n_blocks)
+        columns = pad_columns(block_size, num_experts)
+        args = (flat, sorted_ids, expert_ids, post_padded, numel, block_size, length, n_blocks)
+        kernels[align_routes][1 + ct.cdiv(block_size, columns)](*args, COLUMNS=columns, **constexprs)
         return sorted_ids, expert_ids, post_padded
-    counts = empty_like(flat, (num_experts, grid), "int32")
-    kernels[count_routes][grid](flat, counts, sorted_ids, numel, length, **constexprs)
+    table = num_experts * grid
+    if grid <= RECOUNT_CHUNKS:
+        work = empty_like(flat, (length + n_blocks + 1 + table,), "int32")
+        sorted_ids, expert_ids, post_padded, offsets = split(work, length, n_blocks, 1)
+        columns = pad_columns(block_size, num_experts)
+        args = (flat, offsets, sorted_ids, expert_ids, post_padded, numel, block_size, length, n_blocks)
+        programs = max(grid, ct.cdiv(block_size, columns))
+        kernels[recount_routes][programs](*args, COLUMNS=columns, TILE=RECOUNT_TILE, **constexprs)
+        return sorted_ids, expert_ids, post_padded
+    work = empty_like(flat, (length + n_blocks + 1 + 2 * table,), "int32")
+    sorted_ids, expert_ids, post_padded, counts, offsets = split(work, length, n_blocks, 1, table)
+    counts = counts.reshape(num_experts, grid)
+    kernels[count_routes][grid](flat, counts, sorted_ids, numel, length, CHUNK=CHUNK, EXPERTS=num_experts)
     args = (flat, counts, offsets, sorted_ids, expert_ids, post_padded, numel, block_size, n_blocks)
     columns = min(1 << (grid - 1).bit_length(), COLUMNS)
-    kernels[place_routes][grid](*args, BITS=bits, COLUMNS=columns, **constexprs)
+    kernels[place_routes][grid](*args, COLUMNS=columns, **constexprs)
     return sorted_ids, expert_ids, post_padded
