@@ -128,9 +128,12 @@ def test_c_launch_path_is_only_enabled_for_array_classes_it_can_read():
     claunch = pytest.importorskip("coop_tiles.runtime._claunch")
     kernel = _recording_kernel(claunch.KernelBase)()
     # NumPy arrays have no C-level `_c_contiguous`: the C path stays off and calls go to run().
-    assert kernel._enable_c_launch({}, ("TILE",), np.ndarray, None, None, False) is False
+    assert kernel._enable_c_launch({}, ("TILE",), (np.ndarray, None, None), None, False) is False
+    for cupy, torch in [(np.ndarray, None), (None, (object, None, {}))]:  # not the tuples it takes
+        with pytest.raises(TypeError):
+            kernel._enable_c_launch({}, ("TILE",), cupy, torch, False)
     with pytest.raises(TypeError):
-        kernel._enable_c_launch([], ("TILE",), np.ndarray, None, None, False)
+        kernel._enable_c_launch([], ("TILE",), None, None, False)
     kernel[1](np.zeros(3), TILE=2)
     assert len(kernel.calls) == 1
 
