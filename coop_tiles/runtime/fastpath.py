@@ -149,11 +149,12 @@ def _cupy_stream_capi() -> Any:
 def _torch_launch(torch: Any, learnt_keys: dict) -> tuple | None:
     """What the C path needs to read PyTorch tensors: the tensor classes it reads (torch.Tensor and nn.Parameter,
     whose attributes are torch's own), the function giving PyTorch's current raw stream (what
-    `launcher.current_stream` calls), and the classifier's learnt keys; None for a torch without that function."""
-    raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw_stream is None:
-        return None
-    return (torch.Tensor, torch.nn.Parameter), raw_stream, learnt_keys
+    `launcher.current_stream` calls), and the classifier's learnt keys; None for a `torch` module without them (a
+    stand-in, an old torch), whose tensors the Python path reads."""
+    raw_stream = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+    parameter = getattr(getattr(torch, "nn", None), "Parameter", None)
+    classes = tuple(c for c in (getattr(torch, "Tensor", None), parameter) if isinstance(c, type))
+    return (classes, raw_stream, learnt_keys) if raw_stream is not None and classes else None
 
 
 def enable_c_launch(jit: Any, many_devices: bool) -> bool:
