@@ -72,9 +72,10 @@ class JITFunction(KernelBase):
         self._programs: dict[tuple, Any] = {}  # typed IR per signature, for the interpreter
         self._interpreting: bool | None = None
         self._fast: Callable[..., bool] | None = None
-        self._fast_knows_cupy = False
+        self._fast_libraries = (False, False)  # whether CuPy and PyTorch were loaded when `_fast` was made
         self._hooks: list[Callable[[CompiledKernel, Any, int], None]] = []
-        self._classify = Classifier().classify  # launch arguments: type key, values, array library, device
+        self._classifier = Classifier()
+        self._classify = self._classifier.classify  # launch arguments: type key, values, array library, device
         self._constexpr_names = [p for p in self.parsed.params if p in self.parsed.constexprs]
         self._constexpr_set = set(self._constexpr_names)
         self._runtime_names = [p for p in self.parsed.params if p not in self.parsed.constexprs]
@@ -232,9 +233,10 @@ class JITFunction(KernelBase):
     def _launch_fast(self, grid: Any, stream: Any, args: tuple, kwargs: dict) -> bool:
         """Launch through the fast paths (the C one when built) if the call is a common one.
         Debug launches take the general path, which synchronises after each launch."""
-        if self._fast is None or (not self._fast_knows_cupy and "cupy" in sys.modules):
-            # (again once CuPy is imported: the fast paths read CuPy arrays inline)
-            self._fast_knows_cupy = "cupy" in sys.modules
+        libraries = ("cupy" in sys.modules, "torch" in sys.modules)
+        if self._fast is None or libraries != self._fast_libraries:
+            # (again once CuPy or PyTorch is imported: the fast paths read CuPy arrays, and the C one tensors, inline)
+            self._fast_libraries = libraries
             many = many_devices()
             self._fast = make_fast_path(self._runtime_names, self._constexpr_names, self._classify, many)
             enable_c_launch(self, many)

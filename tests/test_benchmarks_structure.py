@@ -441,7 +441,7 @@ def test_render_every_section():
     assert "| softmax | (4096, 1024) | float32 | 2796 | 2581 (auto threads) | **92.3%** |" in text
     # the launch section's two tables: by arity, then by launch path
     assert "| 4 | 4.80 | 6.50 | 57.00 | 4.50 | **0.74x** | 0.30 / 2.00 µs |" in text
-    assert "| PyTorch 1-D, `kernel[1]` | generated Python | 6.00 | 6.50 | **0.92x** |" in text
+    assert "| PyTorch 1-D, `kernel[1]` | C | 6.00 | 6.50 | **0.92x** |" in text
     assert "| **1.08x** |" in text  # coop / Triton of that row
     assert "| (4096, 256) | reverse | 1398 | failed: TileTypeError" in text
     assert "| 2^28 | 3068 | 2983 (TILE 8192) | **97.2%** | 2902 (TILE 8192 × 512 threads) | **94.6%** | 1.028 |" in text

@@ -2,7 +2,14 @@
 torch.library.opcheck, differentiates, and runs inside torch.compile(fullgraph=True) and captured CUDA graphs; so do
 the selective scan's ops."""
 
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
 import pytest
+from programs import vector_add
 
 import coop_tiles as ct
 from coop_tiles import tile
@@ -138,3 +145,135 @@ def test_selective_scan_ops_opcheck(with_optional):
     plain = [t.detach() if t is not None else None for t in inputs]
     args = (torch.randn_like(u), *plain[:5], states.detach(), *plain[5:], True, False)
     torch.library.opcheck(selective_scan_bwd_op, args)
+
+
+# ----- the C launch path with PyTorch tensors ---------------------------------------------------------------------
+@ct.jit
+def scale_rows(x, out, alpha, TILE: ct.constexpr):
+    """out = alpha * x for (rows, n) arrays of any strides, on a (chunks, rows) grid as the top-k example's."""
+    c, r = ct.program_id(0), ct.program_id(1)
+    n = x.shape[1]
+    base = c * TILE
+    t = tile.load(x[r], base, TILE, valid=n - base, other=0)
+    tile.store(out[r], base, t * alpha, valid=n - base)
+
+
+@ct.jit
+def add3(x, y, out):
+    """out = x + y for 3-D arrays of any strides, one element per program of a 3-D grid."""
+    i, j, k = ct.program_id(0), ct.program_id(1), ct.program_id(2)
+    out[i, j, k] = x[i, j, k] + y[i, j, k]
+
+
+def _counting_run(kernel, monkeypatch) -> list:
+    """The grids of the calls that reach the Python `run` (the C path's fallback) from now on."""
+    calls = []
+    run = kernel.run
+    monkeypatch.setitem(kernel.__dict__, "run", lambda grid, *rest: calls.append(grid) or run(grid, *rest))
+    return calls
+
+
+def _launches(dtype):
+    """(name, launch(seed) -> (got, expected as float64 NumPy)) for tensors of ranks 1 to 3, contiguous and
+    strided, on int and tuple grids."""
+
+    def rand(seed, *shape):
+        g = torch.Generator(device="cuda").manual_seed(seed)
+        return torch.randn(*shape, device="cuda", generator=g).to(dtype)
+
+    def host(t):
+        return t.float().cpu().numpy().astype(np.float64)
+
+    def flat(seed, grid):
+        x, y = rand(seed, 3001), rand(seed + 1, 3001)
+        out = torch.zeros_like(x)
+        vector_add[grid](x, y, out, 3001, TILE=512)
+        return out, host(x) + host(y)
+
+    def rows(seed, strided):
+        x = rand(seed, 300, 6).T if strided else rand(seed, 6, 300)  # (6, 300) of strides (1, 6): no unit stride
+        out = torch.zeros(6, 600, device="cuda", dtype=dtype)[:, ::2] if strided else torch.zeros_like(x)
+        scale_rows[(ct.cdiv(300, 128), 6)](x, out, 0.5, TILE=128)
+        return out, 0.5 * host(x)
+
+    def cube(seed):
+        x, y = rand(seed, 2, 3, 5), rand(seed + 1, 5, 2, 3).permute(1, 2, 0)
+        out = torch.zeros(2, 3, 5, device="cuda", dtype=dtype)
+        add3[(2, 3, 5)](x, y, out)
+        return out, host(x) + host(y)
+
+    return [
+        ("1-D, int grid", lambda s: flat(s, ct.cdiv(3001, 512))),
+        ("1-D, (g,) grid", lambda s: flat(s, (ct.cdiv(3001, 512),))),
+        ("2-D", lambda s: rows(s, False)),
+        ("2-D strided", lambda s: rows(s, True)),
+        ("3-D strided, (g0, g1, g2) grid", cube),
+    ]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_pytorch_tensors_of_any_rank_launch_through_the_c_path(dtype, monkeypatch):
+    """After a launch of each kind (which compiles and teaches the kernel its tensors' keys), launches of ranks 1 to
+    3, strided, on tuple grids, run in C (never entering `run`) and compute what NumPy does."""
+    pytest.importorskip("coop_tiles.runtime._claunch")
+    dtype = getattr(torch, dtype)
+    tolerance = {"rtol": 1e-2, "atol": 1e-2} if dtype == torch.bfloat16 else {"rtol": 1e-6, "atol": 1e-6}
+    launches = _launches(dtype)
+    for _, launch in launches:
+        launch(0)
+    kernels = {k: _counting_run(k, monkeypatch) for k in (scale_rows, add3, vector_add)}
+    for name, launch in launches:
+        got, expected = launch(7)
+        np.testing.assert_allclose(got.float().cpu().numpy(), expected, err_msg=name, **tolerance)
+    assert {k.__name__: calls for k, calls in kernels.items()} == {"scale_rows": [], "add3": [], "vector_add": []}
+
+
+def test_a_plain_pytorch_launch_does_not_enter_python(monkeypatch):
+    """The common PyTorch launch runs in C, on PyTorch's current stream (a CUDA graph captured on a side stream
+    records it, which a launch on any other stream would break)."""
+    claunch = pytest.importorskip("coop_tiles.runtime._claunch")
+    kernel = ct.jit(scale_add.fn)
+    x, y = vectors(10_000)
+    out = torch.empty_like(x)
+    kernel[ct.cdiv(x.numel(), 1024)](x, y, out, 2.0, x.numel(), TILE=1024)  # compiles through run()
+    assert isinstance(kernel[1], claunch.BoundLaunch)
+    calls = _counting_run(kernel, monkeypatch)
+    for alpha in (3.0, -1.0):
+        kernel[ct.cdiv(x.numel(), 1024)](x, y, out, alpha, x.numel(), TILE=1024)
+        torch.testing.assert_close(out, alpha * x + y)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    graph = torch.cuda.CUDAGraph()
+    out.zero_()
+    with torch.cuda.stream(side), torch.cuda.graph(graph, stream=side):
+        kernel[ct.cdiv(x.numel(), 1024)](x, y, out, 0.5, x.numel(), TILE=1024)
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(out, 0.5 * x + y)
+    assert calls == []
+
+
+def test_the_c_path_launches_pytorch_tensors_without_cupy():
+    """In a process that never imports CuPy, PyTorch launches still run in C."""
+    pytest.importorskip("coop_tiles.runtime._claunch")
+    script = textwrap.dedent(
+        """
+        import sys, torch
+        sys.path.insert(0, "tests")
+        from programs import vector_add
+        x = torch.arange(3000, dtype=torch.float32, device="cuda")
+        out = torch.zeros(3000, device="cuda")
+        vector_add[(3,)](x, x, out, 3000, TILE=1024)
+        calls = []
+        run = vector_add.run
+        vector_add.run = lambda *call: calls.append(call[0]) or run(*call)
+        for _ in range(3):
+            vector_add[(3,)](x, x, out, 3000, TILE=1024)
+        torch.testing.assert_close(out, 2 * x)
+        assert calls == [] and "cupy" not in sys.modules, (calls, "cupy" in sys.modules)
+        print("ok")
+        """
+    )
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, "-c", script], cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]

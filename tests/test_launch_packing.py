@@ -3,6 +3,8 @@ and the C launch path falling back to `run`."""
 
 import ctypes
 import struct
+import sys
+import types
 from types import SimpleNamespace
 
 import numpy as np
@@ -128,11 +130,24 @@ def test_c_launch_path_is_only_enabled_for_array_classes_it_can_read():
     claunch = pytest.importorskip("coop_tiles.runtime._claunch")
     kernel = _recording_kernel(claunch.KernelBase)()
     # NumPy arrays have no C-level `_c_contiguous`: the C path stays off and calls go to run().
-    assert kernel._enable_c_launch({}, ("TILE",), np.ndarray, None, None, False) is False
+    assert kernel._enable_c_launch({}, ("TILE",), (np.ndarray, None, None), None, False) is False
+    for cupy, torch in [(np.ndarray, None), (None, (object, None, {}))]:  # not the tuples it takes
+        with pytest.raises(TypeError):
+            kernel._enable_c_launch({}, ("TILE",), cupy, torch, False)
     with pytest.raises(TypeError):
-        kernel._enable_c_launch([], ("TILE",), np.ndarray, None, None, False)
+        kernel._enable_c_launch([], ("TILE",), None, None, False)
     kernel[1](np.zeros(3), TILE=2)
     assert len(kernel.calls) == 1
+
+
+def test_the_c_path_is_enabled_with_neither_cupy_nor_a_usable_torch_loaded(monkeypatch):
+    """A `torch` module without the functions the C path reads (a stand-in) leaves its tensors to the Python path
+    and the C path on for the rest."""
+    pytest.importorskip("coop_tiles.runtime._claunch")
+    monkeypatch.delitem(sys.modules, "cupy", raising=False)
+    monkeypatch.setitem(sys.modules, "torch", types.ModuleType("torch"))
+    assert fastpath._torch_launch(sys.modules["torch"], {}) is None
+    assert fastpath.enable_c_launch(JITFunction(vector_add.fn), False) is True
 
 
 def test_a_kernel_with_the_c_base_is_garbage_collected():

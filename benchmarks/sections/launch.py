@@ -94,10 +94,10 @@ def launch_rows() -> list[dict]:
 #: the argument kinds and grids of `path_rows`, with the launch path each takes
 PATHS = {
     "CuPy 1-D, `kernel[1]`": "C",
-    "CuPy 1-D, `kernel[(1,)]`": "generated Python",
+    "CuPy 1-D, `kernel[(1,)]`": "C",
     "CuPy 2-D, `kernel[(1, 1)]`": "generated Python",
-    "PyTorch 1-D, `kernel[1]`": "generated Python",
-    "PyTorch 2-D, `kernel[(1, 1)]`": "generated Python",
+    "PyTorch 1-D, `kernel[1]`": "C",
+    "PyTorch 2-D, `kernel[(1, 1)]`": "C",
 }
 PATH_ARITY = 4
 

@@ -52,8 +52,9 @@ class Classifier:
         }
         self._extractors: dict[type, Callable[[Any], arguments.DeviceArray] | None] = {}
         #: the key `_array` gave the first PyTorch tensor of a (torch dtype, rank, unit last-axis stride), and the
-        #: first CuPy array of a (dtype number, rank, unit last-axis stride)
-        self._learnt_keys: dict[tuple, Any] = {}
+        #: first CuPy array of a (dtype number, rank, unit last-axis stride); the C launch path (_claunch.c) looks
+        #: tensors' keys up here by the same (torch dtype, rank, unit) kinds, so it learns nothing itself
+        self.learnt_keys: dict[tuple, Any] = {}
         #: whether the CuPy and PyTorch classifiers read their arrays' devices (set when the first is
         #: chosen: with one GPU every array is on device 0)
         self._read_devices = True
@@ -117,7 +118,7 @@ class Classifier:
             strides = value.stride()
             unit = shape[-1] <= 1 or strides[-1] == 1
         kind = (value.dtype, len(shape), unit)
-        key = self._learnt_keys.get(kind)
+        key = self.learnt_keys.get(kind)
         if key is None or not value.is_cuda:
             return self._learn(kind, value, name)
         device = value.get_device() if self._read_devices else 0
@@ -138,7 +139,7 @@ class Classifier:
         unit = ndim > 0 and (shape[-1] <= 1 or strides[-1] == itemsize)
         num = value.dtype.num
         kind = (num, ndim, unit)
-        key = self._learnt_keys.get(kind)
+        key = self.learnt_keys.get(kind)
         if key is None or num >= 256 or any(s % itemsize for s in strides):  # (user dtypes' numbers are not unique)
             return self._learn(kind, value, name)
         data = value.data
@@ -149,5 +150,5 @@ class Classifier:
         """`value` classified through `_array` (which reports what is wrong with it), its key remembered for the
         arrays of its `kind`."""
         classified = self._array(value, name)
-        self._learnt_keys[kind] = classified[0]
+        self.learnt_keys[kind] = classified[0]
         return classified

@@ -5,8 +5,9 @@ constexprs by keyword, an int grid or a tuple of 1 to 3 ints) runs through a fun
 for the kernel's parameter list, with CuPy arrays and Python scalars classified inline (a CuPy array's key is
 its `dtype.num`: CuPy arrays are always native byte order, and NumPy dtype hashing is slow).
 When the optional C extension `_claunch` is built, `KernelBase` (JITFunction's base class)
-does the same in C, including `kernel[grid]` itself. Anything unusual takes the general path,
-which handles (and reports) every case.
+does the same in C, including `kernel[grid]` itself, for CuPy 1-D arrays and PyTorch tensors of
+any rank (whose keys it takes from the kernel's `Classifier.learnt_keys`). Anything unusual takes
+the general path, which handles (and reports) every case.
 """
 
 from __future__ import annotations
@@ -145,16 +146,28 @@ def _cupy_stream_capi() -> Any:
     return getattr(stream, "__pyx_capi__", {}).get("get_current_stream_ptr")
 
 
+def _torch_launch(torch: Any, learnt_keys: dict) -> tuple | None:
+    """What the C path needs to read PyTorch tensors: the tensor classes it reads (torch.Tensor and nn.Parameter,
+    whose attributes are torch's own), the function giving PyTorch's current raw stream (what
+    `launcher.current_stream` calls), and the classifier's learnt keys; None for a `torch` module without them (a
+    stand-in, an old torch), whose tensors the Python path reads."""
+    raw_stream = getattr(getattr(torch, "_C", None), "_cuda_getCurrentRawStream", None)
+    parameter = getattr(getattr(torch, "nn", None), "Parameter", None)
+    classes = tuple(c for c in (getattr(torch, "Tensor", None), parameter) if isinstance(c, type))
+    return (classes, raw_stream, learnt_keys) if raw_stream is not None and classes else None
+
+
 def enable_c_launch(jit: Any, many_devices: bool) -> bool:
-    """Let the C launch path (the optional `_claunch` extension) launch `jit`'s common calls, when
-    the extension was built and CuPy is loaded; otherwise the generated Python fast path does."""
-    cupy = sys.modules.get("cupy")
-    if cupy is None or not hasattr(jit, "_enable_c_launch") or len(jit._runtime_names) > 64:
+    """Let the C launch path (the optional `_claunch` extension) launch `jit`'s common calls, when the extension
+    was built: CuPy arrays when CuPy is loaded, PyTorch tensors when PyTorch is; otherwise (and for every other
+    call) the generated Python fast path does."""
+    if not hasattr(jit, "_enable_c_launch") or len(jit._runtime_names) > 64:
         return False
     names = tuple(sys.intern(name) for name in jit._constexpr_names)
-    stream_capi = _cupy_stream_capi()
-    get_stream = cupy.cuda.get_current_stream
-    return jit._enable_c_launch(jit._kernels, names, cupy.ndarray, get_stream, stream_capi, many_devices)
+    cupy, torch = sys.modules.get("cupy"), sys.modules.get("torch")
+    cupy_launch = (cupy.ndarray, cupy.cuda.get_current_stream, _cupy_stream_capi()) if cupy is not None else None
+    torch_launch = _torch_launch(torch, jit._classifier.learnt_keys) if torch is not None else None
+    return jit._enable_c_launch(jit._kernels, names, cupy_launch, torch_launch, many_devices)
 
 
 class _Launch:

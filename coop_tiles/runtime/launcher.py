@@ -291,9 +291,9 @@ _WIDE = {"long long", "double", "cuda::std::int64_t", "cuda::std::uint64_t"}
 
 
 def argument_kind(t: ArrayType | ScalarType) -> str:
-    """How a launcher packs one argument: "A" a 1-D unit-stride array (pointer and length, the
-    kind _claunch.c packs), "V" any other array (pointer, then its shape-and-strides tuple), or
-    the scalar's slot code."""
+    """How a launcher packs one argument: "A" a 1-D unit-stride array (pointer and length), "V" any
+    other array (pointer, then its shape-and-strides tuple, `arguments.launch_extents`), or the
+    scalar's slot code. _claunch.c packs both array kinds and the "q", "d" and "f" slots."""
     if isinstance(t, ArrayType):
         return "A" if t.ndim == 1 and t.unit_stride else "V"
     return kernel_params("x", t)[0].slot
