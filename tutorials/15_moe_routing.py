@@ -37,7 +37,7 @@ comes from the counts too. Three ways, by size:
      routes (8 KB of ids each) and write the padding: the positions after each group's routes form an
      (experts, columns) 2-D tile (`(starts + counts)[:, None] + column[None, :]`, masked where the
      column is past the group's padding), each program its share of the columns.
-  2. Up to 16 chunks (4096 tokens): one launch of `recount_routes`, a program per chunk. Each counts
+  2. Up to 4 chunks (1024 tokens): one launch of `recount_routes`, a program per chunk. Each counts
      all the routes itself, those before its chunk apart (`h = h + tile.histogram(...)` in a loop,
      which keeps the counts in shared memory), so it knows each group's start and how many of each
      expert's routes come before its chunk; it stores their sum, and after the sort each route

@@ -109,7 +109,7 @@ def moe_lines(rows: list[dict]) -> list[str]:
         "",
         f"`topk_ids` of (num_tokens, {MOE_TOPK}) int32, each token's top-{MOE_TOPK} of {MOE_EXPERTS} experts (random "
         f"logits), block size {MOE_BLOCK}: vLLM's `moe_align_block_size` outputs (tutorial 15). coop_tiles: one launch "
-        "up to 16 chunks of 2048 routes (each program sorts a chunk by expert and scatters it, having histogrammed "
+        "up to 4 chunks of 2048 routes (each program sorts a chunk by expert and scatters it, having histogrammed "
         "the ids itself), two above (a histogram per chunk into a table, then the sort and scatter). vLLM: its CUDA "
         "op from `csrc/moe/moe_align_sum_kernels.cu` (a counting and scan block beside a sentinel-filling block, "
         "then an atomic scatter), built for sm_90 with vLLM's flags by benchmarks/_vllm_moe.py, its outputs "

@@ -28,7 +28,7 @@ fill's programs to finish first.
   ids, an 8 KB read) and writes the padding (`pad`): the padded counts' exclusive scan gives the groups' starts,
   and the program writes its `COLUMNS` columns of an (experts, block_size) tile of the positions after each
   group's routes, its share of the sentinels past the padded total and of the -1s past the last used block.
-- Up to `RECOUNT_CHUNKS` chunks (4096 tokens of top-8), one launch of `recount_routes`: each program counts all
+- Up to `RECOUNT_CHUNKS` chunks (1024 tokens of top-8), one launch of `recount_routes`: each program counts all
   the routes by expert itself, those before its chunk apart (`RECOUNT_TILE` ids at a time, into one histogram
   in shared memory per loop), so it knows where each expert's group starts and how many of the expert's routes
   come before its own; it stores their sum, sorts its chunk, gathers each route's base by expert, adds the rank
@@ -63,9 +63,11 @@ CHUNK = 2048
 FILL = 4096
 #: programs' counts per step of `place_routes`' sums (a power of two up to this many: the programs)
 COLUMNS = 64
-#: the most chunks `recount_routes` takes in one launch (each of its programs reads all the ids, 128 KB of int32
-#: here; set without a GPU measurement: benchmarks/moe_probe.py times both paths on either side of it)
-RECOUNT_CHUNKS = 16
+#: the most chunks `recount_routes` takes in one launch (each of its programs reads all the ids): on an H200 at 16
+#: chunks (4096 tokens of top-8) two launches took 15.5 us against one launch's 18.0 (do_bench; kernels 2.4 + 8.4 us
+#: against 14.2: reading 128 KB of ids per program costs more than a launch); at 4 chunks a program reads 32 KB
+#: (not measured: benchmarks/moe_probe.py times both paths at its sizes)
+RECOUNT_CHUNKS = 4
 #: ids per step of `recount_routes`' counting loops
 RECOUNT_TILE = 8192
 #: elements of the (experts, COLUMNS) tile of padding positions a program of `pad` writes at most (COLUMNS: a power
