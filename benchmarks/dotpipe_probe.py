@@ -21,14 +21,16 @@ the first time), the kernel compiled by NVRTC for sm_90a and linked with nvJitLi
 as the runtime does; `--compile-only` prints its registers, local memory, SASS opcode counts (in all and in the K loop)
 and ptxas's performance-loss notes.
 
-Checks, per configuration and shape, before any timing: (1) small integers (a, b in [-3, 3]): every product and
-partial sum is an integer below 2^24, exact in float32 whatever the order of summation, so `c` must equal
-`torch.matmul` of the float32 operands bit for bit; (2) standard normal data against the float64 product, within the
-atol of the benchmark section (benchmarks/sections/matmul.py: MATMUL_ATOL, 2e-2; entries of c are about sqrt(K) = 64,
-and float32 accumulation over K = 4096 errs by about 1e-3 at most). Timing: `coop_tiles.testing.do_bench` (L2 flushed
-before each call) of the GEMM kernel alone and of the device pipeline's build plus the GEMM (what a program that builds
-its descriptors per launch pays), against `torch.mm(a, b, out_dtype=torch.float32)` (cuBLAS, float32 out; where this
-PyTorch lacks `out_dtype`, `torch.matmul` with a bfloat16 result, named so) in the same run.
+Checks, per configuration, at the timed shapes and at ragged ones (RAGGED), before any timing: (1) small integers (a,
+b in [-3, 3]): every product and partial sum is an integer below 2^24, exact in float32 whatever the order of
+summation, so `c` must equal `torch.matmul` of the float32 operands bit for bit; (2) standard normal data against the
+float64 product, within the atol of the benchmark section (benchmarks/sections/matmul.py: MATMUL_ATOL, 2e-2; entries
+of c are about sqrt(K) = 64, and float32 accumulation over K = 4096 errs by about 1e-3 at most).
+
+Timing, at SHAPES: `coop_tiles.testing.do_bench` (L2 flushed before each call) of the GEMM kernel alone and of the
+device pipeline's build plus the GEMM (what a program that builds its descriptors per launch pays), against
+`torch.mm(a, b, out_dtype=torch.float32)` (cuBLAS, float32 out; where this PyTorch lacks `out_dtype`, `torch.matmul`
+with a bfloat16 result, named so) in the same run.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ ARCH = "sm_90a"
 CONFIGS = ((128, 128, 64, 128, 4), (128, 256, 64, 256, 3), (256, 128, 64, 256, 3))
 #: (M, N, K), as the benchmark section (issue 21)
 SHAPES = ((4096, 4096, 4096), (8192, 8192, 1024))
+#: (M, N, K) checked, not timed: no extent a multiple of any tile's, rows of a and b still whole 16 bytes (as TMA needs;
+#: K and N multiples of 8), c's whole float4s (N % 4 == 0): TMA's zero fill past the extents, the masked store
+RAGGED = ((1000, 776, 520), (4000, 4008, 1000))
 #: tile rows per group of the grid's order (each group walks its tile columns row by row)
 GROUP_M = 8
 #: atol of the normal-data check against the float64 product (benchmarks/sections/matmul.py, MATMUL_ATOL[False])
@@ -83,7 +88,7 @@ extern "C" __global__ void probe_build(coop_dx_handle dp, coop_dx_matrix a, coop
 }}
 
 extern "C" __global__ void __launch_bounds__({t.threads}, 1)
-probe_gemm(coop_dx_handle dp, float* c, long long ldc, int tiles_m, int tiles_n) {{
+probe_gemm(coop_dx_handle dp, float* c, long long ldc, int m, int n, int tiles_m, int tiles_n) {{
   extern __shared__ __align__({t.buffer_align}) char smem[];
   alignas({t.tile_align}) char tile_storage[{t.tile_bytes}];
   alignas({t.acc_align}) char acc_storage[{t.acc_bytes}];
@@ -104,7 +109,8 @@ probe_gemm(coop_dx_handle dp, float* c, long long ldc, int tiles_m, int tiles_n)
   float* corner = c + (long long)tm * {g.m} * ldc + (long long)tn * {g.n};
   for (int i = threadIdx.x; i < {g.m * g.n // 4}; i += {t.threads}) {{
     const int r = i / {g.n // 4}, q = i % {g.n // 4};
-    reinterpret_cast<float4*>(corner + r * ldc)[q] = reinterpret_cast<const float4*>(staged + r * {g.n})[q];
+    if (tm * {g.m} + r < m && tn * {g.n} + 4 * q < n)  // (ragged edges; n % 4 == 0)
+      reinterpret_cast<float4*>(corner + r * ldc)[q] = reinterpret_cast<const float4*>(staged + r * {g.n})[q];
   }}
   {t.destroy_acc}(acc);
   {t.destroy_tile}(tp);
@@ -265,11 +271,13 @@ class Kernels:
         """c = a @ b, for the a and b whose pipeline `state` holds."""
         g = self.spec.gemm
         m, n = c.shape
-        tiles_m, tiles_n = m // g.m, n // g.n
+        tiles_m, tiles_n = -(-m // g.m), -(-n // g.n)
         args = (
             Handle(state.data_ptr()),
             ctypes.c_void_p(c.data_ptr()),
             ctypes.c_longlong(n),
+            ctypes.c_int(m),
+            ctypes.c_int(n),
             ctypes.c_int(tiles_m),
             ctypes.c_int(tiles_n),
         )
@@ -290,16 +298,12 @@ def cublas(a, b):
         return f"torch.matmul ({a.dtype} out)", lambda: torch.matmul(a, b)
 
 
-def run_shape(kernels: Kernels, shape: tuple[int, int, int], dtype: str) -> dict:
-    """Check then time one shape (see the module's docstring)."""
+def check(kernels: Kernels, shape: tuple[int, int, int], dtype: str) -> tuple[dict, tuple]:
+    """The two checks of the module's docstring at `shape`; also returns (a, b, c, state) of the normal data, its
+    device pipeline built, for the timing."""
     import torch
 
-    from coop_tiles.testing import do_bench
-
     m, n, k = shape
-    g = kernels.spec.gemm
-    if m % g.m or n % g.n:
-        return {"skipped": f"{m}x{n} is not a whole number of {g.m}x{g.n} tiles"}
     t = getattr(torch, dtype)
     gen = torch.Generator(device="cuda").manual_seed(21)
     c = torch.full((m, n), float("nan"), device="cuda")
@@ -320,27 +324,38 @@ def run_shape(kernels: Kernels, shape: tuple[int, int, int], dtype: str) -> dict
     state = torch.zeros(kernels.traits.device_bytes, dtype=torch.uint8, device="cuda")
     kernels.prepare(a, b, state)
     kernels.gemm(state, c)
-    error = float((c.double() - a.double() @ b.double()).abs().max())
-    out = {"exact integers": exact, "max error (normal)": error, "correct": exact and error <= ATOL}
-    flops = 2 * m * n * k
+    error = float((c.double() - a.double() @ b.double()).abs().max())  # (NaN where c was not written)
+    result = {"exact integers": exact, "max error (normal)": error, "correct": exact and error <= ATOL}
+    return result, (a, b, c, state)
+
+
+def timing(kernels: Kernels, shape: tuple[int, int, int], data: tuple) -> dict:
+    """TFLOP/s of the GEMM kernel, of the device pipeline's build plus the GEMM, and of cuBLAS, at `shape`."""
+    import torch
+
+    from coop_tiles.testing import do_bench
+
+    a, b, c, state = data
+    flops = 2 * shape[0] * shape[1] * shape[2]
     ms = do_bench(lambda: kernels.gemm(state, c))
     ms_with_build = do_bench(lambda: (kernels.prepare(a, b, state), kernels.gemm(state, c)))
     how, launch = cublas(a, b)
     ms_cublas = do_bench(launch)
     kernels.release(state)
     torch.cuda.synchronize()
-    out.update(
-        {
-            "ms": ms,
-            "TFLOP/s": flops / ms * 1e-9,
-            "TFLOP/s with build": flops / ms_with_build * 1e-9,
-            "cuBLAS": how,
-            "cuBLAS TFLOP/s": flops / ms_cublas * 1e-9,
-            "ratio": ms_cublas / ms,
-            "ratio with build": ms_cublas / ms_with_build,
-        }
-    )
-    return out
+    return {
+        "ms": ms,
+        "TFLOP/s": flops / ms * 1e-9,
+        "TFLOP/s with build": flops / ms_with_build * 1e-9,
+        "cuBLAS": how,
+        "cuBLAS TFLOP/s": flops / ms_cublas * 1e-9,
+        "ratio": ms_cublas / ms,
+        "ratio with build": ms_cublas / ms_with_build,
+    }
+
+
+def _cells(result: dict) -> str:
+    return ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in result.items())
 
 
 def main() -> None:
@@ -374,10 +389,12 @@ def main() -> None:
         if args.compile_only:
             continue
         kernels = Kernels(s, traits, cubin)
+        for shape in RAGGED:
+            result = check(kernels, shape, args.dtype)[0]
+            print(f"  {shape[0]}x{shape[1]}x{shape[2]} (ragged, checked only): {_cells(result)}")
         for shape in SHAPES:
-            result = run_shape(kernels, shape, args.dtype)
-            cells = ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in result.items())
-            print(f"  {shape[0]}x{shape[1]}x{shape[2]}: {cells}")
+            result, data = check(kernels, shape, args.dtype)
+            print(f"  {shape[0]}x{shape[1]}x{shape[2]}: {_cells({**result, **timing(kernels, shape, data)})}")
 
 
 if __name__ == "__main__":
