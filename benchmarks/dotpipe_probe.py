@@ -27,6 +27,11 @@ summation, so `c` must equal `torch.matmul` of the float32 operands bit for bit;
 float64 product, within the atol of the benchmark section (benchmarks/sections/matmul.py: MATMUL_ATOL, 2e-2; entries
 of c are about sqrt(K) = 64, and float32 accumulation over K = 4096 errs by about 1e-3 at most).
 
+A third kernel, `probe_fused`, builds each block's device pipeline in the GEMM kernel itself (as a tile program that
+builds its own descriptors would), released to the tensormap proxy and acquired before use: the library's create
+function is then a call in the kernel, which makes ptxas serialise the WGMMAs (its note is printed), so its rate
+measures what that costs; it is checked (exact integers) and timed beside the others.
+
 Timing, at SHAPES: `coop_tiles.testing.do_bench` (L2 flushed before each call) of the GEMM kernel alone and of the
 device pipeline's build plus the GEMM (what a program that builds its descriptors per launch pays), against
 `torch.mm(a, b, out_dtype=torch.float32)` (cuBLAS, float32 out; where this PyTorch lacks `out_dtype`, `torch.matmul`
@@ -53,8 +58,15 @@ from coop_tiles.runtime.gemm_pipeline import PipelineSpec, PipelineTraits  # noq
 from coop_tiles.runtime.mathdx import GemmSpec  # noqa: E402
 
 ARCH = "sm_90a"
-#: (BM, BN, BK, threads, stages): one warpgroup on a 128 x 128 tile, two on 128 x 256 and 256 x 128
-CONFIGS = ((128, 128, 64, 128, 4), (128, 256, 64, 256, 3), (256, 128, 64, 256, 3))
+#: (BM, BN, BK, threads, stages): one warpgroup on a 128 x 128 tile (4 and 5 stages), two (as tutorial 12's 128 x 128
+#: configurations have 256 threads), and two on 128 x 256 and 256 x 128
+CONFIGS = (
+    (128, 128, 64, 128, 4),
+    (128, 128, 64, 128, 5),
+    (128, 128, 64, 256, 4),
+    (128, 256, 64, 256, 3),
+    (256, 128, 64, 256, 3),
+)
 #: (M, N, K), as the benchmark section (issue 21)
 SHAPES = ((4096, 4096, 4096), (8192, 8192, 1024))
 #: (M, N, K) checked, not timed: no extent a multiple of any tile's, rows of a and b still whole 16 bytes (as TMA needs;
@@ -74,11 +86,17 @@ def spec(config: tuple[int, int, int, int, int], dtype: str) -> PipelineSpec:
     return PipelineSpec(GemmSpec(bm, bn, bk, (p, p, "f32"), ("row", "row", "row"), threads, ARCH), stages)
 
 
+def slot_bytes(t: PipelineTraits) -> int:
+    """The bytes of one block's device pipeline in `probe_fused`'s states (128-byte aligned slots)."""
+    return -(-t.device_bytes // 128) * 128
+
+
 def kernel_source(s: PipelineSpec, t: PipelineTraits) -> str:
     """The C++ of the probe's kernels (see the module's docstring). c's rows must be whole float4s (N % 4 == 0)."""
     g = s.gemm
     stages = s.depth * (g.m * g.k + g.k * g.n) * 2  # (the buffer's stages; its last bytes are the stages' barriers)
     assert g.m * g.n * 4 <= stages, f"the {g.m}x{g.n} float result does not fit in {s}'s stages"
+    slot = slot_bytes(t)
     return (
         gemm_pipeline.DEVICE_TYPES
         + t.declarations()
@@ -87,9 +105,9 @@ extern "C" __global__ void probe_build(coop_dx_handle dp, coop_dx_matrix a, coop
   if (threadIdx.x == 0) {t.create_device}(dp, a, b);
 }}
 
-extern "C" __global__ void __launch_bounds__({t.threads}, 1)
-probe_gemm(coop_dx_handle dp, float* c, long long ldc, int m, int n, int tiles_m, int tiles_n) {{
-  extern __shared__ __align__({t.buffer_align}) char smem[];
+// one block's (BM, BN) tile of c
+__device__ __forceinline__ void tile_gemm(
+    coop_dx_handle dp, char* smem, float* c, long long ldc, int m, int n, int tiles_m, int tiles_n) {{
   alignas({t.tile_align}) char tile_storage[{t.tile_bytes}];
   alignas({t.acc_align}) char acc_storage[{t.acc_bytes}];
   // tiles in groups of {GROUP_M} tile rows; a group's tiles column by column
@@ -114,6 +132,31 @@ probe_gemm(coop_dx_handle dp, float* c, long long ldc, int m, int n, int tiles_m
   }}
   {t.destroy_acc}(acc);
   {t.destroy_tile}(tp);
+}}
+
+extern "C" __global__ void __launch_bounds__({t.threads}, 1)
+probe_gemm(coop_dx_handle dp, float* c, long long ldc, int m, int n, int tiles_m, int tiles_n) {{
+  extern __shared__ __align__({t.buffer_align}) char smem[];
+  tile_gemm(dp, smem, c, ldc, m, n, tiles_m, tiles_n);
+}}
+
+// as a program that builds its own descriptors would: each block builds the device pipeline into its slot of
+// `states` (generic-proxy writes), releases them to the tensormap proxy, and every thread acquires them before
+// TMA reads them. (The library's create function is a call ptxas does not inline: the WGMMAs are serialised here.)
+extern "C" __global__ void __launch_bounds__({t.threads}, 1)
+probe_fused(coop_dx_matrix a, coop_dx_matrix b, unsigned char* states, float* c, long long ldc, int m, int n,
+            int tiles_m, int tiles_n) {{
+  extern __shared__ __align__({t.buffer_align}) char smem[];
+  unsigned char* mine = states + (long long)blockIdx.x * {slot};
+  if (threadIdx.x == 0) {{
+    {t.create_device}(coop_dx_handle{{mine}}, a, b);
+    asm volatile("fence.proxy.tensormap::generic.release.cta;" ::: "memory");
+  }}
+  __syncthreads();
+  for (int at = 0; at < {t.device_bytes}; at += 128)
+    asm volatile("fence.proxy.tensormap::generic.acquire.cta [%0], 128;" :: "l"(mine + at) : "memory");
+  tile_gemm(coop_dx_handle{{mine}}, smem, c, ldc, m, n, tiles_m, tiles_n);
+  if (threadIdx.x == 0) {t.destroy_device}(coop_dx_handle{{mine}});
 }}
 
 extern "C" __global__ void probe_release(coop_dx_handle dp) {{
@@ -233,12 +276,12 @@ class Kernels:
         device = launcher.current_device()
         device.set_current()
         code = ObjectCode.from_cubin(cubin)
-        self.build_k, self.gemm_k, self.release_k = (
-            code.get_kernel(n) for n in ("probe_build", "probe_gemm", "probe_release")
-        )
+        names = ("probe_build", "probe_gemm", "probe_fused", "probe_release")
+        self.build_k, self.gemm_k, self.fused_k, self.release_k = (code.get_kernel(n) for n in names)
         attribute = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        (err,) = driver.cuKernelSetAttribute(attribute, traits.buffer_bytes, self.gemm_k.handle, device.device_id)
-        self._check(err, "opt into dynamic shared memory")
+        for kernel in (self.gemm_k, self.fused_k):
+            (err,) = driver.cuKernelSetAttribute(attribute, traits.buffer_bytes, kernel.handle, device.device_id)
+            self._check(err, "opt into dynamic shared memory")
 
     def _check(self, err, what: str) -> None:
         if err != self.driver.CUresult.CUDA_SUCCESS:
@@ -283,6 +326,33 @@ class Kernels:
         )
         self._launch(self.gemm_k, tiles_m * tiles_n, self.traits.threads, self.traits.buffer_bytes, *args)
 
+    def fused(self, a, b, states, c) -> None:
+        """c = a @ b, each block building its own device pipeline into its slot of `states` (a device buffer of
+        `slot_bytes` per block) first."""
+        g = self.spec.gemm
+        (m, k), n = a.shape, b.shape[1]
+        tiles_m, tiles_n = -(-m // g.m), -(-n // g.n)
+        args = (
+            Matrix(a.data_ptr(), m, k, k),
+            Matrix(b.data_ptr(), k, n, n),
+            ctypes.c_void_p(states.data_ptr()),
+            ctypes.c_void_p(c.data_ptr()),
+            ctypes.c_longlong(n),
+            ctypes.c_int(m),
+            ctypes.c_int(n),
+            ctypes.c_int(tiles_m),
+            ctypes.c_int(tiles_n),
+        )
+        self._launch(self.fused_k, tiles_m * tiles_n, self.traits.threads, self.traits.buffer_bytes, *args)
+
+    def states(self, c):
+        """A zeroed buffer for `fused`'s per-block device pipelines, for the result `c`."""
+        import torch
+
+        g = self.spec.gemm
+        blocks = -(-c.shape[0] // g.m) * -(-c.shape[1] // g.n)
+        return torch.zeros(blocks * slot_bytes(self.traits), dtype=torch.uint8, device="cuda")
+
     def release(self, state) -> None:
         self._launch(self.release_k, 1, 32, 0, Handle(state.data_ptr()))
 
@@ -315,8 +385,12 @@ def check(kernels: Kernels, shape: tuple[int, int, int], dtype: str) -> tuple[di
     state = torch.zeros(kernels.traits.device_bytes, dtype=torch.uint8, device="cuda")
     kernels.prepare(a, b, state)
     kernels.gemm(state, c)
-    exact = bool(torch.equal(c, torch.matmul(a.float(), b.float())))
+    expected = torch.matmul(a.float(), b.float())
+    exact = bool(torch.equal(c, expected))
     kernels.release(state)
+    c.fill_(float("nan"))
+    kernels.fused(a, b, kernels.states(c), c)
+    fused = bool(torch.equal(c, expected))
     # (2) standard normal data against float64
     a = torch.randn(m, k, device="cuda", generator=gen).to(t)
     b = torch.randn(k, n, device="cuda", generator=gen).to(t)
@@ -325,7 +399,12 @@ def check(kernels: Kernels, shape: tuple[int, int, int], dtype: str) -> tuple[di
     kernels.prepare(a, b, state)
     kernels.gemm(state, c)
     error = float((c.double() - a.double() @ b.double()).abs().max())  # (NaN where c was not written)
-    result = {"exact integers": exact, "max error (normal)": error, "correct": exact and error <= ATOL}
+    result = {
+        "exact integers": exact,
+        "exact integers (fused)": fused,
+        "max error (normal)": error,
+        "correct": exact and fused and error <= ATOL,
+    }
     return result, (a, b, c, state)
 
 
@@ -339,6 +418,8 @@ def timing(kernels: Kernels, shape: tuple[int, int, int], data: tuple) -> dict:
     flops = 2 * shape[0] * shape[1] * shape[2]
     ms = do_bench(lambda: kernels.gemm(state, c))
     ms_with_build = do_bench(lambda: (kernels.prepare(a, b, state), kernels.gemm(state, c)))
+    states = kernels.states(c)
+    ms_fused = do_bench(lambda: kernels.fused(a, b, states, c))
     how, launch = cublas(a, b)
     ms_cublas = do_bench(launch)
     kernels.release(state)
@@ -347,10 +428,12 @@ def timing(kernels: Kernels, shape: tuple[int, int, int], data: tuple) -> dict:
         "ms": ms,
         "TFLOP/s": flops / ms * 1e-9,
         "TFLOP/s with build": flops / ms_with_build * 1e-9,
+        "TFLOP/s fused": flops / ms_fused * 1e-9,
         "cuBLAS": how,
         "cuBLAS TFLOP/s": flops / ms_cublas * 1e-9,
         "ratio": ms_cublas / ms,
         "ratio with build": ms_cublas / ms_with_build,
+        "ratio fused": ms_cublas / ms_fused,
     }
 
 
@@ -384,6 +467,7 @@ def main() -> None:
         )
         print("  build s: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()))
         print("  sass: " + ", ".join(f"{k} {v}" for k, v in sass_facts(cubin).items()))
+        print("  sass of probe_fused: " + ", ".join(f"{k} {v}" for k, v in sass_facts(cubin, "probe_fused").items()))
         losses = [line.split("Potential Performance Loss: ")[-1] for line in info if "Performance Loss" in line]
         print("  ptxas: " + ("; ".join(losses) if losses else "no performance-loss notes (WGMMAs not serialised)"))
         if args.compile_only:
