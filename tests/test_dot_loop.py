@@ -1,6 +1,6 @@
 """Which K loops cuBLASDx's pipelined GEMM can run whole (`ops/dot_loop.py::match`): tutorial 12's loop, and not its
 near misses (a masked load, other= not 0, float32 operands, acc read in the loop, a loop value read after it,
-the loop's step not the dot's K). No GPU, no libmathdx: IR only."""
+the loop's step not the dot's K, an extent computed in the program). No GPU, no libmathdx: IR only."""
 
 from __future__ import annotations
 
@@ -134,6 +134,17 @@ def half_steps(a, b, c, m, n, k, BM: ct.constexpr, BN: ct.constexpr, BK: ct.cons
     tile.store(c, (r, col), acc, valid=(m - r, n - col))
 
 
+def computed_extent(a, b, c, m, n, k, BM: ct.constexpr, BN: ct.constexpr, BK: ct.constexpr):
+    r, col = ct.program_id(0) * BM, ct.program_id(1) * BN
+    half = m // 2
+    acc = tile.zeros((BM, BN), np.float32)
+    for kk in range(0, k, BK):
+        x = tile.load(a, (r, kk), (BM, BK), valid=(half - r, k - kk), other=0)
+        y = tile.load(b, (kk, col), (BK, BN), valid=(k - kk, n - col), other=0)
+        acc = tile.dot(x, y, acc)
+    tile.store(c, (r, col), acc, valid=(half - r, n - col))
+
+
 @pytest.mark.parametrize(
     ("fn", "dtype", "why"),
     [
@@ -143,8 +154,9 @@ def half_steps(a, b, c, m, n, k, BM: ct.constexpr, BN: ct.constexpr, BK: ct.cons
         (acc_read_in_the_loop, ct.bfloat16, "the accumulator is read in the loop other than by the dot"),
         (operand_read_after, ct.bfloat16, "is read after the loop"),
         (half_steps, ct.bfloat16, "the loop's step is not the dot's K"),
+        (computed_extent, ct.bfloat16, "M is not a kernel argument"),
     ],
-    ids=["mask", "other", "float32", "acc read", "read after", "step"],
+    ids=["mask", "other", "float32", "acc read", "read after", "step", "computed extent"],
 )
 def test_near_misses_are_not_taken(fn, dtype, why):
     found = the_loop(program(fn, dtype))

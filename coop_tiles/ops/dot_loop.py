@@ -15,7 +15,9 @@ The loop it takes (any names, copies between the statements allowed):
         y = tile.load(b, (kk, c), (BK, BN), valid=(K - kk, N - c), other=0)
         acc = tile.dot(x, y, acc)
 
-with `r`, `c`, `M`, `N` and `K` not changed by the loop, `a` and `b` 2-D arrays of bfloat16 or float16 with
+with `r` and `c` not changed by the loop, `a`, `b`, `M`, `N` and `K` arguments of the kernel (the device pipeline,
+TMA's descriptors of `a` and `b`, is built from them by another kernel before the program runs: the library's
+builder is a call that would serialise the program's WGMMAs), `a` and `b` 2-D arrays of bfloat16 or float16 with
 unit-stride rows, no `mask=`, `other=0`, the dot neither transposed nor tf32, `acc` read in the loop only by the
 dot, and nothing the loop defines read after it. Whether it runs pipelined is then decided at run time (rows of
 whole 16 bytes, 16-byte aligned arrays, `r` and `c` multiples of BM and BN: else the loop as written runs).
@@ -102,11 +104,19 @@ def match(loop: ir.ForRange, program: ir.Program) -> KLoop | str:
     k_extents = {_k_extent(load_a.valid_cols, loop.var, made), _k_extent(load_b.valid_rows, loop.var, made)}
     if len(k_extents) != 1 or k_extents != {loop.stop}:
         return "the loads' K extents (valid=K - kk) are not the loop's stop"
+    for what, value in (("a", load_a.array), ("b", load_b.array), ("M", a.extent), ("N", b.extent), ("K", loop.stop)):
+        if not _argument(value):
+            return f"{what} is not a kernel argument (the descriptors are built from the arguments before the program)"
     after = _read_after(program, loop)
     leaked = sorted((inside - {acc.name}) & after)
     if leaked:
         return f"{leaked[0]} is read after the loop"
     return KLoop(loop, dot, a, b, loop.stop)
+
+
+def _argument(value: ir.Value | None) -> bool:
+    """Whether `value` is known before the program runs: a kernel argument, a literal, or absent."""
+    return value is None or isinstance(value, ir.Lit) or value.kind == ir.PARAM
 
 
 def _definitions(body: list[ir.Stmt]) -> dict[str, ir.Stmt]:
