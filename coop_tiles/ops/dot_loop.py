@@ -1,6 +1,6 @@
 """Which K loops cuBLASDx's pipelined GEMM can run whole (`runtime/gemm_pipeline.py`): tutorial 12's loop, exactly.
 
-A K loop of tile program computes `acc += a[r:r+BM, :K] @ b[:K, c:c+BN]` one (BM, BK) x (BK, BN) step at a time; on
+A K loop of a tile program computes `acc += a[r:r+BM, :K] @ b[:K, c:c+BN]` one (BM, BK) x (BK, BN) step at a time; on
 sm_90a cuBLASDx's tile pipeline computes the same product in one call, its operand tiles brought by TMA into
 `depth` stages of shared memory while WGMMA multiplies the stages already there (about 0.11x cuBLAS for the
 step-by-step loop, see benchmarks/dotpipe_probe.py for the pipeline's rate). It can only when the loop is nothing

@@ -47,7 +47,7 @@ _ALIGNMENT_OP, _STATIC_BLOCK_DIM, _INPUT_STREAMING, _WITH_PIPELINE = 11, 12, 13,
 _SUGGESTED_ACCUMULATOR_C = 10
 # cublasdxDevicePipelineType, cublasdxTilePipelineType, cublasdxBlockSizeStrategy, cublasdxPipelineTrait
 _DEVICE_SUGGESTED, _TILE_DEFAULT, _FIXED_BLOCK = 0, 0, 1
-STORAGE_BYTES, _STORAGE_ALIGNMENT, _BUFFER_BYTES, _BUFFER_ALIGNMENT, _PIPELINE_BLOCK = 0, 1, 2, 3, 5
+_STORAGE, _STORAGE_ALIGNMENT, _BUFFER_BYTES, _BUFFER_ALIGNMENT, _PIPELINE_BLOCK = 0, 1, 2, 3, 5
 # cublasdxDeviceFunctionType
 _EXECUTE, _COPY, _CREATE, _DESTROY = 0, 1, 11, 12
 #: the alignment in bytes the pipeline may assume of a, b and c in global memory (TMA needs 16)
@@ -189,11 +189,11 @@ def _generate(spec: PipelineSpec) -> tuple[PipelineTraits, bytes]:
         block = (LL * 3)()
         check(lib, lib.cublasdxGetPipelineTraitInt64s(device, _PIPELINE_BLOCK, ctypes.c_size_t(3), block), "query")
         traits = PipelineTraits(
-            trait(dp, STORAGE_BYTES),
+            trait(dp, _STORAGE),
             trait(dp, _STORAGE_ALIGNMENT),
             trait(dp, _BUFFER_BYTES),
             trait(dp, _BUFFER_ALIGNMENT),
-            trait(tp, STORAGE_BYTES),
+            trait(tp, _STORAGE),
             trait(tp, _STORAGE_ALIGNMENT),
             d.tensor_int(acc, mathdx.STORAGE_BYTES),
             d.tensor_int(acc, mathdx.ALIGNMENT_BYTES),
