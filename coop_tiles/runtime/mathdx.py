@@ -296,7 +296,9 @@ def cached(api: tuple[str, ...], spec: GemmSpec, generate: Callable[[GemmSpec], 
     versions of cuBLASDx and NVRTC, or generated and cached."""
     cache = DiskCache()
     # (libmathdx compiles with the NVRTC loaded here: LTO-IR of a newer NVRTC does not link with an older nvJitLink)
-    key = make_key("gemm", *api, vars(spec), version(), toolchain.versions()["nvrtc"])
+    # (sm_90a is requested arch-specific, (900, 1): entries made when it was requested as plain 900 are not reused)
+    specific = ("arch-specific",) if spec.arch.endswith("a") else ()
+    key = make_key("gemm", *api, vars(spec), version(), toolchain.versions()["nvrtc"], *specific)
     found = cache.get("gemm", key)
     if found is None:
         found = generate(spec)
