@@ -19,8 +19,10 @@ from __future__ import annotations
 import ctypes
 import functools
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
 from ..errors import CompileError
 from . import toolchain
@@ -33,14 +35,14 @@ ARRANGEMENTS = {"col": 0, "row": 1}
 # cublasdxOperatorType, cublasdxTraitType, commondxOption (libcublasdx.h, libcommondx.h)
 _FUNCTION, _SIZE, _TYPE, _PRECISION, _SM, _EXECUTION, _BLOCK_DIM, _API, _ARRANGEMENT = 0, 1, 2, 3, 4, 5, 6, 9, 10
 _LEADING_DIMENSION, _SYMBOL_NAME, _ALIGNMENT = 4, 5, 7
-_TARGET_SM, _EXTRA_NVRTC_ARGS = 1, 4
-_API_SMEM, _API_TENSORS, _EXECUTION_BLOCK, _TYPE_REAL, _FUNCTION_MM = 0, 2, 1, 0, 0
+_TARGET_SM, _EXTRA_NVRTC_ARGS, _ARCH_SPECIFIC = 1, 4, 1
+_API_SMEM, API_TENSORS, _EXECUTION_BLOCK, _TYPE_REAL, _FUNCTION_MM = 0, 2, 1, 0, 0
 # cublasdxTensorType, cublasdxTensorTrait, cublasdxDeviceFunctionType, cublasdxDeviceFunctionTrait
 _SUGGESTED_SMEM_A, _SUGGESTED_SMEM_B, _SUGGESTED_RMEM_C = 3, 4, 6
-_STORAGE_BYTES, _ALIGNMENT_BYTES, _LOGICAL_SIZE = 0, 1, 5
+STORAGE_BYTES, ALIGNMENT_BYTES, _LOGICAL_SIZE = 0, 1, 5
 _EXECUTE, _MAP_CRD2IDX, _MAP_IDX2CRD_PARTITIONER, _IS_THREAD_ACTIVE = 0, 7, 6, 8
 _FUNCTION_SYMBOL = 1
-_LL = ctypes.c_longlong
+LL = ctypes.c_longlong
 #: the operators every descriptor sets (besides its API): a matrix product, run by a block, real
 _FIXED = ((_FUNCTION, _FUNCTION_MM), (_EXECUTION, _EXECUTION_BLOCK), (_TYPE, _TYPE_REAL))
 
@@ -127,11 +129,12 @@ def version() -> str:
     """cuBLASDx's version, as libmathdx reports it (part of every cache key)."""
     lib = _library()
     parts = [ctypes.c_int() for _ in range(3)]
-    _check(lib, lib.cublasdxGetVersion(*(ctypes.byref(p) for p in parts)), "version")
+    check(lib, lib.cublasdxGetVersion(*(ctypes.byref(p) for p in parts)), "version")
     return ".".join(str(p.value) for p in parts)
 
 
-def _check(lib: ctypes.CDLL, status: int, what: str) -> None:
+def check(lib: ctypes.CDLL, status: int, what: str) -> None:
+    """A CompileError saying that libmathdx failed to do `what` (with its last error) unless `status` is success."""
     if status != 0:
         size = ctypes.c_size_t()
         lib.commondxGetLastErrorStrSize(ctypes.byref(size))
@@ -140,115 +143,123 @@ def _check(lib: ctypes.CDLL, status: int, what: str) -> None:
         raise CompileError(f"libmathdx failed to {what} (status {status})", log=text.value.decode(errors="replace"))
 
 
-def _ints(*values: int):
-    return (_LL * len(values))(*values)
+def ints(*values: int) -> ctypes.Array:
+    """`values` as a C array of long long, as libmathdx takes arrays."""
+    return (LL * len(values))(*values)
 
 
-def _sm(arch: str) -> int:
-    return int(arch.removeprefix("sm_").rstrip("a")) * 10
+def _sm(arch: str) -> tuple[int, ...]:
+    """libmathdx's SM of `arch`: (900,) for sm_90, (900, 1) for sm_90a (its arch-specific features: TMA's
+    descriptors, WGMMA)."""
+    number = int(arch.removeprefix("sm_").rstrip("a")) * 10
+    return (number, _ARCH_SPECIFIC) if arch.endswith("a") else (number,)
 
 
 # libmathdx keeps per-descriptor state and its last error per thread; one request at a time.
-_lock = threading.Lock()
+LOCK = threading.Lock()
 
 
-class _Descriptor:
-    """A cuBLASDx descriptor of `spec` (destroyed on exit)."""
+class Descriptor:
+    """A cuBLASDx descriptor of `spec` (destroyed on exit); `extra`: more operators to set, (operator, value) or
+    (operator, values)."""
 
-    def __init__(self, spec: GemmSpec, api: int = _API_SMEM):
-        self.lib, self.spec, self.api = _library(), spec, api
+    def __init__(self, spec: GemmSpec, api: int = _API_SMEM, extra: tuple[tuple[int, int | tuple[int, ...]], ...] = ()):
+        self.lib, self.spec, self.api, self.extra = _library(), spec, api, extra
 
-    def __enter__(self) -> _Descriptor:
-        lib, spec, handle = self.lib, self.spec, _LL()
-        _check(lib, lib.cublasdxCreateDescriptor(ctypes.byref(handle)), "create a descriptor")
+    def __enter__(self) -> Descriptor:
+        lib, spec, handle = self.lib, self.spec, LL()
+        check(lib, lib.cublasdxCreateDescriptor(ctypes.byref(handle)), "create a descriptor")
         self.handle = h = handle.value
-        for op, value in ((_API, self.api), *_FIXED):
-            _check(lib, lib.cublasdxSetOperatorInt64(_LL(h), op, _LL(value)), f"set operator {op}")
+        scalars = [(op, v) for op, v in self.extra if isinstance(v, int)]
+        for op, value in ((_API, self.api), *_FIXED, *scalars):
+            check(lib, lib.cublasdxSetOperatorInt64(LL(h), op, LL(value)), f"set operator {op}")
         for op, values in (
             (_SIZE, (spec.m, spec.n, spec.k)),
             (_PRECISION, tuple(PRECISIONS[p] for p in spec.precision)),
-            (_SM, (_sm(spec.arch),)),
+            (_SM, _sm(spec.arch)),
             (_BLOCK_DIM, (spec.threads, 1, 1)),
             (_ARRANGEMENT, tuple(ARRANGEMENTS[a] for a in spec.arrangement)),
+            *((op, v) for op, v in self.extra if not isinstance(v, int)),
         ):
             count = ctypes.c_size_t(len(values))
-            _check(lib, lib.cublasdxSetOperatorInt64s(_LL(h), op, count, _ints(*values)), f"set {spec}")
+            check(lib, lib.cublasdxSetOperatorInt64s(LL(h), op, count, ints(*values)), f"set {spec}")
         return self
 
     def __exit__(self, *exc) -> None:
-        self.lib.cublasdxDestroyDescriptor(_LL(self.handle))
+        self.lib.cublasdxDestroyDescriptor(LL(self.handle))
 
     def ints(self, trait: int) -> tuple[int, int, int]:
-        out = (_LL * 3)()
-        status = self.lib.cublasdxGetTraitInt64s(_LL(self.handle), trait, ctypes.c_size_t(3), out)
-        _check(self.lib, status, f"query {self.spec}")
+        out = (LL * 3)()
+        status = self.lib.cublasdxGetTraitInt64s(LL(self.handle), trait, ctypes.c_size_t(3), out)
+        check(self.lib, status, f"query {self.spec}")
         return tuple(int(v) for v in out)  # type: ignore[return-value]
 
     def text(self, trait: int) -> str:
         size = ctypes.c_size_t()
-        _check(self.lib, self.lib.cublasdxGetTraitStrSize(_LL(self.handle), trait, ctypes.byref(size)), "query a name")
+        check(self.lib, self.lib.cublasdxGetTraitStrSize(LL(self.handle), trait, ctypes.byref(size)), "query a name")
         out = ctypes.create_string_buffer(size.value)
-        _check(self.lib, self.lib.cublasdxGetTraitStr(_LL(self.handle), trait, size, out), "query a name")
+        check(self.lib, self.lib.cublasdxGetTraitStr(LL(self.handle), trait, size, out), "query a name")
         return out.value.decode()
 
     def ltoir(self) -> bytes:
         """The LTO-IR of the shared-memory API's execute function."""
 
         def finalize(code) -> None:
-            _check(self.lib, self.lib.cublasdxFinalizeCode(code, _LL(self.handle)), f"generate {self.spec}")
+            check(self.lib, self.lib.cublasdxFinalizeCode(code, LL(self.handle)), f"generate {self.spec}")
 
         return self.code(finalize)
 
     def tensor(self, kind: int) -> int:
-        out = _LL()
-        _check(self.lib, self.lib.cublasdxCreateTensor(_LL(self.handle), kind, ctypes.byref(out)), "make a tensor")
+        out = LL()
+        check(self.lib, self.lib.cublasdxCreateTensor(LL(self.handle), kind, ctypes.byref(out)), "make a tensor")
         return out.value
 
     def tensor_int(self, tensor: int, trait: int) -> int:
-        out = _LL()
-        _check(self.lib, self.lib.cublasdxGetTensorTraitInt64(_LL(tensor), trait, ctypes.byref(out)), "query a tensor")
+        out = LL()
+        check(self.lib, self.lib.cublasdxGetTensorTraitInt64(LL(tensor), trait, ctypes.byref(out)), "query a tensor")
         return int(out.value)
 
     def function(self, kind: int, tensors: tuple[int, ...]) -> int:
-        out, args = _LL(), (_LL * len(tensors))(*tensors)
+        out, args = LL(), (LL * len(tensors))(*tensors)
         status = self.lib.cublasdxCreateDeviceFunction(
-            _LL(self.handle), kind, ctypes.c_size_t(len(tensors)), args, ctypes.byref(out)
+            LL(self.handle), kind, ctypes.c_size_t(len(tensors)), args, ctypes.byref(out)
         )
-        _check(self.lib, status, f"make device function {kind} of {self.spec}")
+        check(self.lib, status, f"make device function {kind} of {self.spec}")
         return out.value
 
     def symbol(self, function: int) -> str:
         lib, size = self.lib, ctypes.c_size_t()
-        _check(
-            lib, lib.cublasdxGetDeviceFunctionTraitStrSize(_LL(function), _FUNCTION_SYMBOL, ctypes.byref(size)), "name"
+        check(
+            lib, lib.cublasdxGetDeviceFunctionTraitStrSize(LL(function), _FUNCTION_SYMBOL, ctypes.byref(size)), "name"
         )
         out = ctypes.create_string_buffer(size.value)
-        _check(lib, lib.cublasdxGetDeviceFunctionTraitStr(_LL(function), _FUNCTION_SYMBOL, size, out), "name")
+        check(lib, lib.cublasdxGetDeviceFunctionTraitStr(LL(function), _FUNCTION_SYMBOL, size, out), "name")
         return out.value.decode()
 
     def code(self, finalize) -> bytes:
         """The LTO-IR of the code object that `finalize(code)` fills."""
-        lib, code = self.lib, _LL()
-        _check(lib, lib.commondxCreateCode(ctypes.byref(code)), "create a code object")
+        lib, code = self.lib, LL()
+        check(lib, lib.commondxCreateCode(ctypes.byref(code)), "create a code object")
         try:
-            sm = _ints(_sm(self.spec.arch))
-            _check(lib, lib.commondxSetCodeOptionInt64s(code, _TARGET_SM, ctypes.c_size_t(1), sm), "set the arch")
-            _check(lib, lib.commondxSetCodeOptionStr(code, _EXTRA_NVRTC_ARGS, b"-gen-opt-lto"), "set NVRTC options")
+            sm = _sm(self.spec.arch)
+            status = lib.commondxSetCodeOptionInt64s(code, _TARGET_SM, ctypes.c_size_t(len(sm)), ints(*sm))
+            check(lib, status, "set the arch")
+            check(lib, lib.commondxSetCodeOptionStr(code, _EXTRA_NVRTC_ARGS, b"-gen-opt-lto"), "set NVRTC options")
             finalize(code)
             size = ctypes.c_size_t()
-            _check(lib, lib.commondxGetCodeLTOIRSize(code, ctypes.byref(size)), "size the LTO-IR")
+            check(lib, lib.commondxGetCodeLTOIRSize(code, ctypes.byref(size)), "size the LTO-IR")
             out = ctypes.create_string_buffer(size.value)
-            _check(lib, lib.commondxGetCodeLTOIR(code, size, out), "copy the LTO-IR")
+            check(lib, lib.commondxGetCodeLTOIR(code, size, out), "copy the LTO-IR")
             return out.raw
         finally:
             lib.commondxDestroyCode(code)
 
 
 def _generate_fragment(spec: GemmSpec) -> tuple[FragmentTraits, bytes]:
-    with _lock, _Descriptor(spec, _API_TENSORS) as d:
+    with LOCK, Descriptor(spec, API_TENSORS) as d:
         lib = d.lib
         a, b, c = (d.tensor(k) for k in (_SUGGESTED_SMEM_A, _SUGGESTED_SMEM_B, _SUGGESTED_RMEM_C))
-        _check(lib, lib.cublasdxFinalizeTensors(ctypes.c_size_t(3), (_LL * 3)(a, b, c)), f"lay out {spec}")
+        check(lib, lib.cublasdxFinalizeTensors(ctypes.c_size_t(3), (LL * 3)(a, b, c)), f"lay out {spec}")
         functions = (
             d.function(_EXECUTE, (a, b, c)),
             d.function(_MAP_CRD2IDX, (a,)),
@@ -256,18 +267,18 @@ def _generate_fragment(spec: GemmSpec) -> tuple[FragmentTraits, bytes]:
             d.function(_MAP_IDX2CRD_PARTITIONER, (c,)),
             d.function(_IS_THREAD_ACTIVE, (c,)),
         )
-        handles = (_LL * len(functions))(*functions)
+        handles = (LL * len(functions))(*functions)
 
         def finalize(code) -> None:
             status = lib.cublasdxFinalizeDeviceFunctions(code, ctypes.c_size_t(len(functions)), handles)
-            _check(lib, status, f"generate {spec}")
+            check(lib, status, f"generate {spec}")
 
         ltoir = d.code(finalize)
         traits = FragmentTraits(
-            d.tensor_int(a, _STORAGE_BYTES),
-            d.tensor_int(a, _ALIGNMENT_BYTES),
-            d.tensor_int(b, _STORAGE_BYTES),
-            d.tensor_int(b, _ALIGNMENT_BYTES),
+            d.tensor_int(a, STORAGE_BYTES),
+            d.tensor_int(a, ALIGNMENT_BYTES),
+            d.tensor_int(b, STORAGE_BYTES),
+            d.tensor_int(b, ALIGNMENT_BYTES),
             d.tensor_int(c, _LOGICAL_SIZE),
             *(d.symbol(f) for f in functions),
         )
@@ -275,15 +286,19 @@ def _generate_fragment(spec: GemmSpec) -> tuple[FragmentTraits, bytes]:
 
 
 def _generate(spec: GemmSpec) -> tuple[GemmTraits, bytes]:
-    with _lock, _Descriptor(spec) as d:
+    with LOCK, Descriptor(spec) as d:
         traits = GemmTraits(d.ints(_LEADING_DIMENSION), d.ints(_ALIGNMENT), d.text(_SYMBOL_NAME))
         return traits, d.ltoir()
 
 
-def _cached(api: tuple[str, ...], spec: GemmSpec, generate):
+def cached(api: tuple[str, ...], spec: GemmSpec, generate: Callable[[GemmSpec], Any]) -> Any:
+    """`generate(spec)` from the disk cache (kind "gemm"), keyed by `api` (what is generated), `spec` and the
+    versions of cuBLASDx and NVRTC, or generated and cached."""
     cache = DiskCache()
     # (libmathdx compiles with the NVRTC loaded here: LTO-IR of a newer NVRTC does not link with an older nvJitLink)
-    key = make_key("gemm", *api, vars(spec), version(), toolchain.versions()["nvrtc"])
+    # (sm_90a is requested arch-specific, (900, 1): entries made when it was requested as plain 900 are not reused)
+    specific = ("arch-specific",) if spec.arch.endswith("a") else ()
+    key = make_key("gemm", *api, vars(spec), version(), toolchain.versions()["nvrtc"], *specific)
     found = cache.get("gemm", key)
     if found is None:
         found = generate(spec)
@@ -295,13 +310,13 @@ def _cached(api: tuple[str, ...], spec: GemmSpec, generate):
 def gemm(spec: GemmSpec) -> tuple[GemmTraits, bytes]:
     """The traits and LTO-IR of `spec` in the shared-memory API, from the disk cache or generated
     (seconds: NVRTC compiles cuBLASDx) and cached."""
-    return _cached((), spec, _generate)
+    return cached((), spec, _generate)
 
 
 @functools.lru_cache(maxsize=64)
 def fragment_gemm(spec: GemmSpec) -> tuple[FragmentTraits, bytes]:
     """The traits and LTO-IR of `spec` in the tensor API, its accumulator in registers (disk-cached)."""
-    return _cached(("tensors", *(f.name for f in fields(FragmentTraits))), spec, _generate_fragment)
+    return cached(("tensors", *(f.name for f in fields(FragmentTraits))), spec, _generate_fragment)
 
 
 def library_code(spec: GemmSpec, registers: bool) -> tuple[str, bytes]:

@@ -350,9 +350,10 @@ def _function_attribute(cubin: bytes, function: str, attribute: int) -> int:
     return 0
 
 
-def link(ltoirs: list[tuple[str, bytes]], arch: str, output: str = "cubin") -> bytes:
+def link(ltoirs: list[tuple[str, bytes]], arch: str, output: str = "cubin", info: list[str] | None = None) -> bytes:
     """Link LTO-IR modules with nvJitLink into a cubin (or, with output="ptx", the linked PTX).
-    Variables no device code uses (NVRTC's size probes) are dropped."""
+    Variables no device code uses (NVRTC's size probes) are dropped. With `info`, ptxas runs verbose and the lines of
+    its report (registers, stack, "Potential Performance Loss" notes) are appended to `info`."""
     from cuda.core import Linker, LinkerOptions, ObjectCode
 
     options = LinkerOptions(
@@ -361,10 +362,13 @@ def link(ltoirs: list[tuple[str, bytes]], arch: str, output: str = "cubin") -> b
         optimization_level=3,
         optimize_unused_variables=True,
         ptx=output == "ptx",
+        verbose=info is not None,
     )
     linker = Linker(*(ObjectCode.from_ltoir(blob, name=name) for name, blob in ltoirs), options=options)
     try:
         code = linker.link(output)
+        if info is not None:
+            info.extend(line for line in linker.get_info_log().rstrip("\x00").splitlines() if line.strip())
     except Exception as e:  # nvJitLinkError: the error log is also on the linker
         raise CompileError(f"nvJitLink failed: {str(e).splitlines()[0]}", log=_linker_log(linker)) from None
     finally:

@@ -1,0 +1,212 @@
+"""Which K loops cuBLASDx's pipelined GEMM can run whole (`runtime/gemm_pipeline.py`): tutorial 12's loop, exactly.
+
+A K loop of a tile program computes `acc += a[r:r+BM, :K] @ b[:K, c:c+BN]` one (BM, BK) x (BK, BN) step at a time; on
+sm_90a cuBLASDx's tile pipeline computes the same product in one call, its operand tiles brought by TMA into
+`depth` stages of shared memory while WGMMA multiplies the stages already there (about 0.11x cuBLAS for the
+step-by-step loop, see benchmarks/dotpipe_probe.py for the pipeline's rate). It can only when the loop is nothing
+but that product, and the loads are what TMA does: a rectangle of a row-major array whose elements past the
+array's extents read as zero. `match` says whether a loop is, and if so what the pipeline needs of it
+(`KLoop`); if not, why not, in the words a plan can show.
+
+The loop it takes (any names, copies between the statements allowed):
+
+    for kk in range(0, K, BK):
+        x = tile.load(a, (r, kk), (BM, BK), valid=(M - r, K - kk), other=0)     # or valid=None on an axis
+        y = tile.load(b, (kk, c), (BK, BN), valid=(K - kk, N - c), other=0)
+        acc = tile.dot(x, y, acc)
+
+with `r` and `c` not changed by the loop, `a`, `b`, `M`, `N` and `K` arguments of the kernel (the device pipeline,
+TMA's descriptors of `a` and `b`, is built from them by another kernel before the program runs: the library's
+builder is a call that would serialise the program's WGMMAs), `a` and `b` 2-D arrays of bfloat16 or float16 with
+unit-stride rows, no `mask=`, `other=0`, the dot neither transposed nor tf32, `acc` read in the loop only by the
+dot, and nothing the loop defines read after it. Whether it runs pipelined is then decided at run time (rows of
+whole 16 bytes, 16-byte aligned arrays, `r` and `c` multiples of BM and BN: else the loop as written runs).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..dtypes import bfloat16, float16
+from ..lang import ir
+from .dot import TileDot
+from .memory2d import TileLoad2D
+
+#: the operand dtypes the pipeline streams (cuBLASDx refuses input streaming of tf32; float32 spills)
+PIPELINED_DTYPES = (bfloat16, float16)
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One operand's load: the array, the offset along the axis the loop does not walk (`r` of a, `c` of b) and
+    that axis's extent (`M` of `valid=M - r`; None where the load gives no `valid` on that axis: the array's own)."""
+
+    load: TileLoad2D
+    offset: ir.Value
+    extent: ir.Value | None
+
+
+@dataclass(frozen=True)
+class KLoop:
+    """A loop `match` takes: the loop, its dot, each operand's load, and K (the loop's stop, both loads' K extent)."""
+
+    loop: ir.ForRange
+    dot: TileDot
+    a: Operand
+    b: Operand
+    k: ir.Value
+
+
+def match(loop: ir.ForRange, program: ir.Program) -> KLoop | str:
+    """`loop` as a `KLoop`, or why the pipelined GEMM cannot run it."""
+    body = loop.body
+    dots = [s for s in body if isinstance(s, TileDot)]
+    if len(dots) != 1:
+        return "the loop holds no tile.dot" if not dots else "the loop holds more than one tile.dot"
+    dot = dots[0]
+    dtype = dot.a.type.dtype
+    if dtype not in PIPELINED_DTYPES:
+        return f"{np.dtype(dtype).name} operands (the pipeline streams bfloat16 and float16 only)"
+    if dot.tf32 or dot.transposed != (False, False):
+        return "a transposed operand" if dot.transposed != (False, False) else "allow_tf32"
+    acc = dot.acc
+    back = [s for s in body if isinstance(s, ir.Copy) and s.src == dot.out and s.out == acc]
+    if acc is None or not back:
+        return "the dot does not add into an accumulator the loop carries (acc = tile.dot(x, y, acc))"
+    if [s for s in ir.walk(body) if acc in (*ir.uses(s), *ir.refs(s))] != [dot]:
+        return "the accumulator is read in the loop other than by the dot"
+    if not isinstance(loop.start, ir.Lit) or loop.start.value != 0:
+        return "the loop does not start at 0"
+    bk = dot.a.type.shape[1]
+    if not isinstance(loop.step, ir.Lit) or loop.step.value != bk:
+        return f"the loop's step is not the dot's K ({bk})"
+    made = _definitions(body)
+    found = [_load(v, made) for v in (dot.a, dot.b)]
+    for name, load in zip("ab", found):
+        if isinstance(load, str):
+            return f"{name}: {load}"
+    load_a, load_b = found
+    allowed = {id(s) for s in _feeding(body, made, dot)} | {id(dot)}
+    extra = [s for s in body if id(s) not in allowed]
+    if extra:
+        return f"the loop does more than load, multiply and accumulate ({type(extra[0]).__name__})"
+    inside = {v.name for s in ir.walk(body) for v in ir.defs(s)} | {loop.var.name}
+    if isinstance(loop.stop, ir.Var) and loop.stop.name in inside:
+        return "K (the loop's stop) changes in the loop"
+    a = _operand(load_a, load_a.row, load_a.valid_rows, loop.var, load_a.col, load_a.valid_cols, made, inside)
+    b = _operand(load_b, load_b.col, load_b.valid_cols, loop.var, load_b.row, load_b.valid_rows, made, inside)
+    for name, operand in zip("ab", (a, b)):
+        if isinstance(operand, str):
+            return f"{name}: {operand}"
+    k_extents = {_k_extent(load_a.valid_cols, loop.var, made), _k_extent(load_b.valid_rows, loop.var, made)}
+    if len(k_extents) != 1 or k_extents != {loop.stop}:
+        return "the loads' K extents (valid=K - kk) are not the loop's stop"
+    for what, value in (("a", load_a.array), ("b", load_b.array), ("M", a.extent), ("N", b.extent), ("K", loop.stop)):
+        if not _argument(value):
+            return f"{what} is not a kernel argument (the descriptors are built from the arguments before the program)"
+    after = _read_after(program, loop)
+    leaked = sorted((inside - {acc.name}) & after)
+    if leaked:
+        return f"{leaked[0]} is read after the loop"
+    return KLoop(loop, dot, a, b, loop.stop)
+
+
+def _argument(value: ir.Value | None) -> bool:
+    """Whether `value` is known before the program runs: a kernel argument, a literal, or absent."""
+    return value is None or isinstance(value, ir.Lit) or value.kind == ir.PARAM
+
+
+def _definitions(body: list[ir.Stmt]) -> dict[str, ir.Stmt]:
+    """The statement of `body` (top level) defining each variable defined there once."""
+    counts = Counter(v.name for s in body for v in ir.defs(s))
+    return {v.name: s for s in body for v in ir.defs(s) if counts[v.name] == 1}
+
+
+def _source(v: ir.Value, made: dict[str, ir.Stmt]) -> tuple[ir.Value, list[ir.Stmt]]:
+    """`v` followed back through copies made in the loop, and those copies."""
+    chain = []
+    while isinstance(v, ir.Var) and isinstance(made.get(v.name), ir.Copy):
+        chain.append(made[v.name])
+        v = made[v.name].src
+    return v, chain
+
+
+def _load(v: ir.Var, made: dict[str, ir.Stmt]) -> TileLoad2D | str:
+    """The load that defines `v` (through copies), or why it is not one the pipeline can do."""
+    v, _ = _source(v, made)
+    s = made.get(v.name) if isinstance(v, ir.Var) else None
+    if not isinstance(s, TileLoad2D):
+        return "not loaded in the loop by a 2-D tile.load"
+    array = s.array.type
+    if array.ndim != 2 or not array.unit_stride:
+        return "not a row-major 2-D array (TMA reads rows of unit stride)"
+    if s.mask is not None:
+        return "a masked load (mask=)"
+    if not (isinstance(s.other, ir.Lit) and s.other.value == 0):
+        return "a load whose other= is not 0 (TMA fills with zeros)"
+    return s
+
+
+def _feeding(body: list[ir.Stmt], made: dict[str, ir.Stmt], dot: TileDot) -> list[ir.Stmt]:
+    """The statements of `body` that the dot's operands come from: the loads, the copies of them, the scalar
+    statements giving the loads' valid counts, and the copy of the result into the accumulator."""
+    out = [s for s in body if isinstance(s, ir.Copy) and s.src == dot.out]
+    for v in (dot.a, dot.b):
+        v, chain = _source(v, made)
+        load = made[v.name]
+        out += [*chain, load]
+        for valid in (load.valid_rows, load.valid_cols):
+            if isinstance(valid, ir.Var) and isinstance(made.get(valid.name), ir.ScalarOp):
+                out.append(made[valid.name])
+    return out
+
+
+def _difference(valid: ir.Value | None, made: dict[str, ir.Stmt]) -> tuple[ir.Value, ir.Value] | None:
+    """(E, x) where `valid` is `E - x` computed in the loop, else None."""
+    s = made.get(valid.name) if isinstance(valid, ir.Var) else None
+    if isinstance(s, ir.ScalarOp) and s.op == "sub" and len(s.args) == 2:
+        return s.args[0], s.args[1]
+    return None
+
+
+def _k_extent(valid: ir.Value | None, kk: ir.Var, made: dict[str, ir.Stmt]) -> ir.Value | None:
+    """K of `valid = K - kk` (None where the load gives no such count)."""
+    found = _difference(valid, made)
+    return found[0] if found is not None and found[1] == kk else None
+
+
+def _operand(
+    load: TileLoad2D,
+    offset: ir.Value,
+    valid: ir.Value | None,
+    kk: ir.Var,
+    k_offset: ir.Value,
+    k_valid: ir.Value | None,
+    made: dict[str, ir.Stmt],
+    inside: set[str],
+) -> Operand | str:
+    """An operand's load as `Operand`, or why not: its K offset is the loop variable, its other offset and extent
+    are not changed by the loop, its valid counts are `extent - offset` (or absent)."""
+    if k_offset != kk:
+        return "the load's K offset is not the loop variable"
+    if isinstance(offset, ir.Var) and offset.name in inside:
+        return "the load's offset changes in the loop"
+    extent = None
+    if valid is not None:
+        found = _difference(valid, made)
+        if found is None or found[1] != offset or (isinstance(found[0], ir.Var) and found[0].name in inside):
+            return "a valid count that is not extent - offset (TMA's bounds)"
+        extent = found[0]
+    if k_valid is None or _k_extent(k_valid, kk, made) is None:
+        return "no valid count K - kk along K"
+    return Operand(load, offset, extent)
+
+
+def _read_after(program: ir.Program, loop: ir.ForRange) -> set[str]:
+    """The names of the variables read by any statement of `program` outside `loop` (after it, or before it in an
+    enclosing loop's next iteration: every statement that is not the loop's own)."""
+    own = {id(s) for s in ir.walk(loop.body)} | {id(loop)}
+    return {v.name for s in program.walk() if id(s) not in own for v in (*ir.uses(s), *ir.refs(s))}

@@ -1,0 +1,168 @@
+"""Which K loops cuBLASDx's pipelined GEMM can run whole (`ops/dot_loop.py::match`): tutorial 12's loop, and not its
+near misses (a masked load, other= not 0, float32 operands, acc read in the loop, a loop value read after it,
+the loop's step not the dot's K, an extent computed in the program). No GPU, no libmathdx: IR only."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import coop_tiles as ct
+from coop_tiles import tile
+from coop_tiles.lang import ir
+from coop_tiles.lang.frontend import build_program
+from coop_tiles.lang.types import INT64, ArrayType
+from coop_tiles.ops.dot_loop import KLoop, match
+
+BLOCKS = {"BM": 128, "BN": 128, "BK": 64}
+
+
+def tutorial_12():
+    sys.path.insert(0, str(Path(__file__).parent.parent / "tutorials"))
+    try:
+        return importlib.import_module("12_matmul")
+    finally:
+        sys.path.pop(0)
+
+
+def program(fn, dtype=ct.bfloat16, **constexprs) -> ir.Program:
+    """`fn(a, b, c, m, n, k, ...)` typed with a and b of `dtype`, c float32."""
+    ab, c = ArrayType(np.dtype(dtype), 2), ArrayType(np.dtype(np.float32), 2)
+    params = {"a": ab, "b": ab, "c": c, "m": INT64, "n": INT64, "k": INT64}
+    return build_program(fn, params, {**BLOCKS, **constexprs})
+
+
+def the_loop(p: ir.Program) -> KLoop | str:
+    (loop,) = [s for s in p.walk() if isinstance(s, ir.ForRange)]
+    return match(loop, p)
+
+
+def test_tutorial_12s_loop_is_taken():
+    p = program(tutorial_12().matmul.kernel.fn, TF32=False)
+    found = the_loop(p)
+    assert isinstance(found, KLoop), found
+    assert found.a.load.array.name == "a_a" and found.b.load.array.name == "a_b"
+    assert (found.a.offset.name, found.a.extent.name) == ("v_r", "a_m")
+    assert (found.b.offset.name, found.b.extent.name) == ("v_col", "a_n")
+    assert found.k.name == "a_k" and found.dot.acc.name == "v_acc"
+
+
+def plain(a, b, c, m, n, k, BM: ct.constexpr, BN: ct.constexpr, BK: ct.constexpr):
+    r, col = ct.program_id(0) * BM, ct.program_id(1) * BN
+    acc = tile.zeros((BM, BN), np.float32)
+    for kk in range(0, k, BK):
+        x = tile.load(a, (r, kk), (BM, BK), valid=(m - r, k - kk), other=0)
+        y = tile.load(b, (kk, col), (BK, BN), valid=(k - kk, n - col), other=0)
+        acc = tile.dot(x, y, acc)
+    tile.store(c, (r, col), acc, valid=(m - r, n - col))
+
+
+def unbounded_rows(a, b, c, m, n, k, BM: ct.constexpr, BN: ct.constexpr, BK: ct.constexpr):
+    """No valid count along M and N (every block inside the arrays): still taken, the arrays' own extents."""
+    r, col = ct.program_id(0) * BM, ct.program_id(1) * BN
+    acc = tile.zeros((BM, BN), np.float32)
+    for kk in range(0, k, BK):
+        acc = tile.dot(
+            tile.load(a, (r, kk), (BM, BK), valid=(None, k - kk), other=0),
+            tile.load(b, (kk, col), (BK, BN), valid=(k - kk, None), other=0),
+            acc,
+        )
+    tile.store(c, (r, col), acc)
+
+
+@pytest.mark.parametrize("dtype", [ct.bfloat16, np.float16], ids=["bfloat16", "float16"])
+@pytest.mark.parametrize("fn", [plain, unbounded_rows])
+def test_the_plain_loop_is_taken(fn, dtype):
+    found = the_loop(program(fn, dtype))
+    assert isinstance(found, KLoop), found
+    assert (found.a.extent is None) == (fn is unbounded_rows)
+
+
+def masked(a, b, c, m, n, k, BM: ct.constexpr, BN: ct.constexpr, BK: ct.constexpr):
+    r, col = ct.program_id(0) * BM, ct.program_id(1) * BN
+    keep = tile.full((BM, BK), True, np.bool_)
+    acc = tile.zeros((BM, BN), np.float32)
+    for kk in range(0, k, BK):
+        x = tile.load(a, (r, kk), (BM, BK), mask=keep, other=0)
+        y = tile.load(b, (kk, col), (BK, BN), valid=(k - kk, n - col), other=0)
+        acc = tile.dot(x, y, acc)
+    tile.store(c, (r, col), acc, valid=(m - r, n - col))
+
+
+def other_one(a, b, c, m, n, k, BM: ct.constexpr, BN: ct.constexpr, BK: ct.constexpr):
+    r, col = ct.program_id(0) * BM, ct.program_id(1) * BN
+    acc = tile.zeros((BM, BN), np.float32)
+    for kk in range(0, k, BK):
+        x = tile.load(a, (r, kk), (BM, BK), valid=(m - r, k - kk), other=0)
+        y = tile.load(b, (kk, col), (BK, BN), valid=(k - kk, n - col), other=1)
+        acc = tile.dot(x, y, acc)
+    tile.store(c, (r, col), acc, valid=(m - r, n - col))
+
+
+def acc_read_in_the_loop(a, b, c, m, n, k, BM: ct.constexpr, BN: ct.constexpr, BK: ct.constexpr):
+    r, col = ct.program_id(0) * BM, ct.program_id(1) * BN
+    acc = tile.zeros((BM, BN), np.float32)
+    for kk in range(0, k, BK):
+        x = tile.load(a, (r, kk), (BM, BK), valid=(m - r, k - kk), other=0)
+        y = tile.load(b, (kk, col), (BK, BN), valid=(k - kk, n - col), other=0)
+        acc = tile.dot(x, y, acc)
+        tile.store(c, (r, col), acc, valid=(m - r, n - col))
+
+
+def operand_read_after(a, b, c, m, n, k, BM: ct.constexpr, BN: ct.constexpr, BK: ct.constexpr):
+    r, col = ct.program_id(0) * BM, ct.program_id(1) * BN
+    acc = tile.zeros((BM, BN), np.float32)
+    x = tile.zeros((BM, BK), a.dtype)
+    for kk in range(0, k, BK):
+        x = tile.load(a, (r, kk), (BM, BK), valid=(m - r, k - kk), other=0)
+        y = tile.load(b, (kk, col), (BK, BN), valid=(k - kk, n - col), other=0)
+        acc = tile.dot(x, y, acc)
+    tile.store(c, (r, col), acc + tile.sum(x.astype(np.float32)), valid=(m - r, n - col))
+
+
+def half_steps(a, b, c, m, n, k, BM: ct.constexpr, BN: ct.constexpr, BK: ct.constexpr):
+    r, col = ct.program_id(0) * BM, ct.program_id(1) * BN
+    acc = tile.zeros((BM, BN), np.float32)
+    for kk in range(0, k, BK // 2):
+        x = tile.load(a, (r, kk), (BM, BK), valid=(m - r, k - kk), other=0)
+        y = tile.load(b, (kk, col), (BK, BN), valid=(k - kk, n - col), other=0)
+        acc = tile.dot(x, y, acc)
+    tile.store(c, (r, col), acc, valid=(m - r, n - col))
+
+
+def computed_extent(a, b, c, m, n, k, BM: ct.constexpr, BN: ct.constexpr, BK: ct.constexpr):
+    r, col = ct.program_id(0) * BM, ct.program_id(1) * BN
+    half = m // 2
+    acc = tile.zeros((BM, BN), np.float32)
+    for kk in range(0, k, BK):
+        x = tile.load(a, (r, kk), (BM, BK), valid=(half - r, k - kk), other=0)
+        y = tile.load(b, (kk, col), (BK, BN), valid=(k - kk, n - col), other=0)
+        acc = tile.dot(x, y, acc)
+    tile.store(c, (r, col), acc, valid=(half - r, n - col))
+
+
+@pytest.mark.parametrize(
+    ("fn", "dtype", "why"),
+    [
+        (masked, ct.bfloat16, "a: a masked load"),
+        (other_one, ct.bfloat16, "b: a load whose other= is not 0"),
+        (plain, np.float32, "float32 operands"),
+        (acc_read_in_the_loop, ct.bfloat16, "the accumulator is read in the loop other than by the dot"),
+        (operand_read_after, ct.bfloat16, "is read after the loop"),
+        (half_steps, ct.bfloat16, "the loop's step is not the dot's K"),
+        (computed_extent, ct.bfloat16, "M is not a kernel argument"),
+    ],
+    ids=["mask", "other", "float32", "acc read", "read after", "step", "computed extent"],
+)
+def test_near_misses_are_not_taken(fn, dtype, why):
+    found = the_loop(program(fn, dtype))
+    assert isinstance(found, str) and why in found, found
+
+
+def test_the_tf32_product_is_not_taken():
+    p = program(tutorial_12().matmul.kernel.fn, np.float32, TF32=True)
+    assert "float32 operands" in the_loop(p)
