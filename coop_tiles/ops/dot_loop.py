@@ -21,6 +21,9 @@ builder is a call that would serialise the program's WGMMAs), `a` and `b` 2-D ar
 unit-stride rows, no `mask=`, `other=0`, the dot neither transposed nor tf32, `acc` read in the loop only by the
 dot, and nothing the loop defines read after it. Whether it runs pipelined is then decided at run time (rows of
 whole 16 bytes, 16-byte aligned arrays, `r` and `c` multiples of BM and BN: else the loop as written runs).
+
+The compiler does not call it yet: the dot op's K-loop rewrite that will is the next step of issue 21
+(docs/internals.md, "Pipelined K loops"); tests/test_dot_loop.py pins which loops it takes and why it refuses others.
 """
 
 from __future__ import annotations
