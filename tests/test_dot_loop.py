@@ -4,6 +4,7 @@ the loop's step not the dot's K, an extent computed in the program). No GPU, no 
 
 from __future__ import annotations
 
+import copy
 import importlib
 import sys
 from pathlib import Path
@@ -13,10 +14,12 @@ import pytest
 
 import coop_tiles as ct
 from coop_tiles import tile
-from coop_tiles.lang import ir
+from coop_tiles.lang import interpreter, ir
 from coop_tiles.lang.frontend import build_program
 from coop_tiles.lang.types import INT64, ArrayType
-from coop_tiles.ops.dot_loop import KLoop, match
+from coop_tiles.ops import dot_loop
+from coop_tiles.ops.dot import TileDot
+from coop_tiles.ops.dot_loop import PIPELINE_ARCH, KLoop, TileDotLoop, match, pipelinable, pipeline_k_loops, stages
 
 BLOCKS = {"BM": 128, "BN": 128, "BK": 64}
 
@@ -166,3 +169,100 @@ def test_near_misses_are_not_taken(fn, dtype, why):
 def test_the_tf32_product_is_not_taken():
     p = program(tutorial_12().matmul.kernel.fn, np.float32, TF32=True)
     assert "float32 operands" in the_loop(p)
+
+
+# ----- the rewrite (`pipeline_k_loops`): the IR it makes, interpreted ----------------------------------------------
+SMALL = {"BM": 16, "BN": 16, "BK": 8}
+
+
+def small_program(fn, dtype=ct.bfloat16, **constexprs) -> ir.Program:
+    ab, c = ArrayType(np.dtype(dtype), 2), ArrayType(np.dtype(np.float32), 2)
+    params = {"a": ab, "b": ab, "c": c, "m": INT64, "n": INT64, "k": INT64}
+    return build_program(fn, params, {**SMALL, **constexprs})
+
+
+def pipelined(p: ir.Program, arch: str = PIPELINE_ARCH) -> tuple[ir.Program, dict[int, str]]:
+    q = copy.deepcopy(p)
+    return q, pipeline_k_loops(q, arch)
+
+
+def test_tutorial_12s_loop_is_rewritten_at_sm_90a_only():
+    p = program(tutorial_12().matmul.kernel.fn, TF32=False)
+    same, refused = pipelined(p, "sm_90")
+    assert str(same) == str(p) and refused == {}
+    q, refused = pipelined(p)
+    assert refused == {}
+    ir.verify(q, "pipeline_k_loops")
+    (s,) = [s for s in q.walk() if isinstance(s, TileDotLoop)]
+    assert (s.depth, s.bk) == (4, 64) and s.out.type.shape == (128, 128)
+    (branch,) = [t for t in q.walk() if isinstance(t, ir.If) and t.cond == s.ran]
+    assert isinstance(branch.then[0], ir.Copy) and branch.then[0].out == s.acc and branch.then[0].src == s.out
+    assert isinstance(branch.orelse[0], ir.ForRange)  # the loop as written, run where the pipeline cannot
+
+
+def test_stages_follow_the_tile():
+    assert [stages(*t) for t in ((128, 128, 64), (128, 256, 64), (256, 128, 64), (128, 128, 32))] == [4, 3, 3, 4]
+    assert stages(256, 256, 256) == 0  # (not even 2 stages fit: the loop stays)
+
+
+@pytest.mark.parametrize(
+    ("fn", "dtype", "why"),
+    [
+        (masked, ct.bfloat16, "a: a masked load"),
+        (plain, np.float32, "float32 operands"),
+        (operand_read_after, ct.bfloat16, "is read after the loop"),
+        (computed_extent, ct.bfloat16, "M is not a kernel argument"),
+    ],
+    ids=["mask", "float32", "read after", "computed extent"],
+)
+def test_near_misses_are_not_rewritten_and_say_why(fn, dtype, why):
+    p = program(fn, dtype)
+    q, refused = pipelined(p)
+    assert str(q) == str(p)
+    (dot,) = [s for s in q.walk() if isinstance(s, TileDot)]
+    assert why in refused[dot.cid], refused
+
+
+def run_tutorial_12(p: ir.Program, a: np.ndarray, b: np.ndarray, bm: int, bn: int) -> np.ndarray:
+    (m, k), n = a.shape, b.shape[1]
+    c = np.zeros((m, n), np.float32)
+    blocks = -(-m // bm) * -(-n // bn)
+    interpreter.run(p, (blocks, 1, 1), [a, b, c, m, n, k])
+    return c
+
+
+@pytest.mark.parametrize(
+    ("m", "n", "k", "ran"),
+    [
+        (45, 40, 24, True),  # ragged M and N, rows of a and b whole 16 bytes: the pipeline runs in every block
+        (32, 32, 32, True),
+        (45, 37, 29, False),  # rows of 29 and 37 bfloat16: not whole 16 bytes, the loop runs
+    ],
+)
+def test_the_rewritten_tutorial_12_gives_numpys_product(monkeypatch, m, n, k, ran):
+    p = small_program(tutorial_12().matmul.kernel.fn, TF32=False)
+    q, _ = pipelined(p)
+    ir.verify(q, "pipeline_k_loops")
+    seen = []
+    monkeypatch.setattr(dot_loop, "pipelinable", lambda *args: seen.append(pipelinable(*args)) or seen[-1])
+    rng = np.random.default_rng(21)
+    a = rng.integers(-3, 4, (m, k)).astype(ct.bfloat16)
+    b = rng.integers(-3, 4, (k, n)).astype(ct.bfloat16)
+    expected = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_array_equal(run_tutorial_12(q, a, b, 16, 16), expected)
+    assert seen and set(seen) == {ran}
+
+
+def test_a_misaligned_operand_runs_the_loop(monkeypatch):
+    """`a` one element into its buffer (2 bytes: TMA needs 16): the loop runs, the product is NumPy's."""
+    p = small_program(tutorial_12().matmul.kernel.fn, TF32=False)
+    q, _ = pipelined(p)
+    seen = []
+    monkeypatch.setattr(dot_loop, "pipelinable", lambda *args: seen.append(pipelinable(*args)) or seen[-1])
+    rng = np.random.default_rng(22)
+    m, n, k = 40, 32, 24
+    base = rng.integers(-3, 4, (m, k + 8)).astype(ct.bfloat16)
+    a = base[:, 1 : k + 1]
+    b = rng.integers(-3, 4, (k, n)).astype(ct.bfloat16)
+    np.testing.assert_array_equal(run_tutorial_12(q, a, b, 16, 16), a.astype(np.float64) @ b.astype(np.float64))
+    assert seen and set(seen) == {False}

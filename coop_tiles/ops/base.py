@@ -343,10 +343,11 @@ class TileOp:
         raise NotImplementedError
 
     # ----- IR rewrites (`rewriting_ops`, run by the compiler's rewrite stage) -----
-    def rewrite(self, program: ir.Program, debug: bool) -> None:
+    def rewrite(self, program: ir.Program, debug: bool, arch: str) -> None:
         """Change `program` in place for the GPU without changing what it computes (the interpreter
         runs the IR as built), typically replacing this op's statements; `debug`: the kernel checks
-        `ct.device_assert`. Default: no rewrite."""
+        `ct.device_assert`; `arch`: the target ("sm_90", "sm_90a": a rewrite may use what only one arch
+        has). Default: no rewrite."""
 
 
 def rewriting_ops() -> list[TileOp]:

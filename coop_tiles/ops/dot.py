@@ -135,7 +135,7 @@ class Dot(TileOp):
     def takes_fragments(self, s: TileDot, var: ir.Var) -> bool:
         return True  # (the result and acc: the library's own arrangement; a and b: written by element index)
 
-    def rewrite(self, program: ir.Program, debug: bool) -> None:
+    def rewrite(self, program: ir.Program, debug: bool, arch: str) -> None:
         read_transposes_in_place(program)
 
     def choose(self, s: TileDot, ctx):

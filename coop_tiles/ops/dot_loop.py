@@ -35,8 +35,10 @@ import numpy as np
 
 from ..dtypes import bfloat16, float16
 from ..lang import ir
+from ..lang.types import BOOL, INT64
+from .base import TileOp, register
 from .dot import TileDot
-from .memory2d import TileLoad2D
+from .memory2d import TileLoad2D, load_masked
 
 #: the operand dtypes the pipeline streams (cuBLASDx refuses input streaming of tf32; float32 spills)
 PIPELINED_DTYPES = (bfloat16, float16)
@@ -213,3 +215,152 @@ def _read_after(program: ir.Program, loop: ir.ForRange) -> set[str]:
     enclosing loop's next iteration: every statement that is not the loop's own)."""
     own = {id(s) for s in ir.walk(loop.body)} | {id(loop)}
     return {v.name for s in program.walk() if id(s) not in own for v in (*ir.uses(s), *ir.refs(s))}
+
+
+#: the target whose TMA and WGMMA the pipeline uses (arch-specific: sm_90 code cannot hold them)
+PIPELINE_ARCH = "sm_90a"
+#: the most stages, and the most shared memory the stages may take (H200: 227 KiB a block; the rest for the
+#: program's own TempStorage); measured best on an H200: 4 stages of 128x128x64, 3 of 128x256x64 and 256x128x64
+MAX_STAGES, STAGE_BUDGET = 4, 160 * 1024
+#: what TMA needs of each operand in global memory: its address and its row stride a multiple of 16 bytes
+TMA_BYTES = 16
+
+
+def stages(bm: int, bn: int, bk: int, itemsize: int = 2) -> int:
+    """How many stages of (BM, BK) and (BK, BN) operand tiles the pipeline keeps: as many as fit in `STAGE_BUDGET`,
+    at most `MAX_STAGES` (0 where fewer than 2 fit: no pipeline)."""
+    depth = min(MAX_STAGES, STAGE_BUDGET // ((bm * bk + bk * bn) * itemsize))
+    return depth if depth >= 2 else 0
+
+
+@dataclass
+class TileDotLoop(ir.Collective, defs="out ran", uses="a b acc row col m n k", attrs="bk depth"):
+    """The whole K loop of a `KLoop` as one statement (sm_90a: cuBLASDx's tile pipeline, TMA + WGMMA):
+    `out = acc + a[row:row+BM, :k] @ b[:k, col:col+BN]` (BM, BN: `out`'s shape; BK: the replaced loop's step, the
+    K of `TileDot`; rows of `a` past `m`, columns of `b` past `n` and both past `k` read as zero) and `ran` true,
+    where the pipeline can run it (`pipelinable`); else `ran` false and `out` is `acc` (the loop, kept after it
+    under `if not ran`, then runs). `m`, `n`: None where the loads give no valid count on that axis (the arrays'
+    own extents); `depth`: the stages of operand tiles in shared memory."""
+
+    out: ir.Var
+    ran: ir.Var
+    a: ir.Var
+    b: ir.Var
+    acc: ir.Var
+    row: ir.Value
+    col: ir.Value
+    m: ir.Value | None
+    n: ir.Value | None
+    k: ir.Value
+    bk: int
+    depth: int
+
+
+def pipelinable(
+    a: np.ndarray, b: np.ndarray, row: int, col: int, m: int, n: int, k: int, tile: tuple[int, int]
+) -> bool:
+    """Whether the pipeline computes the K loop's product for the (BM, BN) = `tile` block at (`row`, `col`) of
+    `a` (M, K) @ `b` (K, N) exactly as the loop does (the GPU checks the same in the generated code): each
+    operand's address and row stride whole multiples of 16 bytes, its rows contiguous (TMA); M, N and K within the
+    arrays (TMA reads the rectangle the descriptor gives, the loop only what it touches) and K at least 1; the block
+    at a whole tile index (the tile pipeline's coordinates) inside the product."""
+    bm, bn = tile
+    for x in (a, b):
+        if x.ctypes.data % TMA_BYTES or x.strides[0] <= 0 or x.strides[0] % TMA_BYTES or x.strides[1] != x.itemsize:
+            return False
+    if not (1 <= k <= a.shape[1] and k <= b.shape[0] and m <= a.shape[0] and n <= b.shape[1]):
+        return False
+    return 0 <= row < m and row % bm == 0 and 0 <= col < n and col % bn == 0
+
+
+@register
+class DotLoop(TileOp):
+    """The pipelined K loop (`TileDotLoop`), which only the GPU rewrite `pipeline_k_loops` makes."""
+
+    stmt = TileDotLoop
+
+    def interpret(self, s: TileDotLoop, frame) -> None:
+        """The replaced loop's product where `pipelinable` (`ran`), step by step as the loop takes it."""
+        a, b = frame.get(s.a), frame.get(s.b)
+        acc = np.asarray(frame.get(s.acc), s.out.type.dtype)
+        (bm, bn), bk = s.out.type.shape, s.bk
+        row, col, k = (int(frame.get(v)) for v in (s.row, s.col, s.k))
+        m = a.shape[0] if s.m is None else int(frame.get(s.m))
+        n = b.shape[1] if s.n is None else int(frame.get(s.n))
+        ran = pipelinable(a, b, row, col, m, n, k, (bm, bn))
+        frame.set(s.ran, ran)
+        if not ran:
+            frame.env[s.out.name] = acc.copy()
+            return
+        for kk in range(0, k, bk):
+            at = (ir.Lit(row, INT64), ir.Lit(kk, INT64))
+            x = load_masked(
+                frame, a, at, (ir.Lit(m - row, INT64), ir.Lit(k - kk, INT64)), None, (bm, bk), 0, "tile.load"
+            )
+            at = (ir.Lit(kk, INT64), ir.Lit(col, INT64))
+            y = load_masked(
+                frame, b, at, (ir.Lit(k - kk, INT64), ir.Lit(n - col, INT64)), None, (bk, bn), 0, "tile.load"
+            )
+            acc = acc + np.matmul(x.astype(acc.dtype), y.astype(acc.dtype))
+        frame.env[s.out.name] = acc.astype(s.out.type.dtype)
+
+
+def pipeline_k_loops(program: ir.Program, arch: str) -> dict[int, str]:
+    """At `PIPELINE_ARCH`, put each K loop `match` takes (and whose stages fit) behind a `TileDotLoop`:
+
+        out, ran = <the whole loop's product, added to acc>
+        if ran: acc = out
+        else: <the loop as written>
+
+    and return why each other loop holding a dot was left as it is, by the dot's cid (for the plan). Elsewhere
+    nothing changes."""
+    if arch != PIPELINE_ARCH:
+        return {}
+    numbering = ir.Numbering(program)
+    refused: dict[int, str] = {}
+
+    def visit(body: list[ir.Stmt]) -> None:
+        for s in list(body):
+            for region in ir.regions(s):
+                visit(region)
+            if not isinstance(s, ir.ForRange) or not any(isinstance(t, TileDot) for t in ir.walk(s.body)):
+                continue
+            found = match(s, program)
+            if isinstance(found, KLoop):
+                (bm, bk), bn = found.dot.a.type.shape, found.dot.b.type.shape[1]
+                depth = stages(bm, bn, bk)
+                if depth:
+                    at = body.index(s)
+                    body[at : at + 1] = _pipelined(found, depth, numbering)
+                    continue
+                found = f"not even 2 stages of {bm}x{bk} and {bk}x{bn} tiles fit in {STAGE_BUDGET} bytes"
+            for t in ir.walk(s.body):
+                if isinstance(t, TileDot):
+                    refused[t.cid] = found
+
+    visit(program.body)
+    return refused
+
+
+def _pipelined(found: KLoop, depth: int, numbering: ir.Numbering) -> list[ir.Stmt]:
+    """The statements standing for `found.loop` (see `pipeline_k_loops`)."""
+    loop, acc = found.loop, found.dot.acc
+    out, ran = numbering.temp(acc.type), numbering.temp(BOOL)
+    a, b = found.a.load, found.b.load
+    bk = found.dot.a.type.shape[1]
+    pipelined = TileDotLoop(
+        out,
+        ran,
+        a.array,
+        b.array,
+        acc,
+        found.a.offset,
+        found.b.offset,
+        found.a.extent,
+        found.b.extent,
+        found.k,
+        bk,
+        depth,
+    )
+    take = ir.If(ran, [numbering.place(ir.Copy(acc, out), loop)], [loop])
+    return [numbering.place(pipelined, loop), numbering.place(take, loop)]

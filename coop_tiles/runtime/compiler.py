@@ -80,14 +80,14 @@ def build_stage(fn: Callable, sig: Signature) -> ir.Program:
     return build_program(fn, dict(sig.params), dict(sig.constexprs))
 
 
-def rewrite_stage(program: ir.Program, debug: bool = False) -> ir.Program:
+def rewrite_stage(program: ir.Program, debug: bool = False, arch: str = "sm_90") -> ir.Program:
     """Rewrites of the typed IR for the GPU that keep its meaning (the interpreter runs it as
     built), each owned by its op (`TileOp.rewrite`): histogram counts accumulated in shared memory
     through a loop, dot operands given as `u.T` read from `u` in place, 16-bit float loads converted to
-    float32 as they arrive, and, without `debug`, `ct.device_assert` dropped. The IR
+    float32 as they arrive, and, without `debug`, `ct.device_assert` dropped; `arch` is the target's. The IR
     is verified after each when COOP_TILES_VERIFY_IR is set."""
     for op in rewriting_ops():
-        op.rewrite(program, debug)
+        op.rewrite(program, debug, arch)
         ir.verify_if_asked(program, f"rewrite by {type(op).__name__}")
     return program
 
@@ -159,7 +159,7 @@ def built_ir(fn: Callable, sig: Signature, on_built: Callable[[ir.Program], None
 
 
 def rewritten_ir(program: ir.Program, sig: Signature) -> ir.Program:
-    return rewrite_stage(program, sig.debug)
+    return rewrite_stage(program, sig.debug, sig.arch)
 
 
 def shims_for(program: ir.Program, layouts: LayoutPlan, sig: Signature) -> ShimSource:
