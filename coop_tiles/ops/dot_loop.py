@@ -33,11 +33,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..dtypes import bfloat16, float16
+from ..dtypes import bfloat16, cxx_name, float16
+from ..errors import CompileError
 from ..lang import ir
 from ..lang.types import BOOL, INT64
-from .base import TileOp, register
-from .dot import TileDot
+from ..planner.layout import SYNCS
+from ..runtime import gemm_pipeline, mathdx
+from ..runtime.gemm_pipeline import PipelineSpec
+from ..runtime.mathdx import GemmSpec
+from .base import LAUNCH_STATE, ArrayArg, OutArg, ShimCall, TileArg, TileOp, ValueArg, register
+from .dot import TileDot, fragment, product_spec
 from .memory2d import TileLoad2D, load_masked
 
 #: the operand dtypes the pipeline streams (cuBLASDx refuses input streaming of tf32; float32 spills)
@@ -304,6 +309,32 @@ class DotLoop(TileOp):
             acc = acc + np.matmul(x.astype(acc.dtype), y.astype(acc.dtype))
         frame.env[s.out.name] = acc.astype(s.out.type.dtype)
 
+    def rewrite(self, program: ir.Program, debug: bool, arch: str) -> None:
+        """At sm_90a, K loops to pipelined GEMMs (`pipeline_k_loops`); the plan says why any other is not."""
+        if arch == PIPELINE_ARCH and not mathdx.available():
+            return
+        for cid, why in pipeline_k_loops(program, arch).items():
+            program.notes[cid] = f"K loop not pipelined: {why}"
+
+    def layout(self, s: TileDotLoop, ctx) -> None:
+        """`out` and `acc` in the arrangement the replaced loop's dot offers (the same key: one fragment)."""
+        ctx.join([s.out, s.acc])
+        if mathdx.available():
+            spec = dot_spec(s, ctx.threads, ctx.arch)
+            ctx.offer_fragment(s.out, spec, lambda: fragment(spec))
+
+    def takes_fragments(self, s: TileDotLoop, var: ir.Var) -> bool:
+        return True  # (`out` and `acc` item by item at their element indices; `a`, `b`: arrays)
+
+    def choose(self, s: TileDotLoop, ctx):
+        bm, bn = s.out.type.shape
+        nbytes = stage_bytes(s)
+        how = f"K loop pipelined: cuBLASDx TMA+WGMMA, {s.depth} stages, {nbytes} B"
+        return ctx.choice(s, f"dot loop {bm}x{bn}x{s.bk}", "cuBLASDx", how, sync=SYNCS)
+
+    def lower(self, s: TileDotLoop, w) -> ShimCall:
+        return lower_pipelined(s, w)
+
 
 def pipeline_k_loops(program: ir.Program, arch: str) -> dict[int, str]:
     """At `PIPELINE_ARCH`, put each K loop `match` takes (and whose stages fit) behind a `TileDotLoop`:
@@ -364,3 +395,110 @@ def _pipelined(found: KLoop, depth: int, numbering: ir.Numbering) -> list[ir.Stm
     )
     take = ir.If(ran, [numbering.place(ir.Copy(acc, out), loop)], [loop])
     return [numbering.place(pipelined, loop), numbering.place(take, loop)]
+
+
+def dot_spec(s: TileDotLoop, threads: int, arch: str) -> GemmSpec:
+    """The block GEMM of one step of the loop `s` replaced (its dot's)."""
+    (bm, bn), dtype = s.out.type.shape, s.a.type.dtype
+    return product_spec(bm, bn, s.bk, dtype, False, threads, arch)
+
+
+def stage_bytes(s: TileDotLoop) -> int:
+    """The bytes of `s`'s stages of operand tiles in shared memory (the library adds the stages' barriers)."""
+    (bm, bn), size = s.out.type.shape, s.a.type.dtype.itemsize
+    return s.depth * (bm * s.bk + s.bk * bn) * size
+
+
+def _ready(cid: int) -> str:
+    """The C++ function saying whether the pipeline can run a product of these operands at all (`pipelinable`
+    less the block's own conditions): the same in the prepare kernel, which then builds the device pipeline, and
+    in the program, which then uses it."""
+    return (
+        f"__device__ __forceinline__ bool coop_dotloop_ready_{cid}(const void* a, long long a_rows, long long a_cols,"
+        " long long lda, const void* b, long long b_rows, long long b_cols, long long ldb, long long m, long long n,"
+        " long long k, int size) {\n"
+        f"  const bool aligned = (reinterpret_cast<unsigned long long>(a) | reinterpret_cast<unsigned long long>(b))"
+        f" % {TMA_BYTES} == 0\n"
+        f"      && lda > 0 && ldb > 0 && (lda * size) % {TMA_BYTES} == 0 && (ldb * size) % {TMA_BYTES} == 0;\n"
+        "  return aligned && 1 <= k && k <= a_cols && k <= b_rows && m <= a_rows && n <= b_cols;\n}\n"
+    )
+
+
+def _value(v: ir.Value | None, otherwise: str) -> str:
+    """`v` as the prepare kernel spells it (a kernel parameter by its name, a literal), `otherwise` for None."""
+    if v is None:
+        return otherwise
+    return repr(int(v.value)) if isinstance(v, ir.Lit) else v.name
+
+
+def lower_pipelined(s: TileDotLoop, w) -> ShimCall:
+    """The shim of `s`: whether this block can run the pipeline (`_ready` and its tile at a whole tile index inside
+    the product), then its tile pipeline over the stages (the TempStorage) with the device pipeline the prepare
+    kernel built in the launch state, the K loop (`execute`), the accumulator through the stages' shared memory
+    (the library's copy, row-major, then each item of `out` at its element: each side's own map) added to `acc`.
+    Also the prepare kernel's part: `s`'s device pipeline built from the kernel's arguments, where `_ready`."""
+    (bm, bn), cid = s.out.type.shape, s.cid
+    t = w.pipeline(PipelineSpec(dot_spec(s, w.threads, w.arch), s.depth))
+    if t.threads != w.threads:
+        raise CompileError(f"cuBLASDx's pipeline of {bm}x{bn}x{s.bk} wants {t.threads} threads, not {w.threads}")
+    w.helper(gemm_pipeline.DEVICE_TYPES)
+    w.helper(t.declarations())
+    w.helper(_ready(cid))
+    state = w.launch_state(t.device_bytes, max(t.device_align, 128))
+    size = s.a.type.dtype.itemsize
+    ab = cxx_name(s.a.type.dtype)
+    pa, pb = ArrayArg(s.a, "a").parts, ArrayArg(s.b, "b").parts
+    args = [ArrayArg(s.a, "a"), ArrayArg(s.b, "b"), ValueArg(s.row, "row"), ValueArg(s.col, "col")]
+    args += [ValueArg(v, name) for v, name in ((s.m, "m"), (s.n, "n")) if v is not None]
+    args += [ValueArg(s.k, "k"), TileArg(s.acc, "acc_items"), TileArg(s.out, "out_items"), OutArg(s.ran, "ran")]
+    call = ShimCall(f"coop_dotloop_{cid}", (*args, LAUNCH_STATE))
+    m = "m" if s.m is not None else pa.shapes[0]
+    n = "n" if s.n is not None else pb.shapes[1]
+    items, e = w.layout(s.out).items_per_thread, w.element_index(s.out)
+    fields = f" alignas({t.buffer_align}) char stages[{max(t.buffer_bytes, bm * bn * 4)}];"
+    prelude = f"struct coop_dotloop_{cid}_t {{ struct TempStorage {{{fields} }}; }};\n"
+    body = (
+        f"  const {ab}* pa = a + {pa.off};\n  const {ab}* pb = b + {pb.off};\n"
+        f"  const bool go = coop_dotloop_ready_{cid}(pa, {pa.shapes[0]}, {pa.shapes[1]}, {pa.strides[0]}, pb,"
+        f" {pb.shapes[0]}, {pb.shapes[1]}, {pb.strides[0]}, {m}, {n}, k, {size})\n"
+        f"      && row >= 0 && row < {m} && row % {bm} == 0 && col >= 0 && col < {n} && col % {bn} == 0;\n"
+        "  *ran = go;\n"
+        f"  if (!go) {{\n    for (int i = 0; i < {items}; ++i) out_items[i] = acc_items[i];\n    return;\n  }}\n"
+        + w.storage_ref(cid)
+        + f"  alignas({t.tile_align}) char tile_storage[{t.tile_bytes}];\n"
+        f"  alignas({t.acc_align}) char acc_storage[{t.acc_bytes}];\n"
+        f"  unsigned char* device = {LAUNCH_STATE.name} + {state};\n"
+        "  coop_dx_handle dp{device}, tp{tile_storage}, acc{acc_storage};\n"
+        "  // (the prepare kernel wrote the descriptors through the generic proxy; TMA reads them through the\n"
+        "  // tensormap proxy)\n"
+        f"  for (int at = 0; at < {t.device_bytes}; at += 128)\n"
+        '    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" :: "l"(device + at) : "memory");\n'
+        f"  int tm = int(row / {bm}), tn = int(col / {bn});\n"
+        f"  {t.create_tile}(dp, tp, s.temp.stages, &tm, &tn);\n"
+        f"  {t.create_acc}(acc);\n"
+        f"  {t.execute}(tp, acc);\n"
+        "  __syncthreads();  // (every stage consumed: the accumulator goes where they were)\n"
+        "  float* staged = reinterpret_cast<float*>(s.temp.stages);\n"
+        f"  {t.store_shared}(acc, coop_dx_handle{{staged}});\n"
+        "  __syncthreads();\n"
+        f"  for (int i = 0; i < {items}; ++i) {{\n"
+        f"    const int e = {e};\n"
+        f"    out_items[i] = acc_items[i] + (e < {bm * bn} ? staged[e] : 0.0f);\n  }}\n"
+        f"  {t.destroy_acc}(acc);\n"
+        f"  {t.destroy_tile}(tp);\n"
+        "  __syncthreads();  // (the stages' memory is the TempStorage of what runs next)\n"
+    )
+    w.define(call, w.storage(cid, f"coop_dotloop_{cid}_t", prelude=prelude), body)
+    a = ArrayArg(s.a, s.a.name).parts
+    b = ArrayArg(s.b, s.b.name).parts
+    m, n, k = _value(s.m, a.shapes[0]), _value(s.n, b.shapes[1]), _value(s.k, "")
+    w.prepare(
+        f"  {{  // the device pipeline of the K loop of collective {cid}\n"
+        f"    if (coop_dotloop_ready_{cid}({a.ptr}, {a.shapes[0]}, {a.shapes[1]}, {a.strides[0]}, {b.ptr},"
+        f" {b.shapes[0]}, {b.shapes[1]}, {b.strides[0]}, {m}, {n}, {k}, {size})) {{\n"
+        f"      {t.create_device}(coop_dx_handle{{{LAUNCH_STATE.name} + {state}}},"
+        f" coop_dx_matrix{{{a.ptr}, {m}, {k}, {a.strides[0]}}}, coop_dx_matrix{{{b.ptr}, {k}, {n}, {b.strides[0]}}});\n"
+        '      asm volatile("fence.proxy.tensormap::generic.release.gpu;" ::: "memory");\n'
+        "    }\n  }\n"
+    )
+    return call

@@ -26,7 +26,7 @@ from ..lang.source import parse_function
 from ..lang.stub import public_name
 from ..ops.base import op_of, rewriting_ops
 from ..planner import LayoutPlan, Plan, StorageNeed, finish_plan, plan_layouts
-from . import dump, mathdx, toolchain
+from . import dump, gemm_pipeline, mathdx, toolchain
 from .arch import check_supported
 from .cache import DiskCache, make_key
 from .kernel import CompiledKernel, Signature
@@ -138,8 +138,11 @@ def body_stage(program: ir.Program, plan: Plan, shims: ShimSource) -> list[BodyS
 
 
 def library_ltoirs(shims: ShimSource) -> list[tuple[str, bytes]]:
-    """The LTO-IR of the library code the shims call (cuBLASDx's GEMMs), named by symbol."""
-    return [mathdx.library_code(spec, registers) for spec, registers in shims.gemms]
+    """The LTO-IR of the library code the shims call (cuBLASDx's GEMMs, pipelined or not), named by symbol."""
+    pipelined = [gemm_pipeline.pipeline_gemm(spec) for spec in shims.pipelines]
+    return [mathdx.library_code(spec, registers) for spec, registers in shims.gemms] + [
+        (traits.execute, ltoir) for traits, ltoir in pipelined
+    ]
 
 
 def numba_stage(bodies: list[BodySource], arch: str, fastmath: bool) -> list[tuple[str, bytes]]:
@@ -328,5 +331,7 @@ def compile_kernel(
         out["cubin"],
         ltoirs,
         chain_bytes=shims.chain_bytes,
+        launch_bytes=shims.launch_bytes,
+        prepare_name=shims.prepare_name,
         timings=clock.seconds,
     )
