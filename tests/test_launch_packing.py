@@ -20,8 +20,10 @@ from coop_tiles.runtime.launcher import PreparedLaunch
 
 
 def _fake_kernel(**fields) -> SimpleNamespace:
-    """What PreparedLaunch reads of a CompiledKernel: a program without statements, no chained scan."""
-    return SimpleNamespace(program=SimpleNamespace(name="k", walk=lambda: iter(())), chain_bytes=None, **fields)
+    """What PreparedLaunch reads of a CompiledKernel: a program without statements, no chained scan, no launch
+    state unless `fields` say otherwise."""
+    fields = {"chain_bytes": None, "launch_bytes": 0, **fields}
+    return SimpleNamespace(program=SimpleNamespace(name="k", walk=lambda: iter(())), **fields)
 
 
 def test_arguments_are_packed_into_typed_slots():
@@ -56,6 +58,44 @@ def test_arguments_are_packed_into_typed_slots():
         [array, ScalarType(np.dtype(np.int64)), ScalarType(np.dtype(np.float64)), array],
     )
     assert wide.c_info[6] == 8 * 6  # all 8 bytes wide: the slots are the kernel's parameter layout
+
+
+def test_a_kernel_with_launch_state_runs_its_prepare_kernel_first(monkeypatch):
+    """A pipelined K loop's kernel (`launch_bytes`): the launch state of the stream goes in the last slot, the
+    prepare kernel (one block of 32 threads, no shared memory) runs on the same stream and buffer just before the
+    program, and the C path declines it."""
+    from coop_tiles.runtime import launch_state, launcher
+
+    class Code:
+        @staticmethod
+        def from_cubin(cubin):
+            return SimpleNamespace(get_kernel=lambda name: SimpleNamespace(handle=hash(name)))
+
+    monkeypatch.setattr(launcher, "_core", lambda: SimpleNamespace(ObjectCode=Code))
+    acquired = []
+    monkeypatch.setattr(
+        launch_state.STATES, "acquire", lambda stream, n: acquired.append((stream, n)) or (0xBEEF, False)
+    )
+    kernel = _fake_kernel(
+        block_threads=256, shared_bytes=131200, launch_bytes=576, prepare_name="coop_prepare_k", cubin=b""
+    )
+    prepared = PreparedLaunch(kernel, SimpleNamespace(handle=7), [ArrayType(np.dtype(np.float32))])
+    seen = []
+
+    def fake_launch(f, g0, g1, g2, b0, b1, b2, shared, stream, params, extra):
+        pointers = (ctypes.c_void_p * 3).from_address(params)
+        seen.append((f, (g0, g1, g2), b0, shared, stream, struct.unpack("<Q", ctypes.string_at(pointers[2], 8))[0]))
+        return ("ok",)
+
+    prepared.launch.__globals__["LAUNCH"] = fake_launch
+    prepared.launch.__globals__["OK"] = "ok"
+    prepared.launch(4, 1, 1, 99, 0x1000, 64)
+    assert acquired == [(99, 576)]
+    assert seen == [
+        (hash("coop_prepare_k"), (1, 1, 1), 32, 0, 99, 0xBEEF),
+        (7, (4, 1, 1), 256, 131200, 99, 0xBEEF),
+    ]
+    assert prepared.c_info is None
 
 
 def test_strided_arrays_and_half_scalars_are_packed():
