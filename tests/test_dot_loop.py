@@ -1,6 +1,8 @@
 """Which K loops cuBLASDx's pipelined GEMM can run whole (`ops/dot_loop.py::match`): tutorial 12's loop, and not its
 near misses (a masked load, other= not 0, float32 operands, acc read in the loop, a loop value read after it,
-the loop's step not the dot's K, an extent computed in the program). No GPU, no libmathdx: IR only."""
+the loop's step not the dot's K, an extent computed in the program); the rewrite at sm_90a (`pipeline_k_loops`),
+its IR verified and interpreted against NumPy; tutorial 12 compiled for sm_90a (libmathdx, NVRTC, nvJitLink; SASS
+through nvdisasm). No GPU (tests/test_gpu_dot_loop.py runs it)."""
 
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ from coop_tiles.lang.types import INT64, ArrayType
 from coop_tiles.ops import dot_loop
 from coop_tiles.ops.dot import TileDot
 from coop_tiles.ops.dot_loop import PIPELINE_ARCH, KLoop, TileDotLoop, match, pipelinable, pipeline_k_loops, stages
+from coop_tiles.runtime import mathdx
+from coop_tiles.runtime.compiler import rewrite_stage
 
 BLOCKS = {"BM": 128, "BN": 128, "BK": 64}
 
@@ -266,3 +270,50 @@ def test_a_misaligned_operand_runs_the_loop(monkeypatch):
     b = rng.integers(-3, 4, (k, n)).astype(ct.bfloat16)
     np.testing.assert_array_equal(run_tutorial_12(q, a, b, 16, 16), a.astype(np.float64) @ b.astype(np.float64))
     assert seen and set(seen) == {False}
+
+
+def test_the_rewrite_stage_notes_why_a_loop_is_not_pipelined_at_sm_90a_only():
+    p = program(masked)
+    assert rewrite_stage(copy.deepcopy(p), arch="sm_90").notes == {}
+    if not mathdx.available():
+        pytest.skip("libmathdx is not installed (without it the rewrite leaves every loop as it is)")
+    notes = rewrite_stage(copy.deepcopy(p), arch=PIPELINE_ARCH).notes
+    assert list(notes.values()) == ["K loop not pipelined: a: a masked load (mask=)"]
+
+
+# ----- compiled for sm_90a (no GPU: NVRTC, libmathdx, nvJitLink; each GEMM ~30 s the first time, disk-cached) ------
+needs_mathdx = pytest.mark.skipif(not mathdx.available(), reason="libmathdx is not installed")
+
+
+def sass(cubin: bytes, function: str) -> dict:
+    """`benchmarks/dotpipe_probe.py`'s SASS facts of `function` (nvdisasm: the nvidia-cuda-nvdisasm wheel)."""
+    sys.path.insert(0, str(Path(__file__).parent.parent / "benchmarks"))
+    try:
+        probe = importlib.import_module("dotpipe_probe")
+    finally:
+        sys.path.pop(0)
+    if probe.nvdisasm() is None:
+        pytest.skip("nvdisasm is not installed (pip install nvidia-cuda-nvdisasm)")
+    return probe.sass_facts(cubin, function)
+
+
+@needs_mathdx
+def test_tutorial_12_compiles_at_sm_90a_with_tma_and_wgmma_in_its_k_loop():
+    a, c = np.zeros((64, 64), ct.bfloat16), np.zeros((64, 64), np.float32)
+    k = ct.jit(tutorial_12().matmul.kernel.fn, block_threads=256)
+    compiled = k.compile(a, a, c, 64, 64, 64, **BLOCKS, TF32=False, arch=PIPELINE_ARCH)
+    assert "K loop pipelined: cuBLASDx TMA+WGMMA, 4 stages, 131072 B" in str(compiled.plan)
+    assert compiled.plan.shared_bytes >= 131072
+    assert compiled.launch_bytes > 0 and compiled.prepare_name == "coop_prepare_matmul"
+    assert f'extern "C" __global__ void {compiled.prepare_name}(' in compiled.shim_source
+    facts = sass(compiled.cubin, compiled.kernel_name)
+    assert facts["UTMALDG"] > 0 and facts["HGMMA"] > 0, facts
+    assert facts["K loop LDL+STL"] == 0, facts  # (the fallback loop's mma.sync is there too, outside it)
+
+
+@needs_mathdx
+def test_a_near_miss_compiles_at_sm_90a_and_its_plan_says_why():
+    a, c = np.zeros((64, 64), ct.bfloat16), np.zeros((64, 64), np.float32)
+    compiled = ct.jit(masked, block_threads=256).compile(a, a, c, 64, 64, 64, **BLOCKS, arch=PIPELINE_ARCH)
+    assert "K loop not pipelined: a: a masked load (mask=)" in str(compiled.plan)
+    assert compiled.launch_bytes == 0 and "coop_prepare" not in compiled.shim_source
