@@ -205,8 +205,8 @@ def test_tutorial_12s_loop_is_rewritten_at_sm_90a_only():
 
 
 def test_stages_follow_the_tile():
-    assert [stages(*t) for t in ((128, 128, 64), (128, 256, 64), (256, 128, 64), (128, 128, 32))] == [4, 3, 3, 4]
-    assert stages(256, 256, 256) == 0  # (not even 2 stages fit: the loop stays)
+    assert [stages(*t, 2) for t in ((128, 128, 64), (128, 256, 64), (256, 128, 64), (128, 128, 32))] == [4, 3, 3, 4]
+    assert stages(256, 256, 256, 2) == 0  # (not even 2 stages fit: the loop stays)
 
 
 @pytest.mark.parametrize(

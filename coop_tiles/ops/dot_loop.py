@@ -22,8 +22,12 @@ unit-stride rows, no `mask=`, `other=0`, the dot neither transposed nor tf32, `a
 dot, and nothing the loop defines read after it. Whether it runs pipelined is then decided at run time (rows of
 whole 16 bytes, 16-byte aligned arrays, `r` and `c` multiples of BM and BN: else the loop as written runs).
 
-The compiler does not call it yet: the dot op's K-loop rewrite that will is the next step of issue 21
-(docs/internals.md, "Pipelined K loops"); tests/test_dot_loop.py pins which loops it takes and why it refuses others.
+At sm_90a only (`PIPELINE_ARCH`), the rewrite `pipeline_k_loops` (this module's op's `rewrite`) puts each loop it
+takes behind one `TileDotLoop` statement, the loop kept as the fallback under `if not ran`, and notes why it left any
+other loop holding a dot; `lower_pipelined` writes its shim and its part of the kernel's prepare kernel, which builds
+the device pipelines into the launch state (`runtime/launch_state.py`) before the program. docs/internals.md,
+"Pipelined K loops", says what has been checked (compiled, linked, SASS on CPU) and what has not (any GPU run);
+tests/test_dot_loop.py pins which loops it takes and why it refuses others, and the rewritten IR against NumPy.
 """
 
 from __future__ import annotations
@@ -231,7 +235,7 @@ MAX_STAGES, STAGE_BUDGET = 4, 160 * 1024
 TMA_BYTES = 16
 
 
-def stages(bm: int, bn: int, bk: int, itemsize: int = 2) -> int:
+def stages(bm: int, bn: int, bk: int, itemsize: int) -> int:
     """How many stages of (BM, BK) and (BK, BN) operand tiles the pipeline keeps: as many as fit in `STAGE_BUDGET`,
     at most `MAX_STAGES` (0 where fewer than 2 fit: no pipeline)."""
     depth = min(MAX_STAGES, STAGE_BUDGET // ((bm * bk + bk * bn) * itemsize))
@@ -311,7 +315,7 @@ class DotLoop(TileOp):
 
     def rewrite(self, program: ir.Program, debug: bool, arch: str) -> None:
         """At sm_90a, K loops to pipelined GEMMs (`pipeline_k_loops`); the plan says why any other is not."""
-        if arch == PIPELINE_ARCH and not mathdx.available():
+        if not mathdx.available():  # (no GEMM compiles without it; the loop's dot says so)
             return
         for cid, why in pipeline_k_loops(program, arch).items():
             program.notes[cid] = f"K loop not pipelined: {why}"
@@ -359,7 +363,7 @@ def pipeline_k_loops(program: ir.Program, arch: str) -> dict[int, str]:
             found = match(s, program)
             if isinstance(found, KLoop):
                 (bm, bk), bn = found.dot.a.type.shape, found.dot.b.type.shape[1]
-                depth = stages(bm, bn, bk)
+                depth = stages(bm, bn, bk, found.dot.a.type.dtype.itemsize)
                 if depth:
                     at = body.index(s)
                     body[at : at + 1] = _pipelined(found, depth, numbering)
