@@ -219,3 +219,17 @@ def test_static_shared_memory_counts_toward_the_48_kib_a_block_gets_without_aski
     monkeypatch.setattr(launcher, "static_shared_bytes", lambda compiled, device_id: 64)
     with pytest.raises(ct.SharedMemoryError, match=r"^k needs 49216 bytes of shared memory per block, more than this "):
         launcher.opt_in_dynamic_shared_memory(kernel, None, 0)
+
+
+def test_jit_arch_picks_the_devices_arch_specific_variant_only(monkeypatch):
+    """`ct.jit(arch="sm_90a")` launches on a 9.0 GPU compile for sm_90a; without it, for the device's arch; an arch
+    the device cannot run is a LaunchError."""
+    from coop_tiles.errors import LaunchError
+    from coop_tiles.runtime import launcher
+
+    monkeypatch.setattr(launcher, "device_arch", lambda device_id: "sm_90")
+    assert JITFunction(vector_add.fn).launch_arch(0) == "sm_90"
+    assert JITFunction(vector_add.fn, arch="sm_90a").launch_arch(0) == "sm_90a"
+    assert JITFunction(vector_add.fn, arch=90).launch_arch(0) == "sm_90"
+    with pytest.raises(LaunchError, match="cannot run it"):
+        JITFunction(vector_add.fn, arch="sm_100a").launch_arch(0)
