@@ -448,7 +448,8 @@ def lower_pipelined(s: TileDotLoop, w) -> ShimCall:
     w.helper(gemm_pipeline.DEVICE_TYPES)
     w.helper(t.declarations())
     w.helper(_ready(cid))
-    state = w.launch_state(t.device_bytes, max(t.device_align, 128))
+    # (whole 128-byte lines: the shim acquires the device pipeline line by line for the tensormap proxy)
+    state = w.launch_state(-(-t.device_bytes // 128) * 128, max(t.device_align, 128))
     size = s.a.type.dtype.itemsize
     ab = cxx_name(s.a.type.dtype)
     pa, pb = ArrayArg(s.a, "a").parts, ArrayArg(s.b, "b").parts
