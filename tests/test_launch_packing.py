@@ -96,6 +96,7 @@ def test_a_kernel_with_launch_state_runs_its_prepare_kernel_first(monkeypatch):
         (7, (4, 1, 1), 256, 131200, 99, 0xBEEF),
     ]
     assert prepared.c_info is None
+    assert prepared.launch.__globals__["LOCK"] is launch_state.STATES.launching  # (pairs enqueued whole)
 
 
 def test_strided_arrays_and_half_scalars_are_packed():

@@ -14,6 +14,8 @@ in the kernel serialises every WGMMA; docs/internals.md, "Pipelined K loops").
   stream needs one (or a larger one; the old one freed stream-ordered after the launches queued on it); it lives as
   long as the process. Nothing is zeroed: the program reads a descriptor only where the prepare kernel, on the same
   arguments, built it.
+- **Enqueued in pairs**: a prepare kernel and its program are enqueued under one process-wide lock
+  (`LaunchStates.launching`), so that no other pair comes between them on a stream whichever host threads launch.
 - **Under CUDA graph capture** a launch gets a buffer of its own (graph nodes: an allocation before, a free after).
 
 Chained scans' grid-wide state (`runtime/chain.py`) is separate: it is zeroed, sized by the grid, and has epochs.
@@ -53,6 +55,10 @@ class LaunchStates:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        #: held by each launch of a kernel with launch state from packing its arguments to enqueuing its program, so
+        #: that two host threads launching on one stream cannot enqueue prepare, prepare, program, program (the first
+        #: program would read the second one's descriptors)
+        self.launching = threading.Lock()
         self._states: dict[int, tuple[int, int]] = {}  # stream id -> (pointer, bytes)
 
     def acquire(self, stream: int, nbytes: int) -> tuple[int, bool]:

@@ -340,7 +340,9 @@ class PreparedLaunch:
         codes = ["".join(SLOT_CODES[p.slot] for p in ps) for ps in params]
         packed = [f"p{i}, q{i}" if k == "A" else (f"p{i}, *q{i}" if k == "V" else f"p{i}") for i, k in enumerate(kinds)]
         namespace: dict[str, Any] = {
-            "LOCK": threading.Lock(),
+            # (kernels with launch state share one: a prepare kernel and its program are enqueued with no other
+            # such pair between them, whichever host threads launch on one stream)
+            "LOCK": launch_state.STATES.launching if own_state else threading.Lock(),
             "P": ctypes.addressof(self.pointers),
             "B": kernel.block_threads,
             "S": kernel.shared_bytes,
