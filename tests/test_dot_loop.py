@@ -21,7 +21,17 @@ from coop_tiles.lang.frontend import build_program
 from coop_tiles.lang.types import INT64, ArrayType
 from coop_tiles.ops import dot_loop
 from coop_tiles.ops.dot import TileDot
-from coop_tiles.ops.dot_loop import PIPELINE_ARCH, KLoop, TileDotLoop, match, pipelinable, pipeline_k_loops, stages
+from coop_tiles.ops.dot_loop import (
+    PIPELINE_ARCH,
+    KLoop,
+    TileDotLoop,
+    dot_spec,
+    match,
+    pipelinable,
+    pipeline_k_loops,
+    pipeline_spec,
+    stages,
+)
 from coop_tiles.runtime import mathdx
 from coop_tiles.runtime.compiler import rewrite_stage
 
@@ -199,6 +209,10 @@ def test_tutorial_12s_loop_is_rewritten_at_sm_90a_only():
     ir.verify(q, "pipeline_k_loops")
     (s,) = [s for s in q.walk() if isinstance(s, TileDotLoop)]
     assert (s.depth, s.bk) == (4, 64) and s.out.type.shape == (128, 128)
+    # (the pipeline reads a and b row-major from global memory, as the probe that ran on an H200 did; the dot's own
+    # spec, which the fragment is offered under, keeps b column-major in its shared memory)
+    assert pipeline_spec(s, 256, PIPELINE_ARCH).gemm.arrangement == ("row", "row", "row")
+    assert pipeline_spec(s, 256, PIPELINE_ARCH).depth == 4 and dot_spec(s, 256, PIPELINE_ARCH).arrangement[1] == "col"
     (branch,) = [t for t in q.walk() if isinstance(t, ir.If) and t.cond == s.ran]
     assert isinstance(branch.then[0], ir.Copy) and branch.then[0].out == s.acc and branch.then[0].src == s.out
     assert isinstance(branch.orelse[0], ir.ForRange)  # the loop as written, run where the pipeline cannot

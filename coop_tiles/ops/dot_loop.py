@@ -33,7 +33,7 @@ tests/test_dot_loop.py pins which loops it takes and why it refuses others, and 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -233,6 +233,8 @@ PIPELINE_ARCH = "sm_90a"
 MAX_STAGES, STAGE_BUDGET = 4, 160 * 1024
 #: what TMA needs of each operand in global memory: its address and its row stride a multiple of 16 bytes
 TMA_BYTES = 16
+#: the arrangements of a, b (row-major arrays: `match` takes unit-stride rows only) and c of the pipelined GEMM
+GLOBAL_ARRANGEMENT = ("row", "row", "row")
 
 
 def stages(bm: int, bn: int, bk: int, itemsize: int) -> int:
@@ -407,6 +409,13 @@ def dot_spec(s: TileDotLoop, threads: int, arch: str) -> GemmSpec:
     return product_spec(bm, bn, s.bk, dtype, False, threads, arch)
 
 
+def pipeline_spec(s: TileDotLoop, threads: int, arch: str) -> PipelineSpec:
+    """The pipelined GEMM of `s`: its dot's block shape and precisions, `a` and `b` row-major as the loop's loads read
+    them from global memory (the dot's own spec keeps `b` column-major in *its* shared memory; the pipeline's
+    arrangements say how the arrays lie in global memory, the layout of TMA's descriptors)."""
+    return PipelineSpec(replace(dot_spec(s, threads, arch), arrangement=GLOBAL_ARRANGEMENT), s.depth)
+
+
 def stage_bytes(s: TileDotLoop) -> int:
     """The bytes of `s`'s stages of operand tiles in shared memory (the library adds the stages' barriers)."""
     (bm, bn), size = s.out.type.shape, s.a.type.dtype.itemsize
@@ -442,7 +451,7 @@ def lower_pipelined(s: TileDotLoop, w) -> ShimCall:
     (the library's copy, row-major, then each item of `out` at its element: each side's own map) added to `acc`.
     Also the prepare kernel's part: `s`'s device pipeline built from the kernel's arguments, where `_ready`."""
     (bm, bn), cid = s.out.type.shape, s.cid
-    t = w.pipeline(PipelineSpec(dot_spec(s, w.threads, w.arch), s.depth))
+    t = w.pipeline(pipeline_spec(s, w.threads, w.arch))
     if t.threads != w.threads:
         raise CompileError(f"cuBLASDx's pipeline of {bm}x{bn}x{s.bk} wants {t.threads} threads, not {w.threads}")
     w.helper(gemm_pipeline.DEVICE_TYPES)
