@@ -433,7 +433,8 @@ def _ready(cid: int) -> str:
         f"  const bool aligned = (reinterpret_cast<unsigned long long>(a) | reinterpret_cast<unsigned long long>(b))"
         f" % {TMA_BYTES} == 0\n"
         f"      && lda > 0 && ldb > 0 && (lda * size) % {TMA_BYTES} == 0 && (ldb * size) % {TMA_BYTES} == 0;\n"
-        "  return aligned && 1 <= k && k <= a_cols && k <= b_rows && m <= a_rows && n <= b_cols;\n}\n"
+        "  return aligned && 1 <= m && 1 <= n && 1 <= k && m <= a_rows && n <= b_cols && k <= a_cols && k <= b_rows;\n"
+        "}\n"
     )
 
 
