@@ -1,4 +1,5 @@
-"""The kernel's one C++ translation unit: the CUB shim of each collective, and the `__global__` entry.
+"""The kernel's one C++ translation unit: the CUB shim of each collective, and the `__global__` entry (with, where
+an op keeps launch state, `LaunchArg`, the prepare kernel that fills it from the same parameters).
 
 Each op writes its own shim through a `ShimWriter` (`TileOp.lower`); this module owns what they
 share: the shim signature derived from the op's `ShimCall`, TempStorage declarations, items
