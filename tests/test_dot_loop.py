@@ -320,6 +320,12 @@ def test_tutorial_12_compiles_at_sm_90a_with_tma_and_wgmma_in_its_k_loop():
     assert compiled.plan.shared_bytes >= 131072
     assert compiled.launch_bytes > 0 and compiled.prepare_name == "coop_prepare_matmul"
     assert f'extern "C" __global__ void {compiled.prepare_name}(' in compiled.shim_source
+    # the run-time conditions, in the generated code: TMA's 16-byte address and row stride, the extents within the
+    # arrays, the block at a whole tile index inside the product (else the loop as written runs)
+    ready = compiled.shim_source.split("__device__ __forceinline__ bool coop_dotloop_ready_", 1)[1].split("}\n", 1)[0]
+    assert "% 16 == 0" in ready and "(lda * size) % 16 == 0 && (ldb * size) % 16 == 0" in ready
+    assert "1 <= m && 1 <= n && 1 <= k && m <= a_rows && n <= b_cols && k <= a_cols && k <= b_rows" in ready
+    assert "row >= 0 && row < m && row % 128 == 0 && col >= 0 && col < n && col % 128 == 0" in compiled.shim_source
     facts = sass(compiled.cubin, compiled.kernel_name)
     assert facts["UTMALDG"] > 0 and facts["HGMMA"] > 0, facts
     assert facts["K loop LDL+STL"] == 0, facts  # (the fallback loop's mma.sync is there too, outside it)
