@@ -9,6 +9,7 @@ reaches on its own, in a complete kernel built the way the runtime builds kernel
 
     python benchmarks/dotpipe_probe.py                      # on an sm_90 GPU: check, then time against cuBLAS
     python benchmarks/dotpipe_probe.py --compile-only       # no GPU needed: build for sm_90a, print SASS facts
+    python benchmarks/dotpipe_probe.py --program            # the same for tutorial 12 as the compiler pipelines it
 
 The kernel (`kernel_source`): a one-thread kernel builds the device pipeline (the TMA descriptors of `a` and `b`, in
 global memory); the GEMM kernel gives each block one (BM, BN) tile of `c` (tiles in groups of GROUP_M rows, so that a
@@ -473,12 +474,77 @@ def _cells(result: dict) -> str:
     return ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in result.items())
 
 
+def tutorial_kernel(config: tuple[int, int, int, int, int]):
+    """Tutorial 12's kernel as the compiler makes it for sm_90a (`ct.jit(arch="sm_90a")`: its K loop pipelined,
+    ops/dot_loop.py) at `config`'s block shape and threads (the stages are the compiler's, not `config`'s)."""
+    import importlib
+
+    import coop_tiles as ct
+
+    sys.path.insert(0, str(ROOT / "tutorials"))
+    try:
+        fn = importlib.import_module("12_matmul").matmul.kernel.fn
+    finally:
+        sys.path.pop(0)
+    return ct.jit(fn, block_threads=config[3], arch=ARCH)
+
+
+def program_run(config: tuple[int, int, int, int, int], dtype: str, compile_only: bool) -> None:
+    """`--program`: tutorial 12's kernel at `config` compiled for sm_90a (its plan's line for the loop, SASS facts);
+    on the GPU, exact on small integers at SHAPES, RAGGED and with `a` one element into its buffer (the loop as
+    written runs there), then timed at SHAPES against cuBLAS."""
+    import numpy as np
+
+    import coop_tiles as ct
+
+    bm, bn, bk, threads, _ = config
+    blocks = {"BM": bm, "BN": bn, "BK": bk}
+    kernel = tutorial_kernel(config)
+    a = np.zeros((64, 64), ct.bfloat16 if dtype == "bfloat16" else np.float16)
+    c = np.zeros((64, 64), np.float32)
+    compiled = kernel.compile(a, a, c, 64, 64, 64, TF32=False, arch=ARCH, **blocks)
+    loop = [line.strip() for line in str(compiled.plan).splitlines() if "K loop" in line]
+    print(f"\n== tutorial 12 at {bm}x{bn}x{bk}, {threads} threads, {ARCH}: {loop}")
+    print("  sass: " + ", ".join(f"{k} {v}" for k, v in sass_facts(compiled.cubin, compiled.kernel_name).items()))
+    if compile_only:
+        return
+    import torch
+
+    from coop_tiles.testing import do_bench
+
+    t = getattr(torch, dtype)
+
+    def launch(x, y, out) -> None:
+        (m, k), n = x.shape, y.shape[1]
+        kernel[ct.cdiv(m, bm) * ct.cdiv(n, bn)](x, y, out, m, n, k, TF32=False, **blocks)
+
+    for shape in (*SHAPES, *RAGGED, "misaligned"):
+        m, n, k = RAGGED[0] if shape == "misaligned" else shape
+        gen = torch.Generator(device="cuda").manual_seed(23)
+        x = torch.randint(-3, 4, (m, k + 8), device="cuda", generator=gen).to(t)
+        x = x[:, 1 : k + 1] if shape == "misaligned" else x[:, :k].contiguous()
+        y = torch.randint(-3, 4, (k, n), device="cuda", generator=gen).to(t)
+        out = torch.full((m, n), float("nan"), device="cuda")
+        launch(x, y, out)
+        exact = bool(torch.equal(out, torch.matmul(x.float(), y.float())))
+        cells = {"exact integers": exact}
+        if shape in SHAPES:
+            ms = do_bench(lambda: launch(x, y, out))
+            how, cublas_launch = cublas(x, y)
+            ms_cublas = do_bench(cublas_launch)
+            cells.update({"TFLOP/s": 2 * m * n * k / ms * 1e-9, "cuBLAS": how, "ratio": ms_cublas / ms})
+        print(f"  {shape if isinstance(shape, str) else 'x'.join(map(str, shape))}: {_cells(cells)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--compile-only", action="store_true", help="build for sm_90a and print SASS facts; no GPU")
     parser.add_argument("--dtype", choices=sorted(PRECISIONS), default="bfloat16")
     parser.add_argument("--configs", default="all", help="indices into CONFIGS, comma-separated (default: all)")
     parser.add_argument("--no-fused", action="store_true", help="skip probe_fused (run last, after the others)")
+    parser.add_argument(
+        "--program", action="store_true", help="tutorial 12's kernel as the compiler pipelines it (ct.jit(arch=sm_90a))"
+    )
     args = parser.parse_args()
     chosen = CONFIGS if args.configs == "all" else tuple(CONFIGS[int(i)] for i in args.configs.split(","))
     if not args.compile_only:
@@ -489,7 +555,9 @@ def main() -> None:
         if (major, minor) != (9, 0):
             sys.exit(f"{name} is sm_{major}{minor}: this probe's kernels are sm_90a (Hopper) only")
         print(f"device: {name}, torch {torch.__version__}")
-    for config in chosen:
+    for config in chosen if args.program else ():
+        program_run(config, args.dtype, args.compile_only)
+    for config in () if args.program else chosen:
         s = spec(config, args.dtype)
         info: list[str] = []
         traits, cubin, seconds = build(s, info)

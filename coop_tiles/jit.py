@@ -55,8 +55,11 @@ class JITFunction(KernelBase):
         debug: bool | None = None,
         fastmath: bool = False,
         max_registers: int | None = None,
+        arch: str | int | tuple[int, int] | None = None,
     ):
         self.fn = fn
+        #: the arch launches compile for (None: the device's); only the device's own or its arch-specific variant
+        self.arch = None if arch is None else parse_arch(arch)
         self.block_threads = block_threads
         self.fastmath = fastmath
         self.max_registers = max_registers
@@ -147,7 +150,7 @@ class JITFunction(KernelBase):
                     "to compile for; pass the target arch to compile without one: "
                     f'{self.__name__}.compile(..., arch="sm_90")'
                 )
-                arch = launcher.device_arch(self.launch_device(dict(zip(names, runtime))))
+                arch = self.launch_arch(self.launch_device(dict(zip(names, runtime))))
             else:
                 arch = parse_arch(arch)
             self._check_constexprs(constexprs)
@@ -155,6 +158,17 @@ class JITFunction(KernelBase):
             return self._compile(sig)
         except TileError as e:
             raise located_at_caller(e) from None
+
+    def launch_arch(self, device_id: int) -> str:
+        """The arch this kernel compiles for to run on `device_id`: the device's ("sm_90"), or `arch` where it names
+        the device's arch-specific variant ("sm_90a" on a 9.0 device: TMA and WGMMA, see docs/language.md, Matrix
+        products); a LaunchError for any other arch."""
+        native = launcher.device_arch(device_id)
+        if self.arch is None or self.arch == native:
+            return native
+        if self.arch == native + "a":
+            return self.arch
+        raise LaunchError(f"{self.__name__} is made for arch={self.arch!r}: GPU {device_id} ({native}) cannot run it")
 
     def _key(self, types: tuple, constexprs: dict[str, Any], arch: str) -> tuple:
         """The fields of this kernel's `Signature` for these argument types, constexprs and arch."""
@@ -309,7 +323,7 @@ class JITFunction(KernelBase):
         block size there, and prepare its launches."""
         with launcher.on_device(device_id):
             device = launcher.device(device_id)
-            sig = self._signature(list(runtime), constexprs, launcher.device_arch(device_id))
+            sig = self._signature(list(runtime), constexprs, self.launch_arch(device_id))
             kernel = self._compile(sig) if self.block_threads is not None else blockdims.select(self, sig, device)
             compiled = launcher.load(kernel, device_id)
             context = launcher.primary_context(device_id)
@@ -335,6 +349,7 @@ def jit(
     debug: bool | None = None,
     fastmath: bool = False,
     max_registers: int | None = None,
+    arch: str | int | tuple[int, int] | None = None,
 ) -> JITFunction | Callable[[Callable], JITFunction]:
     """Make a tile program: ``@ct.jit`` or ``@ct.jit(block_threads=256)``.
 
@@ -343,10 +358,17 @@ def jit(
     ``COOP_TILES_DEBUG=1``) makes compiled kernels check `ct.device_assert`, and each launch
     wait for the kernel to report a failed one; `fastmath=True` compiles its element-wise code
     as nvcc's ``--use_fast_math`` does, and `max_registers` caps the registers per thread (more
-    resident blocks; docs/language.md, Code generation options).
+    resident blocks; docs/language.md, Code generation options); `arch="sm_90a"` compiles launches on a 9.0 GPU
+    for its arch-specific features (a K loop of `tile.dot` pipelined with TMA and WGMMA: docs/language.md, Matrix
+    products; not yet run on a GPU), None for the device's own arch.
     """
     options = dict(
-        block_threads=block_threads, interpret=interpret, debug=debug, fastmath=fastmath, max_registers=max_registers
+        block_threads=block_threads,
+        interpret=interpret,
+        debug=debug,
+        fastmath=fastmath,
+        max_registers=max_registers,
+        arch=arch,
     )
     if fn is None:
         return lambda f: JITFunction(f, **options)

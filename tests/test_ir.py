@@ -142,7 +142,7 @@ def test_verify_passes_after_build_and_after_every_rewrite_of_every_test_program
         for debug in (False, True):
             p = copy.deepcopy(built)
             for op in rewriters:
-                op.rewrite(p, debug)
+                op.rewrite(p, debug, "sm_90")
                 ir.verify(p, f"{type(op).__name__} of {name}")
 
 
@@ -228,7 +228,7 @@ def test_verify_rejects_malformed_statements():
 
 def test_a_broken_rewrite_is_caught_when_the_tests_verify_every_stage(monkeypatch):
     class Swapper(base.TileOp):
-        def rewrite(self, program, debug):
+        def rewrite(self, program, debug, arch):
             i = next(i for i, s in enumerate(program.body) if isinstance(s, ir.ScalarOp))
             program.body[i], program.body[i + 1] = program.body[i + 1], program.body[i]
 

@@ -20,8 +20,10 @@ from coop_tiles.runtime.launcher import PreparedLaunch
 
 
 def _fake_kernel(**fields) -> SimpleNamespace:
-    """What PreparedLaunch reads of a CompiledKernel: a program without statements, no chained scan."""
-    return SimpleNamespace(program=SimpleNamespace(name="k", walk=lambda: iter(())), chain_bytes=None, **fields)
+    """What PreparedLaunch reads of a CompiledKernel: a program without statements, no chained scan, no launch
+    state unless `fields` say otherwise."""
+    fields = {"chain_bytes": None, "launch_bytes": 0, **fields}
+    return SimpleNamespace(program=SimpleNamespace(name="k", walk=lambda: iter(())), **fields)
 
 
 def test_arguments_are_packed_into_typed_slots():
@@ -56,6 +58,45 @@ def test_arguments_are_packed_into_typed_slots():
         [array, ScalarType(np.dtype(np.int64)), ScalarType(np.dtype(np.float64)), array],
     )
     assert wide.c_info[6] == 8 * 6  # all 8 bytes wide: the slots are the kernel's parameter layout
+
+
+def test_a_kernel_with_launch_state_runs_its_prepare_kernel_first(monkeypatch):
+    """A pipelined K loop's kernel (`launch_bytes`): the launch state of the stream goes in the last slot, the
+    prepare kernel (one block of 32 threads, no shared memory) runs on the same stream and buffer just before the
+    program, and the C path declines it."""
+    from coop_tiles.runtime import launch_state, launcher
+
+    class Code:
+        @staticmethod
+        def from_cubin(cubin):
+            return SimpleNamespace(get_kernel=lambda name: SimpleNamespace(handle=hash(name)))
+
+    monkeypatch.setattr(launcher, "_core", lambda: SimpleNamespace(ObjectCode=Code))
+    acquired = []
+    monkeypatch.setattr(
+        launch_state.STATES, "acquire", lambda stream, n: acquired.append((stream, n)) or (0xBEEF, False)
+    )
+    kernel = _fake_kernel(
+        block_threads=256, shared_bytes=131200, launch_bytes=576, prepare_name="coop_prepare_k", cubin=b""
+    )
+    prepared = PreparedLaunch(kernel, SimpleNamespace(handle=7), [ArrayType(np.dtype(np.float32))])
+    seen = []
+
+    def fake_launch(f, g0, g1, g2, b0, b1, b2, shared, stream, params, extra):
+        pointers = (ctypes.c_void_p * 3).from_address(params)
+        seen.append((f, (g0, g1, g2), b0, shared, stream, struct.unpack("<Q", ctypes.string_at(pointers[2], 8))[0]))
+        return ("ok",)
+
+    prepared.launch.__globals__["LAUNCH"] = fake_launch
+    prepared.launch.__globals__["OK"] = "ok"
+    prepared.launch(4, 1, 1, 99, 0x1000, 64)
+    assert acquired == [(99, 576)]
+    assert seen == [
+        (hash("coop_prepare_k"), (1, 1, 1), 32, 0, 99, 0xBEEF),
+        (7, (4, 1, 1), 256, 131200, 99, 0xBEEF),
+    ]
+    assert prepared.c_info is None
+    assert prepared.launch.__globals__["LOCK"] is launch_state.STATES.launching  # (pairs enqueued whole)
 
 
 def test_strided_arrays_and_half_scalars_are_packed():
@@ -179,3 +220,17 @@ def test_static_shared_memory_counts_toward_the_48_kib_a_block_gets_without_aski
     monkeypatch.setattr(launcher, "static_shared_bytes", lambda compiled, device_id: 64)
     with pytest.raises(ct.SharedMemoryError, match=r"^k needs 49216 bytes of shared memory per block, more than this "):
         launcher.opt_in_dynamic_shared_memory(kernel, None, 0)
+
+
+def test_jit_arch_picks_the_devices_arch_specific_variant_only(monkeypatch):
+    """`ct.jit(arch="sm_90a")` launches on a 9.0 GPU compile for sm_90a; without it, for the device's arch; an arch
+    the device cannot run is a LaunchError."""
+    from coop_tiles.errors import LaunchError
+    from coop_tiles.runtime import launcher
+
+    monkeypatch.setattr(launcher, "device_arch", lambda device_id: "sm_90")
+    assert JITFunction(vector_add.fn).launch_arch(0) == "sm_90"
+    assert JITFunction(vector_add.fn, arch="sm_90a").launch_arch(0) == "sm_90a"
+    assert JITFunction(vector_add.fn, arch=90).launch_arch(0) == "sm_90"
+    with pytest.raises(LaunchError, match="cannot run it"):
+        JITFunction(vector_add.fn, arch="sm_100a").launch_arch(0)

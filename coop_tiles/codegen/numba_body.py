@@ -22,7 +22,19 @@ import numpy as np
 from ..dtypes import bfloat16, compute_dtype, float32, is_half, storage_dtype
 from ..lang import ir
 from ..lang.types import ArrayType, ScalarType, TileType
-from ..ops.base import ArrayArg, BodyStart, OutArg, ShimCall, StateArg, TileArg, ValueArg, element_op, op_of
+from ..ops.base import (
+    LAUNCH_STATE,
+    ArrayArg,
+    BodyStart,
+    LaunchArg,
+    OutArg,
+    ShimCall,
+    StateArg,
+    TileArg,
+    ValueArg,
+    element_op,
+    op_of,
+)
 from ..planner.carve import tile_stride
 from ..planner.plan import Plan
 from .params import ArrayParts, kernel_params, numba_storage
@@ -274,6 +286,9 @@ class _BodyWriter:
             elif isinstance(a, StateArg):
                 parts.append(f"ptr({_state_name(cid, a)})")
                 types.append("CPointer(int32)")
+            elif isinstance(a, LaunchArg):
+                parts.append(a.name)
+                types.append("CPointer(uint8)")
             else:
                 assert isinstance(a, OutArg)
                 parts.append(f"ptr({a.var.name}_out)")
@@ -446,6 +461,9 @@ def generate_body(
             w.arrays[var.name] = ArrayParts.named(var.name, t, off="0")
     if w.start is not None:
         params.append("coop_grid_state")
+        param_types.append("CPointer(uint8)")
+    if any(isinstance(a, LaunchArg) for c in calls.values() if c is not None for a in c.args):
+        params.append(LAUNCH_STATE.name)  # (the launch's own state: the entry passes it last)
         param_types.append("CPointer(uint8)")
     w.line(0, f"def {function}({', '.join(params)}):")
     w.line(1, "tid = np.int64(cuda.threadIdx.x)")

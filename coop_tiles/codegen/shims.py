@@ -1,4 +1,5 @@
-"""The kernel's one C++ translation unit: the CUB shim of each collective, and the `__global__` entry.
+"""The kernel's one C++ translation unit: the CUB shim of each collective, and the `__global__` entry (with, where
+an op keeps launch state, `LaunchArg`, the prepare kernel that fills it from the same parameters).
 
 Each op writes its own shim through a `ShimWriter` (`TileOp.lower`); this module owns what they
 share: the shim signature derived from the op's `ShimCall`, TempStorage declarations, items
@@ -16,10 +17,10 @@ from dataclasses import dataclass
 from ..dtypes import cxx_identity, cxx_name, is_half
 from ..errors import InternalError
 from ..lang import ir
-from ..ops.base import ArrayArg, OutArg, ShimCall, StateArg, TileArg, ValueArg, op_of
+from ..ops.base import LAUNCH_STATE, ArrayArg, LaunchArg, OutArg, ShimCall, StateArg, TileArg, ValueArg, op_of
 from ..planner.carve import StorageNeed
 from ..planner.layout import BLOCKED, CollectiveChoice, LayoutPlan, TileLayout
-from ..runtime import mathdx
+from ..runtime import gemm_pipeline, mathdx
 from .params import kernel_params
 
 #: headers every translation unit includes; ops add their CUB headers with `ShimWriter.include`
@@ -91,6 +92,12 @@ class ShimSource:
     origins: tuple[ShimOrigin, ...] = ()
     #: the library GEMMs its shims call, whose LTO-IR the link adds (`ShimWriter.gemm`)
     gemms: tuple[tuple[mathdx.GemmSpec, bool], ...] = ()
+    #: the pipelined library GEMMs its shims call, whose LTO-IR the link adds (`ShimWriter.pipeline`)
+    pipelines: tuple[gemm_pipeline.PipelineSpec, ...] = ()
+    #: bytes of the launch's own state (`LaunchArg`), which the prepare kernel `prepare_name` (the entry's
+    #: parameters) fills before each launch; 0: no state, no prepare kernel
+    launch_bytes: int = 0
+    prepare_name: str = ""
 
     def origin_of_line(self, line: int) -> ShimOrigin | None:
         """The shim whose lines hold `line` of the source (None: a line no op wrote)."""
@@ -175,6 +182,12 @@ class ShimWriter:
         self.helpers: list[str] = []
         #: set by a chained scan: bytes per program of grid-wide state (see `ShimSource.chain_bytes`)
         self.chain_bytes: int | None = None
+        #: the pipelined GEMMs the shims call (`pipeline`), the launch state's bytes (`launch_state`), the prepare
+        #: kernel's code (`prepare`) and the alignment the stages need of the dynamic shared memory
+        self.pipelines: list[gemm_pipeline.PipelineSpec] = []
+        self.launch_bytes = 0
+        self.prepare_code: list[str] = []
+        self.smem_align = 16
 
     def include(self, *headers: str) -> None:
         """Include `headers` in the translation unit (once each)."""
@@ -221,6 +234,25 @@ class ShimWriter:
             self.gemms.append((spec, registers))
         return (mathdx.fragment_gemm if registers else mathdx.gemm)(spec)[0]
 
+    def pipeline(self, spec: gemm_pipeline.PipelineSpec) -> gemm_pipeline.PipelineTraits:
+        """The traits of cuBLASDx's pipelined GEMM `spec`; its LTO-IR joins the link, and the dynamic shared memory
+        is aligned as its stages need."""
+        if spec not in self.pipelines:
+            self.pipelines.append(spec)
+        traits = gemm_pipeline.pipeline_gemm(spec)[0]
+        self.smem_align = max(self.smem_align, traits.buffer_align)
+        return traits
+
+    def launch_state(self, nbytes: int, align: int) -> int:
+        """The offset of `nbytes` (aligned to `align`) reserved in the launch's own state (`LaunchArg`)."""
+        at = -(-self.launch_bytes // align) * align
+        self.launch_bytes = at + nbytes
+        return at
+
+    def prepare(self, code: str) -> None:
+        """Add `code` to the prepare kernel's thread 0 (which takes the entry's parameters, by their names)."""
+        self.prepare_code.append(code)
+
     def storage(self, cid: int, temp_type: str, extra: str = "", prelude: str = "", copies: int | None = None) -> str:
         """Declare collective `cid`'s TempStorage struct (NVRTC reports its size), after `prelude`
         (the declarations it needs, such as a combine function's item struct); with `copies`,
@@ -255,6 +287,8 @@ class ShimWriter:
                 params.append(f"{cxx_name(a.value.type.dtype)} {a.name}")
             elif isinstance(a, StateArg):
                 params.append(f"int* {a.name}")
+            elif isinstance(a, LaunchArg):
+                params.append(f"unsigned char* {a.name}")
             else:
                 assert isinstance(a, (TileArg, OutArg))
                 params.append(f"{cxx_name(a.var.type.dtype)}* {a.name}")
@@ -295,13 +329,22 @@ def generate_shims(
         params.append("unsigned char* coop_grid_state")
         body_params += ", unsigned char*"
         args += ", coop_grid_state"
+    prepare = ""
+    if writer.launch_bytes:  # the launch's own state after that; the prepare kernel takes the same parameters
+        params.append(f"unsigned char* {LAUNCH_STATE.name}")
+        body_params += ", unsigned char*"
+        args += f", {LAUNCH_STATE.name}"
+        prepare = (
+            f'extern "C" __global__ void coop_prepare_{program.name}({", ".join(params)}) {{\n'
+            "  if (threadIdx.x != 0) return;\n" + "".join(writer.prepare_code) + "}\n"
+        )
     # (the two cannot qualify one kernel)
     bounds = f"__launch_bounds__({layouts.block_threads})" if max_registers is None else f"__maxnreg__({max_registers})"
     entry = (
         f'extern "C" __device__ void {body}({body_params});\n'
         f'extern "C" __global__ void {bounds} {kernel}({", ".join(params)}) {{\n'
-        "  extern __shared__ __align__(16) unsigned char coop_smem[];\n"
-        f"  {body}({args});\n}}\n"
+        f"  extern __shared__ __align__({writer.smem_align}) unsigned char coop_smem[];\n"
+        f"  {body}({args});\n}}\n{prepare}"
     )
     before = [
         f"// coop_tiles shims for {program.name}",
@@ -326,4 +369,7 @@ def generate_shims(
         writer.chain_bytes,
         tuple(origins),
         tuple(writer.gemms),
+        tuple(writer.pipelines),
+        writer.launch_bytes,
+        f"coop_prepare_{program.name}" if writer.launch_bytes else "",
     )

@@ -337,6 +337,8 @@ class Program:
     combines: dict[str, Combine] = field(default_factory=dict)
     #: the lines `ct.static_print` calls printed while the front end built it, in program order
     static_prints: tuple[str, ...] = ()
+    #: what the GPU rewrites say of collectives, by cid, for the plan (why a K loop is not pipelined)
+    notes: dict[int, str] = field(default_factory=dict)
 
     def walk(self) -> Iterator[Stmt]:
         """Every statement, depth first, in program order."""

@@ -94,12 +94,25 @@ PARITY = StateArg("parity")
 
 
 @dataclass(frozen=True)
+class LaunchArg:
+    """The launch's own device memory (`unsigned char* name`), which the kernel entry takes after the arguments
+    (and a chained scan's grid-wide state): filled before the program by the module's prepare kernel from the
+    same arguments (`Lowering.launch_state`, `Lowering.prepare`; `runtime/launch_state.py`)."""
+
+    name: str
+
+
+#: the launch state of the kernel: cuBLASDx's device pipelines (TMA descriptors) of pipelined K loops
+LAUNCH_STATE = LaunchArg("coop_launch_state")
+
+
+@dataclass(frozen=True)
 class ShimCall:
     """One call from the body to shim `name`; its result, if any, goes to `ret`. Every shim also
     receives the TempStorage buffer and its byte offset (`smem`, `soff`)."""
 
     name: str
-    args: tuple[TileArg | ValueArg | ArrayArg | OutArg | StateArg, ...]
+    args: tuple[TileArg | ValueArg | ArrayArg | OutArg | StateArg | LaunchArg, ...]
     ret: ir.Var | None = None
 
 
@@ -227,6 +240,9 @@ class Lowering(Protocol):
     def identity(self, op: str, dt: np.dtype) -> str: ...
     def combine_symbol(self, name: str) -> str: ...
     def gemm(self, spec: Any, registers: bool = False) -> Any: ...
+    def pipeline(self, spec: Any) -> Any: ...
+    def launch_state(self, nbytes: int, align: int) -> int: ...
+    def prepare(self, code: str) -> None: ...
     def storage(
         self, cid: int, temp_type: str, extra: str = "", prelude: str = "", copies: int | None = None
     ) -> str: ...
@@ -343,10 +359,11 @@ class TileOp:
         raise NotImplementedError
 
     # ----- IR rewrites (`rewriting_ops`, run by the compiler's rewrite stage) -----
-    def rewrite(self, program: ir.Program, debug: bool) -> None:
+    def rewrite(self, program: ir.Program, debug: bool, arch: str) -> None:
         """Change `program` in place for the GPU without changing what it computes (the interpreter
         runs the IR as built), typically replacing this op's statements; `debug`: the kernel checks
-        `ct.device_assert`. Default: no rewrite."""
+        `ct.device_assert`; `arch`: the target ("sm_90", "sm_90a": a rewrite may use what only one arch
+        has). Default: no rewrite."""
 
 
 def rewriting_ops() -> list[TileOp]:

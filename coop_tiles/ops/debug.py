@@ -302,7 +302,7 @@ class DeviceAssertOp(TileOp):
         if not np.all(frame.get(s.cond)):
             raise TileAssertionError("assertion failed in program ({}, {}, {}): {}".format(*frame.pid, s.message))
 
-    def rewrite(self, program: ir.Program, debug: bool) -> None:
+    def rewrite(self, program: ir.Program, debug: bool, arch: str) -> None:
         if not debug:  # a kernel built without debugging does not check its asserts
             drop_device_asserts(program.body)
 

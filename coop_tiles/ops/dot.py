@@ -77,8 +77,13 @@ def result_dtype(dt: np.dtype) -> np.dtype:
 def gemm_spec(s: TileDot, threads: int, arch: str) -> GemmSpec:
     """The block GEMM that runs `s` with `threads` threads per block on `arch`."""
     (m, k), (_, n) = operand_shapes(s)
-    ab, c, _ = _PRECISIONS[s.a.type.dtype]
-    ab = "tf32" if s.tf32 and ab == "f32" else ab
+    return product_spec(m, n, k, s.a.type.dtype, s.tf32, threads, arch)
+
+
+def product_spec(m: int, n: int, k: int, dtype: np.dtype, tf32: bool, threads: int, arch: str) -> GemmSpec:
+    """The block GEMM of (m, k) @ (k, n) `dtype` tiles (`tf32`: float32 ones on tensor cores)."""
+    ab, c, _ = _PRECISIONS[dtype]
+    ab = "tf32" if tf32 and ab == "f32" else ab
     return GemmSpec(m, n, k, (ab, ab, c), ARRANGEMENT, threads, arch)
 
 
@@ -135,7 +140,7 @@ class Dot(TileOp):
     def takes_fragments(self, s: TileDot, var: ir.Var) -> bool:
         return True  # (the result and acc: the library's own arrangement; a and b: written by element index)
 
-    def rewrite(self, program: ir.Program, debug: bool) -> None:
+    def rewrite(self, program: ir.Program, debug: bool, arch: str) -> None:
         read_transposes_in_place(program)
 
     def choose(self, s: TileDot, ctx):

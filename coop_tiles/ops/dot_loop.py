@@ -22,21 +22,32 @@ unit-stride rows, no `mask=`, `other=0`, the dot neither transposed nor tf32, `a
 dot, and nothing the loop defines read after it. Whether it runs pipelined is then decided at run time (rows of
 whole 16 bytes, 16-byte aligned arrays, `r` and `c` multiples of BM and BN: else the loop as written runs).
 
-The compiler does not call it yet: the dot op's K-loop rewrite that will is the next step of issue 21
-(docs/internals.md, "Pipelined K loops"); tests/test_dot_loop.py pins which loops it takes and why it refuses others.
+At sm_90a only (`PIPELINE_ARCH`), the rewrite `pipeline_k_loops` (this module's op's `rewrite`) puts each loop it
+takes behind one `TileDotLoop` statement, the loop kept as the fallback under `if not ran`, and notes why it left any
+other loop holding a dot; `lower_pipelined` writes its shim and its part of the kernel's prepare kernel, which builds
+the device pipelines into the launch state (`runtime/launch_state.py`) before the program. docs/internals.md,
+"Pipelined K loops", says what has been checked (compiled, linked, SASS on CPU) and what has not (any GPU run);
+tests/test_dot_loop.py pins which loops it takes and why it refuses others, and the rewritten IR against NumPy.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..dtypes import bfloat16, float16
+from ..dtypes import bfloat16, cxx_name, float16
+from ..errors import CompileError
 from ..lang import ir
-from .dot import TileDot
-from .memory2d import TileLoad2D
+from ..lang.types import BOOL, INT64
+from ..planner.layout import SYNCS
+from ..runtime import gemm_pipeline, mathdx
+from ..runtime.gemm_pipeline import PipelineSpec
+from ..runtime.mathdx import GemmSpec
+from .base import LAUNCH_STATE, ArrayArg, OutArg, ShimCall, TileArg, TileOp, ValueArg, register
+from .dot import TileDot, fragment, product_spec
+from .memory2d import TileLoad2D, load_masked
 
 #: the operand dtypes the pipeline streams (cuBLASDx refuses input streaming of tf32; float32 spills)
 PIPELINED_DTYPES = (bfloat16, float16)
@@ -213,3 +224,296 @@ def _read_after(program: ir.Program, loop: ir.ForRange) -> set[str]:
     enclosing loop's next iteration: every statement that is not the loop's own)."""
     own = {id(s) for s in ir.walk(loop.body)} | {id(loop)}
     return {v.name for s in program.walk() if id(s) not in own for v in (*ir.uses(s), *ir.refs(s))}
+
+
+#: the target whose TMA and WGMMA the pipeline uses (arch-specific: sm_90 code cannot hold them)
+PIPELINE_ARCH = "sm_90a"
+#: the most stages, and the most shared memory the stages may take (H200: 227 KiB a block; the rest for the
+#: program's own TempStorage); measured best on an H200: 4 stages of 128x128x64, 3 of 128x256x64 and 256x128x64
+MAX_STAGES, STAGE_BUDGET = 4, 160 * 1024
+#: what TMA needs of each operand in global memory: its address and its row stride a multiple of 16 bytes
+TMA_BYTES = 16
+#: the arrangements of a, b (row-major arrays: `match` takes unit-stride rows only) and c of the pipelined GEMM
+GLOBAL_ARRANGEMENT = ("row", "row", "row")
+
+
+def stages(bm: int, bn: int, bk: int, itemsize: int) -> int:
+    """How many stages of (BM, BK) and (BK, BN) operand tiles the pipeline keeps: as many as fit in `STAGE_BUDGET`,
+    at most `MAX_STAGES` (0 where fewer than 2 fit: no pipeline)."""
+    depth = min(MAX_STAGES, STAGE_BUDGET // ((bm * bk + bk * bn) * itemsize))
+    return depth if depth >= 2 else 0
+
+
+@dataclass
+class TileDotLoop(ir.Collective, defs="out ran", uses="a b acc row col m n k", attrs="bk depth"):
+    """The whole K loop of a `KLoop` as one statement (sm_90a: cuBLASDx's tile pipeline, TMA + WGMMA):
+    `out = acc + a[row:row+BM, :k] @ b[:k, col:col+BN]` (BM, BN: `out`'s shape; BK: the replaced loop's step, the
+    K of `TileDot`; rows of `a` past `m`, columns of `b` past `n` and both past `k` read as zero) and `ran` true,
+    where the pipeline can run it (`pipelinable`); else `ran` false and `out` is `acc` (the loop, kept after it
+    under `if not ran`, then runs). `m`, `n`: None where the loads give no valid count on that axis (the arrays'
+    own extents); `depth`: the stages of operand tiles in shared memory."""
+
+    out: ir.Var
+    ran: ir.Var
+    a: ir.Var
+    b: ir.Var
+    acc: ir.Var
+    row: ir.Value
+    col: ir.Value
+    m: ir.Value | None
+    n: ir.Value | None
+    k: ir.Value
+    bk: int
+    depth: int
+
+
+def pipelinable(
+    a: np.ndarray, b: np.ndarray, row: int, col: int, m: int, n: int, k: int, tile: tuple[int, int]
+) -> bool:
+    """Whether the pipeline computes the K loop's product for the (BM, BN) = `tile` block at (`row`, `col`) of
+    `a` (M, K) @ `b` (K, N) exactly as the loop does (the GPU checks the same in the generated code): each
+    operand's address and row stride whole multiples of 16 bytes, its rows contiguous (TMA); M, N and K within the
+    arrays (TMA reads the rectangle the descriptor gives, the loop only what it touches) and K at least 1; the block
+    at a whole tile index (the tile pipeline's coordinates) inside the product."""
+    bm, bn = tile
+    for x in (a, b):
+        if x.ctypes.data % TMA_BYTES or x.strides[0] <= 0 or x.strides[0] % TMA_BYTES or x.strides[1] != x.itemsize:
+            return False
+    if not (1 <= k <= a.shape[1] and k <= b.shape[0] and m <= a.shape[0] and n <= b.shape[1]):
+        return False
+    return 0 <= row < m and row % bm == 0 and 0 <= col < n and col % bn == 0
+
+
+@register
+class DotLoop(TileOp):
+    """The pipelined K loop (`TileDotLoop`), which only the GPU rewrite `pipeline_k_loops` makes."""
+
+    stmt = TileDotLoop
+
+    def interpret(self, s: TileDotLoop, frame) -> None:
+        """The replaced loop's product where `pipelinable` (`ran`), step by step as the loop takes it."""
+        a, b = frame.get(s.a), frame.get(s.b)
+        acc = np.asarray(frame.get(s.acc), s.out.type.dtype)
+        (bm, bn), bk = s.out.type.shape, s.bk
+        row, col, k = (int(frame.get(v)) for v in (s.row, s.col, s.k))
+        m = a.shape[0] if s.m is None else int(frame.get(s.m))
+        n = b.shape[1] if s.n is None else int(frame.get(s.n))
+        ran = pipelinable(a, b, row, col, m, n, k, (bm, bn))
+        frame.set(s.ran, ran)
+        if not ran:
+            frame.env[s.out.name] = acc.copy()
+            return
+        for kk in range(0, k, bk):
+            at = (ir.Lit(row, INT64), ir.Lit(kk, INT64))
+            x = load_masked(
+                frame, a, at, (ir.Lit(m - row, INT64), ir.Lit(k - kk, INT64)), None, (bm, bk), 0, "tile.load"
+            )
+            at = (ir.Lit(kk, INT64), ir.Lit(col, INT64))
+            y = load_masked(
+                frame, b, at, (ir.Lit(k - kk, INT64), ir.Lit(n - col, INT64)), None, (bk, bn), 0, "tile.load"
+            )
+            acc = acc + np.matmul(x.astype(acc.dtype), y.astype(acc.dtype))
+        frame.env[s.out.name] = acc.astype(s.out.type.dtype)
+
+    def rewrite(self, program: ir.Program, debug: bool, arch: str) -> None:
+        """At sm_90a, K loops to pipelined GEMMs (`pipeline_k_loops`); the plan says why any other is not."""
+        if not mathdx.available():  # (no GEMM compiles without it; the loop's dot says so)
+            return
+        for cid, why in pipeline_k_loops(program, arch).items():
+            program.notes[cid] = f"K loop not pipelined: {why}"
+
+    def layout(self, s: TileDotLoop, ctx) -> None:
+        """`out` and `acc` in the arrangement the replaced loop's dot offers (the same key: one fragment)."""
+        ctx.join([s.out, s.acc])
+        if mathdx.available():
+            spec = dot_spec(s, ctx.threads, ctx.arch)
+            ctx.offer_fragment(s.out, spec, lambda: fragment(spec))
+
+    def takes_fragments(self, s: TileDotLoop, var: ir.Var) -> bool:
+        return True  # (`out` and `acc` item by item at their element indices; `a`, `b`: arrays)
+
+    def choose(self, s: TileDotLoop, ctx):
+        bm, bn = s.out.type.shape
+        nbytes = stage_bytes(s)
+        how = f"K loop pipelined: cuBLASDx TMA+WGMMA, {s.depth} stages, {nbytes} B"
+        return ctx.choice(s, f"dot loop {bm}x{bn}x{s.bk}", "cuBLASDx", how, sync=SYNCS)
+
+    def lower(self, s: TileDotLoop, w) -> ShimCall:
+        return lower_pipelined(s, w)
+
+
+def pipeline_k_loops(program: ir.Program, arch: str) -> dict[int, str]:
+    """At `PIPELINE_ARCH`, put each K loop `match` takes (and whose stages fit) behind a `TileDotLoop`:
+
+        out, ran = <the whole loop's product, added to acc>
+        if ran: acc = out
+        else: <the loop as written>
+
+    and return why each other loop holding a dot was left as it is, by the dot's cid (for the plan). Elsewhere
+    nothing changes."""
+    if arch != PIPELINE_ARCH:
+        return {}
+    numbering = ir.Numbering(program)
+    refused: dict[int, str] = {}
+
+    def visit(body: list[ir.Stmt]) -> None:
+        for s in list(body):
+            for region in ir.regions(s):
+                visit(region)
+            if not isinstance(s, ir.ForRange) or not any(isinstance(t, TileDot) for t in ir.walk(s.body)):
+                continue
+            found = match(s, program)
+            if isinstance(found, KLoop):
+                (bm, bk), bn = found.dot.a.type.shape, found.dot.b.type.shape[1]
+                depth = stages(bm, bn, bk, found.dot.a.type.dtype.itemsize)
+                if depth:
+                    at = body.index(s)
+                    body[at : at + 1] = _pipelined(found, depth, numbering)
+                    continue
+                found = f"not even 2 stages of {bm}x{bk} and {bk}x{bn} tiles fit in {STAGE_BUDGET} bytes"
+            for t in ir.walk(s.body):
+                if isinstance(t, TileDot):
+                    refused[t.cid] = found
+
+    visit(program.body)
+    return refused
+
+
+def _pipelined(found: KLoop, depth: int, numbering: ir.Numbering) -> list[ir.Stmt]:
+    """The statements standing for `found.loop` (see `pipeline_k_loops`)."""
+    loop, acc = found.loop, found.dot.acc
+    out, ran = numbering.temp(acc.type), numbering.temp(BOOL)
+    a, b = found.a.load, found.b.load
+    bk = found.dot.a.type.shape[1]
+    pipelined = TileDotLoop(
+        out,
+        ran,
+        a.array,
+        b.array,
+        acc,
+        found.a.offset,
+        found.b.offset,
+        found.a.extent,
+        found.b.extent,
+        found.k,
+        bk,
+        depth,
+    )
+    take = ir.If(ran, [numbering.place(ir.Copy(acc, out), loop)], [loop])
+    return [numbering.place(pipelined, loop), numbering.place(take, loop)]
+
+
+def dot_spec(s: TileDotLoop, threads: int, arch: str) -> GemmSpec:
+    """The block GEMM of one step of the loop `s` replaced (its dot's)."""
+    (bm, bn), dtype = s.out.type.shape, s.a.type.dtype
+    return product_spec(bm, bn, s.bk, dtype, False, threads, arch)
+
+
+def pipeline_spec(s: TileDotLoop, threads: int, arch: str) -> PipelineSpec:
+    """The pipelined GEMM of `s`: its dot's block shape and precisions, `a` and `b` row-major as the loop's loads read
+    them from global memory (the dot's own spec keeps `b` column-major in *its* shared memory; the pipeline's
+    arrangements say how the arrays lie in global memory, the layout of TMA's descriptors)."""
+    return PipelineSpec(replace(dot_spec(s, threads, arch), arrangement=GLOBAL_ARRANGEMENT), s.depth)
+
+
+def stage_bytes(s: TileDotLoop) -> int:
+    """The bytes of `s`'s stages of operand tiles in shared memory (the library adds the stages' barriers)."""
+    (bm, bn), size = s.out.type.shape, s.a.type.dtype.itemsize
+    return s.depth * (bm * s.bk + s.bk * bn) * size
+
+
+def _ready(cid: int) -> str:
+    """The C++ function saying whether the pipeline can run a product of these operands at all (`pipelinable`
+    less the block's own conditions): the same in the prepare kernel, which then builds the device pipeline, and
+    in the program, which then uses it."""
+    return (
+        f"__device__ __forceinline__ bool coop_dotloop_ready_{cid}(const void* a, long long a_rows, long long a_cols,"
+        " long long lda, const void* b, long long b_rows, long long b_cols, long long ldb, long long m, long long n,"
+        " long long k, int size) {\n"
+        f"  const bool aligned = (reinterpret_cast<unsigned long long>(a) | reinterpret_cast<unsigned long long>(b))"
+        f" % {TMA_BYTES} == 0\n"
+        f"      && lda > 0 && ldb > 0 && (lda * size) % {TMA_BYTES} == 0 && (ldb * size) % {TMA_BYTES} == 0;\n"
+        "  return aligned && 1 <= m && 1 <= n && 1 <= k && m <= a_rows && n <= b_cols && k <= a_cols && k <= b_rows;\n"
+        "}\n"
+    )
+
+
+def _value(v: ir.Value | None, otherwise: str) -> str:
+    """`v` as the prepare kernel spells it (a kernel parameter by its name, a literal), `otherwise` for None."""
+    if v is None:
+        return otherwise
+    return repr(int(v.value)) if isinstance(v, ir.Lit) else v.name
+
+
+def lower_pipelined(s: TileDotLoop, w) -> ShimCall:
+    """The shim of `s`: whether this block can run the pipeline (`_ready` and its tile at a whole tile index inside
+    the product), then its tile pipeline over the stages (the TempStorage) with the device pipeline the prepare
+    kernel built in the launch state, the K loop (`execute`), the accumulator through the stages' shared memory
+    (the library's copy, row-major, then each item of `out` at its element: each side's own map) added to `acc`.
+    Also the prepare kernel's part: `s`'s device pipeline built from the kernel's arguments, where `_ready`."""
+    (bm, bn), cid = s.out.type.shape, s.cid
+    t = w.pipeline(pipeline_spec(s, w.threads, w.arch))
+    if t.threads != w.threads:
+        raise CompileError(f"cuBLASDx's pipeline of {bm}x{bn}x{s.bk} wants {t.threads} threads, not {w.threads}")
+    w.helper(gemm_pipeline.DEVICE_TYPES)
+    w.helper(t.declarations())
+    w.helper(_ready(cid))
+    # (whole 128-byte lines: the shim acquires the device pipeline line by line for the tensormap proxy)
+    state = w.launch_state(-(-t.device_bytes // 128) * 128, max(t.device_align, 128))
+    size = s.a.type.dtype.itemsize
+    ab = cxx_name(s.a.type.dtype)
+    pa, pb = ArrayArg(s.a, "a").parts, ArrayArg(s.b, "b").parts
+    args = [ArrayArg(s.a, "a"), ArrayArg(s.b, "b"), ValueArg(s.row, "row"), ValueArg(s.col, "col")]
+    args += [ValueArg(v, name) for v, name in ((s.m, "m"), (s.n, "n")) if v is not None]
+    args += [ValueArg(s.k, "k"), TileArg(s.acc, "acc_items"), TileArg(s.out, "out_items"), OutArg(s.ran, "ran")]
+    call = ShimCall(f"coop_dotloop_{cid}", (*args, LAUNCH_STATE))
+    m = "m" if s.m is not None else pa.shapes[0]
+    n = "n" if s.n is not None else pb.shapes[1]
+    items, e = w.layout(s.out).items_per_thread, w.element_index(s.out)
+    fields = f" alignas({t.buffer_align}) char stages[{max(t.buffer_bytes, bm * bn * 4)}];"
+    prelude = f"struct coop_dotloop_{cid}_t {{ struct TempStorage {{{fields} }}; }};\n"
+    body = (
+        f"  const {ab}* pa = a + {pa.off};\n  const {ab}* pb = b + {pb.off};\n"
+        f"  const bool go = coop_dotloop_ready_{cid}(pa, {pa.shapes[0]}, {pa.shapes[1]}, {pa.strides[0]}, pb,"
+        f" {pb.shapes[0]}, {pb.shapes[1]}, {pb.strides[0]}, {m}, {n}, k, {size})\n"
+        f"      && row >= 0 && row < {m} && row % {bm} == 0 && col >= 0 && col < {n} && col % {bn} == 0;\n"
+        "  *ran = go;\n"
+        f"  if (!go) {{\n    for (int i = 0; i < {items}; ++i) out_items[i] = acc_items[i];\n    return;\n  }}\n"
+        + w.storage_ref(cid)
+        + f"  alignas({t.tile_align}) char tile_storage[{t.tile_bytes}];\n"
+        f"  alignas({t.acc_align}) char acc_storage[{t.acc_bytes}];\n"
+        f"  unsigned char* device = {LAUNCH_STATE.name} + {state};\n"
+        "  coop_dx_handle dp{device}, tp{tile_storage}, acc{acc_storage};\n"
+        "  // (the prepare kernel wrote the descriptors through the generic proxy; TMA reads them through the\n"
+        "  // tensormap proxy)\n"
+        f"  for (int at = 0; at < {t.device_bytes}; at += 128)\n"
+        '    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" :: "l"(device + at) : "memory");\n'
+        f"  int tm = int(row / {bm}), tn = int(col / {bn});\n"
+        f"  {t.create_tile}(dp, tp, s.temp.stages, &tm, &tn);\n"
+        f"  {t.create_acc}(acc);\n"
+        f"  {t.execute}(tp, acc);\n"
+        "  __syncthreads();  // (every stage consumed: the accumulator goes where they were)\n"
+        "  float* staged = reinterpret_cast<float*>(s.temp.stages);\n"
+        f"  {t.store_shared}(acc, coop_dx_handle{{staged}});\n"
+        "  __syncthreads();\n"
+        f"  for (int i = 0; i < {items}; ++i) {{\n"
+        f"    const int e = {e};\n"
+        f"    out_items[i] = acc_items[i] + (e < {bm * bn} ? staged[e] : 0.0f);\n  }}\n"
+        f"  {t.destroy_acc}(acc);\n"
+        f"  {t.destroy_tile}(tp);\n"
+        "  __syncthreads();  // (the stages' memory is the TempStorage of what runs next)\n"
+    )
+    w.define(call, w.storage(cid, f"coop_dotloop_{cid}_t", prelude=prelude), body)
+    a = ArrayArg(s.a, s.a.name).parts
+    b = ArrayArg(s.b, s.b.name).parts
+    m, n, k = _value(s.m, a.shapes[0]), _value(s.n, b.shapes[1]), _value(s.k, "")
+    w.prepare(
+        f"  {{  // the device pipeline of the K loop of collective {cid}\n"
+        f"    if (coop_dotloop_ready_{cid}({a.ptr}, {a.shapes[0]}, {a.shapes[1]}, {a.strides[0]}, {b.ptr},"
+        f" {b.shapes[0]}, {b.shapes[1]}, {b.strides[0]}, {m}, {n}, {k}, {size})) {{\n"
+        f"      {t.create_device}(coop_dx_handle{{{LAUNCH_STATE.name} + {state}}},"
+        f" coop_dx_matrix{{{a.ptr}, {m}, {k}, {a.strides[0]}}}, coop_dx_matrix{{{b.ptr}, {k}, {n}, {b.strides[0]}}});\n"
+        '      asm volatile("fence.proxy.tensormap::generic.release.gpu;" ::: "memory");\n'
+        "    }\n  }\n"
+    )
+    return call

@@ -120,7 +120,7 @@ class Histogram(TileOp):
     def interpret(self, s: TileHistogram, frame) -> None:
         frame.env[s.out.name] = counts(frame, s.src, s.valid, s.bins)
 
-    def rewrite(self, program: ir.Program, debug: bool) -> None:
+    def rewrite(self, program: ir.Program, debug: bool, arch: str) -> None:
         accumulate_in_shared_memory(program)
 
     def choose(self, s: TileHistogram, ctx):

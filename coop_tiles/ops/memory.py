@@ -102,7 +102,7 @@ class Load(TileOp):
             data[:count] = array[start : start + count]
         frame.env[s.out.name] = data.astype(s.out.type.dtype, copy=False)  # converted when fused with a cast
 
-    def rewrite(self, program: ir.Program, debug: bool) -> None:
+    def rewrite(self, program: ir.Program, debug: bool, arch: str) -> None:
         load_converted(program)
 
     def global_access(self, s: TileLoad):

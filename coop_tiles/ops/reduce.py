@@ -103,7 +103,7 @@ class Reduce(TileOp):
     def replicates(self, s: TileReduce, var: ir.Var) -> bool:
         return var in s.outs  # (every lane of a row gets the row's value)
 
-    def rewrite(self, program: ir.Program, debug: bool) -> None:
+    def rewrite(self, program: ir.Program, debug: bool, arch: str) -> None:
         rows.columns_as_rows(program, TileReduce)
 
     def choose(self, s: TileReduce, ctx):

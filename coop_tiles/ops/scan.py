@@ -299,7 +299,7 @@ class Scan(TileOp):
     def replicates(self, s: TileScan, var: ir.Var) -> bool:
         return s.axis is not None and (var in (s.initial or ()) or var in (s.totals or ()))
 
-    def rewrite(self, program: ir.Program, debug: bool) -> None:
+    def rewrite(self, program: ir.Program, debug: bool, arch: str) -> None:
         rows.columns_as_rows(program, TileScan)
 
     def choose(self, s: TileScan, ctx):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import SharedMemoryError
@@ -44,6 +44,8 @@ class Plan:
     block_values: frozenset[str] = frozenset()
     #: the architecture planned for ("" when unknown)
     arch: str = ""
+    #: what the GPU rewrites said of collectives, by cid (`ir.Program.notes`)
+    notes: dict[int, str] = field(default_factory=dict)
 
     @property
     def shared_bytes(self) -> int:
@@ -106,6 +108,9 @@ class Plan:
             out.append("  none")
         for b in self.carve.barriers.values():
             out.append(f"  line {b.line or '?'}: {b.reason}")
+        if self.notes:
+            out.append("notes:")
+            out += [f"  #{cid} (line {self.collectives[cid].line or '?'}): {note}" for cid, note in self.notes.items()]
         return "\n".join(out)
 
 
@@ -126,7 +131,16 @@ def finish_plan(program: ir.Program, layouts: LayoutPlan, needs: dict[int, Stora
     limit = max_shared_bytes(arch)
     while True:
         carved = carve(program, needs, tiles, layouts.liveness, layouts.block_threads, syncs, layouts.block_values)
-        plan = Plan(program.name, layouts.block_threads, tiles, layouts.collectives, carved, layouts.block_values, arch)
+        plan = Plan(
+            program.name,
+            layouts.block_threads,
+            tiles,
+            layouts.collectives,
+            carved,
+            layouts.block_values,
+            arch,
+            dict(program.notes),
+        )
         movable = [t for t in tiles.values() if t.name in carved.tiles]
         if carved.total_bytes <= limit or not movable:
             break

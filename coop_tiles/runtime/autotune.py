@@ -172,6 +172,7 @@ class Autotuner:
                 debug=self.kernel.debug,
                 fastmath=self.kernel.fastmath,
                 max_registers=self.kernel.max_registers,
+                arch=self.kernel.arch,
             )
             variant._hooks = list(self.kernel._hooks)
             variant._static_printed = self.kernel._static_printed  # one specialisation's prints, once
@@ -194,7 +195,7 @@ class Autotuner:
                 )
             device_id = self.kernel.launch_device(self._values(args, kwargs))
             device = device or launcher.device(device_id).name
-            arch = arch or launcher.device_arch(device_id)
+            arch = arch or self.kernel.launch_arch(device_id)
         tuning_key = self.tuning_key(args, kwargs, device, arch)
         best = self._best.get(tuning_key)
         if best is not None:

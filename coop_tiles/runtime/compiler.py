@@ -26,7 +26,7 @@ from ..lang.source import parse_function
 from ..lang.stub import public_name
 from ..ops.base import op_of, rewriting_ops
 from ..planner import LayoutPlan, Plan, StorageNeed, finish_plan, plan_layouts
-from . import dump, mathdx, toolchain
+from . import dump, gemm_pipeline, mathdx, toolchain
 from .arch import check_supported
 from .cache import DiskCache, make_key
 from .kernel import CompiledKernel, Signature
@@ -80,14 +80,14 @@ def build_stage(fn: Callable, sig: Signature) -> ir.Program:
     return build_program(fn, dict(sig.params), dict(sig.constexprs))
 
 
-def rewrite_stage(program: ir.Program, debug: bool = False) -> ir.Program:
+def rewrite_stage(program: ir.Program, debug: bool = False, arch: str = "sm_90") -> ir.Program:
     """Rewrites of the typed IR for the GPU that keep its meaning (the interpreter runs it as
     built), each owned by its op (`TileOp.rewrite`): histogram counts accumulated in shared memory
     through a loop, dot operands given as `u.T` read from `u` in place, 16-bit float loads converted to
-    float32 as they arrive, and, without `debug`, `ct.device_assert` dropped. The IR
+    float32 as they arrive, and, without `debug`, `ct.device_assert` dropped; `arch` is the target's. The IR
     is verified after each when COOP_TILES_VERIFY_IR is set."""
     for op in rewriting_ops():
-        op.rewrite(program, debug)
+        op.rewrite(program, debug, arch)
         ir.verify_if_asked(program, f"rewrite by {type(op).__name__}")
     return program
 
@@ -138,8 +138,11 @@ def body_stage(program: ir.Program, plan: Plan, shims: ShimSource) -> list[BodyS
 
 
 def library_ltoirs(shims: ShimSource) -> list[tuple[str, bytes]]:
-    """The LTO-IR of the library code the shims call (cuBLASDx's GEMMs), named by symbol."""
-    return [mathdx.library_code(spec, registers) for spec, registers in shims.gemms]
+    """The LTO-IR of the library code the shims call (cuBLASDx's GEMMs, pipelined or not), named by symbol."""
+    pipelined = [gemm_pipeline.pipeline_gemm(spec) for spec in shims.pipelines]
+    return [mathdx.library_code(spec, registers) for spec, registers in shims.gemms] + [
+        (traits.execute, ltoir) for traits, ltoir in pipelined
+    ]
 
 
 def numba_stage(bodies: list[BodySource], arch: str, fastmath: bool) -> list[tuple[str, bytes]]:
@@ -159,7 +162,7 @@ def built_ir(fn: Callable, sig: Signature, on_built: Callable[[ir.Program], None
 
 
 def rewritten_ir(program: ir.Program, sig: Signature) -> ir.Program:
-    return rewrite_stage(program, sig.debug)
+    return rewrite_stage(program, sig.debug, sig.arch)
 
 
 def shims_for(program: ir.Program, layouts: LayoutPlan, sig: Signature) -> ShimSource:
@@ -328,5 +331,7 @@ def compile_kernel(
         out["cubin"],
         ltoirs,
         chain_bytes=shims.chain_bytes,
+        launch_bytes=shims.launch_bytes,
+        prepare_name=shims.prepare_name,
         timings=clock.seconds,
     )

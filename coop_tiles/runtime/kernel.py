@@ -49,6 +49,11 @@ class CompiledKernel:
     block_choice: Any = field(default=None, repr=False)
     #: bytes per program of grid-wide state (a chained scan's), passed as the last parameter; None: none
     chain_bytes: int | None = None
+    #: bytes of the launch's own state (cuBLASDx's device pipelines), passed after the arguments (and the chained
+    #: scan's state), which kernel `prepare_name` of the same cubin fills from the same parameters before each
+    #: launch; 0: none (see `runtime/launch_state.py`)
+    launch_bytes: int = 0
+    prepare_name: str = ""
     #: seconds per compile stage in this process ("front end", "NVRTC", "Numba setup" beside it,
     #: "plan", "Numba", "nvJitLink", "total"); stages served by the disk cache are absent.
     timings: dict[str, float] = field(default_factory=dict, repr=False)

@@ -13,6 +13,7 @@ from ..errors import LaunchError, SharedMemoryError, TileError
 from ..lang.types import ArrayType, ScalarType
 from ..ops.base import launch_checks
 from . import chain as chain_states
+from . import launch_state
 from .kernel import CompiledKernel
 
 STATIC_SHARED_LIMIT = 48 * 1024
@@ -330,7 +331,8 @@ class PreparedLaunch:
         self.device_id, self.context = device_id, context
         params = [kernel_params("x", t) for t in param_types]
         chain = kernel.chain_bytes  # a chained scan's grid-wide state: one more pointer, after the arguments
-        count = max(1, sum(len(p) for p in params) + (chain is not None))
+        own_state = kernel.launch_bytes  # the launch's own state (device pipelines): one more pointer, last
+        count = max(1, sum(len(p) for p in params) + (chain is not None) + bool(own_state))
         self.slots = (ctypes.c_uint64 * count)()
         self.pointers = (ctypes.c_void_p * count)(*(ctypes.addressof(self.slots) + 8 * i for i in range(count)))
         # One struct.pack_into writes every argument, each parameter into its 8-byte slot.
@@ -338,7 +340,9 @@ class PreparedLaunch:
         codes = ["".join(SLOT_CODES[p.slot] for p in ps) for ps in params]
         packed = [f"p{i}, q{i}" if k == "A" else (f"p{i}, *q{i}" if k == "V" else f"p{i}") for i, k in enumerate(kinds)]
         namespace: dict[str, Any] = {
-            "LOCK": threading.Lock(),
+            # (kernels with launch state share one: a prepare kernel and its program are enqueued with no other
+            # such pair between them, whichever host threads launch on one stream)
+            "LOCK": launch_state.STATES.launching if own_state else threading.Lock(),
             "P": ctypes.addressof(self.pointers),
             "B": kernel.block_threads,
             "S": kernel.shared_bytes,
@@ -366,15 +370,25 @@ class PreparedLaunch:
             namespace.update(STATES=chain_states.STATES, CHAIN=chain)
             body += [
                 "        state, own = STATES.acquire(stream, g0, CHAIN)",
-                f"        SLOTS[{count - 1}] = state",
+                f"        SLOTS[{count - 1 - bool(own_state)}] = state",
+            ]
+        if own_state:  # filled by the prepare kernel, from the same parameters, just before the program
+            prepare = _core().ObjectCode.from_cubin(kernel.cubin).get_kernel(kernel.prepare_name)
+            namespace.update(STATES_OWN=launch_state.STATES, OWN=own_state)
+            body += [
+                "        pipelines, own_pipelines = STATES_OWN.acquire(stream, OWN)",
+                f"        SLOTS[{count - 1}] = pipelines",
             ]
         cupy = sys.modules.get("cupy")
         if cupy is not None and hasattr(cupy.cuda.driver, "launchKernel"):
             namespace.update(
                 LAUNCH=cupy.cuda.driver.launchKernel, F=int(compiled.handle), ERROR=cupy.cuda.driver.CUDADriverError
             )
+            if own_state:
+                namespace["PF"] = int(prepare.handle)
             body += [
                 "        try:",
+                *(["            LAUNCH(PF, 1, 1, 1, 32, 1, 1, 0, stream, P, 0)"] if own_state else []),
                 "            LAUNCH(F, g0, g1, g2, B, 1, 1, S, stream, P, 0)",
                 "        except ERROR as e:",
                 "            fail(e)",
@@ -383,6 +397,13 @@ class PreparedLaunch:
             from cuda.bindings import driver
 
             namespace.update(LAUNCH=driver.cuLaunchKernel, F=compiled.handle, OK=driver.CUresult.CUDA_SUCCESS)
+            if own_state:
+                namespace["PF"] = prepare.handle
+                body += [
+                    "        (err,) = LAUNCH(PF, 1, 1, 1, 32, 1, 1, 0, stream, P, 0)",
+                    "        if err != OK:",
+                    "            fail(err)",
+                ]
             body += [
                 "        (err,) = LAUNCH(F, g0, g1, g2, B, 1, 1, S, stream, P, 0)",
                 "    if err != OK:",
@@ -390,6 +411,8 @@ class PreparedLaunch:
             ]
         if chain is not None:
             body += ["    if own:", "        STATES.release(state, stream)"]
+        if own_state:
+            body += ["    if own_pipelines:", "        STATES_OWN.release(pipelines, stream)"]
         exec(compile("\n".join(body) + "\n", f"<coop_tiles launch of {kernel.program.name}>", "exec"), namespace)
         self.launch = namespace["launch"]
         # The C launch path (_claunch.c) packs into its own buffer while holding the GIL.
@@ -410,7 +433,7 @@ class PreparedLaunch:
             context,
             device_id,
         )
-        if chain is not None or checks:
+        if chain is not None or own_state or checks:
             self.c_info = None  # the C path declines: its launches take the Python path, which has these steps
 
     def _fail(self, err: Any) -> None:
