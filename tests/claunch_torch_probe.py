@@ -122,8 +122,8 @@ def probe_kernel():
     def prepare(runtime, constexprs, device_id):
         params = [arguments.arg_type(v, name) for name, v in zip(probe._runtime_names, runtime)]
         kernel = SimpleNamespace(
-            program=SimpleNamespace(name="probe", walk=lambda: iter(())), chain_bytes=None, block_threads=128,
-            shared_bytes=64,
+            program=SimpleNamespace(name="probe", walk=lambda: iter(())), chain_bytes=None, launch_bytes=0,
+            block_threads=128, shared_bytes=64,
         )  # fmt: skip
         prepared = launcher.PreparedLaunch(kernel, SimpleNamespace(handle=next(handles)), params, device_id, CONTEXT)
 
