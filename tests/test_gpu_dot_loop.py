@@ -7,11 +7,8 @@ rows are whole 16 bytes) or the loop as written (a misaligned view, rows of an o
 
 from __future__ import annotations
 
-import importlib
-import sys
-from pathlib import Path
-
 import pytest
+from test_dot_loop import tutorial_12  # (the tests' one import of tutorial 12)
 
 import coop_tiles as ct
 
@@ -19,14 +16,6 @@ pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
 BLOCKS = ({"BM": 128, "BN": 128, "BK": 64}, {"BM": 128, "BN": 256, "BK": 64}, {"BM": 256, "BN": 128, "BK": 64})
-
-
-def tutorial_12():
-    sys.path.insert(0, str(Path(__file__).parent.parent / "tutorials"))
-    try:
-        return importlib.import_module("12_matmul")
-    finally:
-        sys.path.pop(0)
 
 
 @pytest.fixture(scope="module")
