@@ -44,9 +44,11 @@ _PINNED: dict[tuple[Any, int, int | None], Any] = {}
 
 
 def with_threads(kernel: Any, threads: int | None, registers: int | None = None) -> Any:
-    """`kernel`, or one copy of it per thread count (and register cap) with them pinned (so each compiles once)."""
+    """`kernel`, or one copy of it per thread count (and register cap) with them pinned (so each compiles once), for
+    its arch."""
     if threads is None:
         return kernel
     if (kernel, threads, registers) not in _PINNED:
-        _PINNED[kernel, threads, registers] = ct.jit(kernel.fn, block_threads=threads, max_registers=registers)
+        pinned = ct.jit(kernel.fn, block_threads=threads, max_registers=registers, arch=kernel.arch)
+        _PINNED[kernel, threads, registers] = pinned
     return _PINNED[kernel, threads, registers]

@@ -32,6 +32,7 @@ from coop_tiles.ops.dot_loop import (
     pipeline_spec,
     stages,
 )
+from coop_tiles.ops.memory2d import TileStore2D
 from coop_tiles.runtime import mathdx
 from coop_tiles.runtime.compiler import rewrite_stage
 
@@ -213,9 +214,79 @@ def test_tutorial_12s_loop_is_rewritten_at_sm_90a_only():
     # spec, which the fragment is offered under, keeps b column-major in its shared memory)
     assert pipeline_spec(s, 256, PIPELINE_ARCH).gemm.arrangement == ("row", "row", "row")
     assert pipeline_spec(s, 256, PIPELINE_ARCH).depth == 4 and dot_spec(s, 256, PIPELINE_ARCH).arrangement[1] == "col"
+    # (the loop's store is fused: where the pipeline ran, it wrote c itself from an accumulator that starts at zero;
+    # where it could not, the loop as written runs and then the store)
+    assert s.c.name == "a_c" and s.acc_zero
     (branch,) = [t for t in q.walk() if isinstance(t, ir.If) and t.cond == s.ran]
-    assert isinstance(branch.then[0], ir.Copy) and branch.then[0].out == s.acc and branch.then[0].src == s.out
-    assert isinstance(branch.orelse[0], ir.ForRange)  # the loop as written, run where the pipeline cannot
+    assert branch.then == [] and [type(t) for t in branch.orelse] == [ir.ForRange, TileStore2D]
+    assert branch.orelse[1].tile == s.acc
+
+
+def acc_from_ones(a, b, c, m, n, k, BM: ct.constexpr, BN: ct.constexpr, BK: ct.constexpr):
+    """The accumulator starts at one: the fused store adds it."""
+    r, col = ct.program_id(0) * BM, ct.program_id(1) * BN
+    acc = tile.full((BM, BN), 1.0, np.float32)
+    for kk in range(0, k, BK):
+        x = tile.load(a, (r, kk), (BM, BK), valid=(m - r, k - kk), other=0)
+        y = tile.load(b, (kk, col), (BK, BN), valid=(k - kk, n - col), other=0)
+        acc = tile.dot(x, y, acc)
+    tile.store(c, (r, col), acc, valid=(m - r, n - col))
+
+
+def stored_twice(a, b, c, m, n, k, BM: ct.constexpr, BN: ct.constexpr, BK: ct.constexpr):
+    """The result is read again after its store (a second, doubled store over the first): not fused."""
+    r, col = ct.program_id(0) * BM, ct.program_id(1) * BN
+    acc = tile.zeros((BM, BN), np.float32)
+    for kk in range(0, k, BK):
+        x = tile.load(a, (r, kk), (BM, BK), valid=(m - r, k - kk), other=0)
+        y = tile.load(b, (kk, col), (BK, BN), valid=(k - kk, n - col), other=0)
+        acc = tile.dot(x, y, acc)
+    tile.store(c, (r, col), acc, valid=(m - r, n - col))
+    tile.store(c, (r, col), acc * 2, valid=(m - r, n - col))
+
+
+def stored_elsewhere(a, b, c, m, n, k, BM: ct.constexpr, BN: ct.constexpr, BK: ct.constexpr):
+    """Stored one block to the right of where it was computed: not fused."""
+    r, col = ct.program_id(0) * BM, ct.program_id(1) * BN
+    acc = tile.zeros((BM, BN), np.float32)
+    for kk in range(0, k, BK):
+        x = tile.load(a, (r, kk), (BM, BK), valid=(m - r, k - kk), other=0)
+        y = tile.load(b, (kk, col), (BK, BN), valid=(k - kk, n - col), other=0)
+        acc = tile.dot(x, y, acc)
+    tile.store(c, (r, col + BN), acc, valid=(m - r, n - col - BN))
+
+
+@pytest.mark.parametrize(
+    ("fn", "fused", "zero", "expected"),
+    [
+        (plain, True, True, lambda a, b: a @ b),
+        (acc_from_ones, True, False, lambda a, b: a @ b + 1),
+        (stored_twice, False, False, lambda a, b: 2 * (a @ b)),
+    ],
+    ids=["zeros", "ones", "read after its store"],
+)
+def test_the_store_is_fused_where_the_result_is_only_stored(monkeypatch, fn, fused, zero, expected):
+    p = small_program(fn)
+    q, refused = pipelined(p)
+    assert refused == {}
+    ir.verify(q, "pipeline_k_loops")
+    (s,) = [s for s in q.walk() if isinstance(s, TileDotLoop)]
+    assert (s.c is not None, s.acc_zero) == (fused, zero)
+    seen = []
+    monkeypatch.setattr(dot_loop, "pipelinable", lambda *args: seen.append(pipelinable(*args)) or seen[-1])
+    m, n, k = 40, 32, 24
+    rng = np.random.default_rng(23)
+    a = rng.integers(-3, 4, (m, k)).astype(ct.bfloat16)
+    b = rng.integers(-3, 4, (k, n)).astype(ct.bfloat16)
+    got = run_tutorial_12(q, a, b, 16, 16, grid_2d=True)
+    np.testing.assert_array_equal(got, expected(a.astype(np.float64), b.astype(np.float64)))
+    assert seen and set(seen) == {True}
+
+
+def test_a_store_elsewhere_is_not_fused():
+    q, _ = pipelined(small_program(stored_elsewhere))
+    (s,) = [s for s in q.walk() if isinstance(s, TileDotLoop)]
+    assert s.c is None
 
 
 def test_stages_follow_the_tile():
@@ -241,11 +312,13 @@ def test_near_misses_are_not_rewritten_and_say_why(fn, dtype, why):
     assert why in refused[dot.cid], refused
 
 
-def run_tutorial_12(p: ir.Program, a: np.ndarray, b: np.ndarray, bm: int, bn: int) -> np.ndarray:
+def run_tutorial_12(p: ir.Program, a: np.ndarray, b: np.ndarray, bm: int, bn: int, grid_2d: bool = False) -> np.ndarray:
+    """c = `p`(a, b) interpreted, one program per (bm, bn) block: tutorial 12's numbering, or (row block, column
+    block) as `program_id(0), program_id(1)` (`grid_2d`, as this file's own programs take them)."""
     (m, k), n = a.shape, b.shape[1]
     c = np.zeros((m, n), np.float32)
-    blocks = -(-m // bm) * -(-n // bn)
-    interpreter.run(p, (blocks, 1, 1), [a, b, c, m, n, k])
+    grid = (-(-m // bm), -(-n // bn), 1) if grid_2d else (-(-m // bm) * -(-n // bn), 1, 1)
+    interpreter.run(p, grid, [a, b, c, m, n, k])
     return c
 
 

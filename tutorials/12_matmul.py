@@ -19,6 +19,13 @@ bfloat16 or float16 blocks accumulates in float32 (the result is float32); float
 float32, or on tensor cores in tf32 with `allow_tf32=True` (`TF32`). On the GPU each `tile.dot` is a block GEMM of
 cuBLASDx (`docs/language.md`, "Matrix products").
 
+On an H100 or H200 the tutorial compiles for `arch="sm_90a"` (Hopper's arch-specific code, which no other GPU
+runs): there the whole K loop becomes one pipelined cuBLASDx GEMM, its operand blocks brought into shared memory by
+TMA while the tensor cores (WGMMA) work on the blocks already there, and the store of `acc` is fused into it (the plan:
+`K loop pipelined`). It runs where its conditions hold (16-byte aligned operands with rows of whole 16 bytes, the
+block at a whole tile); elsewhere the loop as written runs, with the same result (`docs/language.md`, "Matrix
+products").
+
 The programs are numbered in groups of GROUP_M rows of blocks, as Triton's tutorial does: the
 programs that run together share the blocks of `b` they read, so they come from L2 rather than
 from memory. `@ct.autotune` times the block shapes in CONFIGS on the first call for each (m, n, k)
@@ -28,24 +35,29 @@ and keeps the fastest on disk (tutorial 06).
 """
 
 import numpy as np
-from _runner import ON_GPU, kernel, to_device, to_host, where
+from _runner import ON_GPU, hopper, kernel, to_device, to_host, where
 
 import coop_tiles as ct
 from coop_tiles import tile
 
 #: the block shapes the tuner tries on a GPU (each is a new cuBLASDx GEMM: ~20 s of NVRTC, once); in each the
-#: accumulator stays in registers as cuBLASDx's fragment (the plan: `GEMM fragment`), one barrier per K step
+#: accumulator stays in registers as cuBLASDx's fragment (the plan: `GEMM fragment`), one barrier per K step; the
+#: 256-row and 256-column blocks are for the pipelined K loop (sm_90a: 3 stages of them in shared memory)
 CONFIGS = [
     ct.Config(block_threads=256, BM=128, BN=128, BK=32),
     ct.Config(block_threads=256, BM=128, BN=128, BK=64),
     ct.Config(block_threads=128, BM=64, BN=64, BK=64),
     ct.Config(block_threads=128, BM=64, BN=128, BK=64),
+    ct.Config(block_threads=256, BM=256, BN=128, BK=64),
+    ct.Config(block_threads=256, BM=128, BN=256, BK=64),
 ]
 GROUP_M = 8
+#: Hopper's arch-specific code where the GPU is an H100 or H200 (the K loop pipelined), else the device's own
+ARCH = "sm_90a" if hopper() else None
 
 
 @ct.autotune(configs=CONFIGS, key=["m", "n", "k", "TF32"])
-@ct.jit
+@ct.jit(arch=ARCH)
 def matmul(a, b, c, m, n, k, BM: ct.constexpr, BN: ct.constexpr, BK: ct.constexpr, TF32: ct.constexpr):
     # program id -> (row block, column block), in groups of GROUP_M row blocks (L2 reuse of b)
     pid = ct.program_id(0)

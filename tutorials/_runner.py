@@ -24,6 +24,15 @@ def _cupy_sees_a_gpu() -> bool:
 ON_GPU = _cupy_sees_a_gpu()
 
 
+def hopper() -> bool:
+    """Whether the GPU is a 9.0 one (H100, H200), whose arch-specific code (`ct.jit(arch="sm_90a")`) runs there only."""
+    if not ON_GPU:
+        return False
+    import cupy
+
+    return cupy.cuda.Device().compute_capability == "90"
+
+
 def to_device(*arrays: np.ndarray):
     """The arrays on the GPU (CuPy) when there is one, else unchanged."""
     if not ON_GPU:

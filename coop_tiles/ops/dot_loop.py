@@ -46,8 +46,9 @@ from ..runtime import gemm_pipeline, mathdx
 from ..runtime.gemm_pipeline import PipelineSpec
 from ..runtime.mathdx import GemmSpec
 from .base import LAUNCH_STATE, ArrayArg, OutArg, ShimCall, TileArg, TileOp, ValueArg, register
+from .construct import TileFull
 from .dot import TileDot, fragment, product_spec
-from .memory2d import TileLoad2D, load_masked
+from .memory2d import TileLoad2D, TileStore2D, load_masked, store_masked
 
 #: the operand dtypes the pipeline streams (cuBLASDx refuses input streaming of tf32; float32 spills)
 PIPELINED_DTYPES = (bfloat16, float16)
@@ -219,10 +220,10 @@ def _operand(
     return Operand(load, offset, extent)
 
 
-def _read_after(program: ir.Program, loop: ir.ForRange) -> set[str]:
+def _read_after(program: ir.Program, loop: ir.ForRange, *skip: ir.Stmt) -> set[str]:
     """The names of the variables read by any statement of `program` outside `loop` (after it, or before it in an
-    enclosing loop's next iteration: every statement that is not the loop's own)."""
-    own = {id(s) for s in ir.walk(loop.body)} | {id(loop)}
+    enclosing loop's next iteration: every statement that is not the loop's own) but `skip`."""
+    own = {id(s) for s in ir.walk(loop.body)} | {id(loop)} | {id(s) for s in skip}
     return {v.name for s in program.walk() if id(s) not in own for v in (*ir.uses(s), *ir.refs(s))}
 
 
@@ -245,13 +246,17 @@ def stages(bm: int, bn: int, bk: int, itemsize: int) -> int:
 
 
 @dataclass
-class TileDotLoop(ir.Collective, defs="out ran", uses="a b acc row col m n k", attrs="bk depth"):
+class TileDotLoop(ir.Collective, defs="out ran", uses="a b acc row col m n k c", attrs="bk depth acc_zero"):
     """The whole K loop of a `KLoop` as one statement (sm_90a: cuBLASDx's tile pipeline, TMA + WGMMA):
     `out = acc + a[row:row+BM, :k] @ b[:k, col:col+BN]` (BM, BN: `out`'s shape; BK: the replaced loop's step, the
     K of `TileDot`; rows of `a` past `m`, columns of `b` past `n` and both past `k` read as zero) and `ran` true,
     where the pipeline can run it (`pipelinable`); else `ran` false and `out` is `acc` (the loop, kept after it
     under `if not ran`, then runs). `m`, `n`: None where the loads give no valid count on that axis (the arrays'
-    own extents); `depth`: the stages of operand tiles in shared memory."""
+    own extents); `depth`: the stages of operand tiles in shared memory.
+
+    With `c` (the loop's store fused, `Epilogue`), where it ran the product goes straight to `c[row:row+BM,
+    col:col+BN]` (rows below `m`, columns below `n`) and `out` is not written; `acc_zero`: the loop's accumulator
+    starts as zeros (nothing to add)."""
 
     out: ir.Var
     ran: ir.Var
@@ -263,8 +268,10 @@ class TileDotLoop(ir.Collective, defs="out ran", uses="a b acc row col m n k", a
     m: ir.Value | None
     n: ir.Value | None
     k: ir.Value
+    c: ir.Var | None
     bk: int
     depth: int
+    acc_zero: bool
 
 
 def pipelinable(
@@ -314,6 +321,12 @@ class DotLoop(TileOp):
             )
             acc = acc + np.matmul(x.astype(acc.dtype), y.astype(acc.dtype))
         frame.env[s.out.name] = acc.astype(s.out.type.dtype)
+        if s.c is not None:
+            valid = (ir.Lit(m - row, INT64), ir.Lit(n - col, INT64))
+            store_masked(frame, frame.get(s.c), (s.row, s.col), valid, None, frame.env[s.out.name], "tile.store")
+
+    def global_access(self, s: TileDotLoop):
+        return None if s.c is None else (s.c, True)
 
     def rewrite(self, program: ir.Program, debug: bool, arch: str) -> None:
         """At sm_90a, K loops to pipelined GEMMs (`pipeline_k_loops`); the plan says why any other is not."""
@@ -349,6 +362,12 @@ def pipeline_k_loops(program: ir.Program, arch: str) -> dict[int, str]:
         if ran: acc = out
         else: <the loop as written>
 
+    or, where the loop's result is only stored (`epilogue`), the store fused into the pipeline's own:
+
+        out, ran = <the whole loop's product, added to acc, stored>
+        <the scalar statements between the loop and its store>
+        if not ran: <the loop as written>; <its store>
+
     and return why each other loop holding a dot was left as it is, by the dot's cid (for the plan). Elsewhere
     nothing changes."""
     if arch != PIPELINE_ARCH:
@@ -368,7 +387,9 @@ def pipeline_k_loops(program: ir.Program, arch: str) -> dict[int, str]:
                 depth = stages(bm, bn, bk, found.dot.a.type.dtype.itemsize)
                 if depth:
                     at = body.index(s)
-                    body[at : at + 1] = _pipelined(found, depth, numbering)
+                    fused = epilogue(body, at, found, program)
+                    end = at + 1 if fused is None else body.index(fused.store) + 1
+                    body[at:end] = _pipelined(found, depth, fused, numbering)
                     continue
                 found = f"not even 2 stages of {bm}x{bk} and {bk}x{bn} tiles fit in {STAGE_BUDGET} bytes"
             for t in ir.walk(s.body):
@@ -379,8 +400,55 @@ def pipeline_k_loops(program: ir.Program, arch: str) -> dict[int, str]:
     return refused
 
 
-def _pipelined(found: KLoop, depth: int, numbering: ir.Numbering) -> list[ir.Stmt]:
-    """The statements standing for `found.loop` (see `pipeline_k_loops`)."""
+@dataclass(frozen=True)
+class Epilogue:
+    """The store of a K loop's result that its pipeline can do itself (`epilogue`): the store, the scalar
+    statements between the loop and it, and whether the accumulator starts as zeros."""
+
+    store: TileStore2D
+    between: list[ir.Stmt]
+    acc_zero: bool
+
+
+def epilogue(body: list[ir.Stmt], at: int, found: KLoop, program: ir.Program) -> Epilogue | None:
+    """Where the loop `body[at]` is followed (past scalar statements) by `tile.store(c, (r, col), acc, valid=(M - r,
+    N - col))` of the operands' own r, col, M and N, without a mask, and `acc` is read nowhere else after the loop:
+    that store, which the pipeline then does from its shared memory (rows of float4: the accumulator's own
+    fragment, item by item, is slow to store and holds registers while the pipeline runs), else None."""
+    acc, (bn,) = found.dot.acc, found.dot.b.type.shape[1:]
+    between = []
+    for s in body[at + 1 :]:
+        if isinstance(s, TileStore2D):
+            break
+        if not isinstance(s, ir.ScalarOp):
+            return None
+        between.append(s)
+    else:
+        return None
+    if s.tile != acc or s.mask is not None or (s.row, s.col) != (found.a.offset, found.b.offset) or bn % 4:
+        return None
+    made = _definitions(body)
+    for valid, operand in ((s.valid_rows, found.a), (s.valid_cols, found.b)):
+        if operand.extent is None or _difference(valid, made) != (operand.extent, operand.offset):
+            return None
+    if acc.name in _read_after(program, found.loop, s):
+        return None
+    return Epilogue(s, between, _starts_zero(body[:at], acc))
+
+
+def _starts_zero(before: list[ir.Stmt], v: ir.Var) -> bool:
+    """Whether `v` is zeros after `before` (straight-line: its last definition there, through copies, a
+    `tile.zeros`)."""
+    for s in reversed(before):
+        if any(v in ir.defs(t) for t in ir.walk([s])):
+            if isinstance(s, ir.Copy) and isinstance(s.src, ir.Var):
+                return _starts_zero(before[: before.index(s)], s.src)
+            return isinstance(s, TileFull) and isinstance(s.value, ir.Lit) and s.value.value == 0
+    return False
+
+
+def _pipelined(found: KLoop, depth: int, fused: Epilogue | None, numbering: ir.Numbering) -> list[ir.Stmt]:
+    """The statements standing for `found.loop`, and its store where `fused` (see `pipeline_k_loops`)."""
     loop, acc = found.loop, found.dot.acc
     out, ran = numbering.temp(acc.type), numbering.temp(BOOL)
     a, b = found.a.load, found.b.load
@@ -396,11 +464,16 @@ def _pipelined(found: KLoop, depth: int, numbering: ir.Numbering) -> list[ir.Stm
         found.a.extent,
         found.b.extent,
         found.k,
+        None if fused is None else fused.store.array,
         bk,
         depth,
+        fused is not None and fused.acc_zero,
     )
-    take = ir.If(ran, [numbering.place(ir.Copy(acc, out), loop)], [loop])
-    return [numbering.place(pipelined, loop), numbering.place(take, loop)]
+    if fused is None:
+        take = ir.If(ran, [numbering.place(ir.Copy(acc, out), loop)], [loop])
+        return [numbering.place(pipelined, loop), numbering.place(take, loop)]
+    take = ir.If(ran, [], [loop, fused.store])
+    return [numbering.place(pipelined, loop), *fused.between, numbering.place(take, loop)]
 
 
 def dot_spec(s: TileDotLoop, threads: int, arch: str) -> GemmSpec:
@@ -445,6 +518,37 @@ def _value(v: ir.Value | None, otherwise: str) -> str:
     return repr(int(v.value)) if isinstance(v, ir.Lit) else v.name
 
 
+def _store_c(s: TileDotLoop, w, e: str, items: int) -> str:
+    """The shim's fused store (`Epilogue`): the accumulator's items added to the product in shared memory (unless
+    it starts as zeros), then the block's (BM, BN) tile of `c` written from there in rows of float4 (single floats
+    at ragged edges or where `c` is not 16-byte aligned), rows below `m` and columns below `n` (and `c`'s own)."""
+    (bm, bn), pc = s.out.type.shape, ArrayArg(s.c, "c").parts
+    m = "m" if s.m is not None else ArrayArg(s.a, "a").parts.shapes[0]
+    n = "n" if s.n is not None else ArrayArg(s.b, "b").parts.shapes[1]
+    ld, unit = pc.strides[0], pc.strides[1]
+    add = (
+        ""
+        if s.acc_zero
+        else f"  for (int i = 0; i < {items}; ++i) {{\n    const int e = {e};\n"
+        f"    if (e < {bm * bn}) staged[e] += acc_items[i];\n  }}\n  __syncthreads();\n"
+    )
+    return add + (
+        f"  const long long rows = min(min((long long)({m}), {pc.shapes[0]}) - row, {bm}LL);\n"
+        f"  const long long cols = min(min((long long)({n}), {pc.shapes[1]}) - col, {bn}LL);\n"
+        f"  float* corner = c + {pc.off} + row * {ld} + col * {unit};\n"
+        f"  const bool vec = {unit} == 1 && {ld} % 4 == 0 && reinterpret_cast<unsigned long long>(corner) % 16 == 0;\n"
+        f"  for (int q = int(threadIdx.x); q < {bm * bn // 4}; q += {w.threads}) {{\n"
+        f"    const int i = q / {bn // 4}, j = q % {bn // 4} * 4;\n"
+        "    if (i >= rows) break;\n"
+        "    const float4 v = reinterpret_cast<const float4*>(staged)[q];\n"
+        f"    float* to = corner + i * {ld} + j * {unit};\n"
+        "    if (vec && j + 4 <= cols) {\n      *reinterpret_cast<float4*>(to) = v;\n    } else {\n"
+        f"      if (j < cols) to[0] = v.x;\n      if (j + 1 < cols) to[{unit}] = v.y;\n"
+        f"      if (j + 2 < cols) to[2 * {unit}] = v.z;\n      if (j + 3 < cols) to[3 * {unit}] = v.w;\n    }}\n"
+        "  }\n"
+    )
+
+
 def lower_pipelined(s: TileDotLoop, w) -> ShimCall:
     """The shim of `s`: whether this block can run the pipeline (`_ready` and its tile at a whole tile index inside
     the product), then its tile pipeline over the stages (the TempStorage) with the device pipeline the prepare
@@ -465,8 +569,10 @@ def lower_pipelined(s: TileDotLoop, w) -> ShimCall:
     pa, pb = ArrayArg(s.a, "a").parts, ArrayArg(s.b, "b").parts
     args = [ArrayArg(s.a, "a"), ArrayArg(s.b, "b"), ValueArg(s.row, "row"), ValueArg(s.col, "col")]
     args += [ValueArg(v, name) for v, name in ((s.m, "m"), (s.n, "n")) if v is not None]
-    args += [ValueArg(s.k, "k"), TileArg(s.acc, "acc_items"), TileArg(s.out, "out_items"), OutArg(s.ran, "ran")]
-    call = ShimCall(f"coop_dotloop_{cid}", (*args, LAUNCH_STATE))
+    args.append(ValueArg(s.k, "k"))
+    args += [] if s.c is not None and s.acc_zero else [TileArg(s.acc, "acc_items")]
+    args += [ArrayArg(s.c, "c")] if s.c is not None else [TileArg(s.out, "out_items")]
+    call = ShimCall(f"coop_dotloop_{cid}", (*args, OutArg(s.ran, "ran"), LAUNCH_STATE))
     m = "m" if s.m is not None else pa.shapes[0]
     n = "n" if s.n is not None else pb.shapes[1]
     items, e = w.layout(s.out).items_per_thread, w.element_index(s.out)
@@ -478,7 +584,12 @@ def lower_pipelined(s: TileDotLoop, w) -> ShimCall:
         f" {pb.shapes[0]}, {pb.shapes[1]}, {pb.strides[0]}, {m}, {n}, k, {size})\n"
         f"      && row >= 0 && row < {m} && row % {bm} == 0 && col >= 0 && col < {n} && col % {bn} == 0;\n"
         "  *ran = go;\n"
-        f"  if (!go) {{\n    for (int i = 0; i < {items}; ++i) out_items[i] = acc_items[i];\n    return;\n  }}\n"
+        + (
+            "  if (!go) return;\n"
+            if s.c is not None
+            else f"  if (!go) {{\n    for (int i = 0; i < {items}; ++i) out_items[i] = acc_items[i];\n"
+            "    return;\n  }\n"
+        )
         + w.storage_ref(cid)
         + f"  alignas({t.tile_align}) char tile_storage[{t.tile_bytes}];\n"
         f"  alignas({t.acc_align}) char acc_storage[{t.acc_bytes}];\n"
@@ -496,10 +607,14 @@ def lower_pipelined(s: TileDotLoop, w) -> ShimCall:
         "  float* staged = reinterpret_cast<float*>(s.temp.stages);\n"
         f"  {t.store_shared}(acc, coop_dx_handle{{staged}});\n"
         "  __syncthreads();\n"
-        f"  for (int i = 0; i < {items}; ++i) {{\n"
-        f"    const int e = {e};\n"
-        f"    out_items[i] = acc_items[i] + (e < {bm * bn} ? staged[e] : 0.0f);\n  }}\n"
-        f"  {t.destroy_acc}(acc);\n"
+        + (
+            _store_c(s, w, e, items)
+            if s.c is not None
+            else f"  for (int i = 0; i < {items}; ++i) {{\n"
+            f"    const int e = {e};\n"
+            f"    out_items[i] = acc_items[i] + (e < {bm * bn} ? staged[e] : 0.0f);\n  }}\n"
+        )
+        + f"  {t.destroy_acc}(acc);\n"
         f"  {t.destroy_tile}(tp);\n"
         "  __syncthreads();  // (the stages' memory is the TempStorage of what runs next)\n"
     )
