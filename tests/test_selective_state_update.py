@@ -186,6 +186,18 @@ def test_bad_arguments_are_named(change, message):
         selective_state_update(**args)
 
 
+def test_each_signature_is_checked_before_its_plan_is_kept():
+    """A call whose arguments fit keeps its plan; one of another signature (here a bad x) is checked afresh, and the
+    good one still runs from its plan (the same result as the reference)."""
+    args = make_inputs(2, None, 8, 16)
+    check(*run_both(args, dt_softplus=True), INTERPRETER_TOL[F32])
+    with pytest.raises(ValueError, match=r"x must be \(2, 8\)"):
+        selective_state_update(**{**args, "x": np.zeros((2, 9), np.float32)})
+    with pytest.raises(ValueError, match=r"x must be \(2, 8\)"):  # (a failed check keeps no plan)
+        selective_state_update(**{**args, "x": np.zeros((2, 9), np.float32)})
+    check(*run_both(args, dt_softplus=True), INTERPRETER_TOL[F32])
+
+
 def test_groups_must_divide_heads():
     args = make_inputs(2, 4, 8, 16, ngroups=3)
     with pytest.raises(ValueError, match=r"nheads \(4\) must be a multiple of ngroups \(3"):
@@ -194,10 +206,10 @@ def test_groups_must_divide_heads():
 
 def test_launch_choice():
     """About 2048 elements of state per program, 8 per thread; no more rows than dim needs."""
-    assert launch_choice(5120, 16) == (128, 16, 256)
-    assert launch_choice(64, 128) == (16, 128, 256)
-    assert launch_choice(20, 6) == (32, 8, 32)
-    assert launch_choice(3, 4096) == (1, 4096, 512)
+    assert launch_choice(5120, 16) == (64, 16, 128)  # (8 states a thread)
+    assert launch_choice(64, 128) == (16, 128, 128)  # (16 states a thread)
+    assert launch_choice(20, 6) == (32, 8, 32)  # (rows of 8, as many as dim's power of two; a warp at least)
+    assert launch_choice(3, 4096) == (1, 4096, 256)  # (one row)
 
 
 def _benchmark_like(case: str, dtype: np.dtype) -> dict:

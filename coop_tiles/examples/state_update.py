@@ -82,23 +82,30 @@ _interpreting = ct.jit(state_update.fn, interpret=True)
 _by_threads: dict[int, ct.JITFunction] = {}
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 INDEX_DTYPES = ("int32", "int64")
-#: the elements of state one program updates (BLOCK_D rows of DSTATE states), and each of its threads
-BLOCK_ELEMENTS = 2048
-ITEMS_PER_THREAD = 8
+#: the threads of a program, and the elements of state each thread updates: 8 for short rows (dstate up to
+#: WIDE_STATE), 16 for wider ones
+BLOCK_THREADS = 128
+ITEMS_NARROW, ITEMS_WIDE, WIDE_STATE = 8, 16, 32
 
 
 def launch_choice(dim: int, dstate: int) -> tuple[int, int, int]:
     """(BLOCK_D, DSTATE, threads per block) for rows of `dim` states of `dstate`: DSTATE the power of two at or
-    above dstate, BLOCK_D rows of it making about BLOCK_ELEMENTS elements (no more rows than dim rounded up to a
-    power of two), ITEMS_PER_THREAD elements of state per thread (at least a warp).
+    above dstate, ITEMS_NARROW (or, for rows wider than WIDE_STATE, ITEMS_WIDE) elements of state per thread,
+    BLOCK_D rows of them making BLOCK_THREADS threads (no more rows than dim rounded up to a power of two; at
+    least a warp).
 
-    Eight states per thread: the planner gives each thread two 16-byte words of one row, interleaved with the
-    other lanes' (DSTATE / 8 lanes a row), so each warp's access to the state covers whole sectors, and the sum
-    along a row is per-thread adds and warp shuffles. benchmarks/state_update_probe.py times the alternatives (4
-    and 16 per thread) on the benchmark's shapes."""
+    The planner gives each thread 16-byte words of one row, interleaved with the other lanes', so each warp's
+    access to the state covers whole sectors, and the sum along a row is per-thread adds and warp shuffles. The
+    program is short, so what each thread does besides its state (its indices, the rows' x, dt, D and z, the
+    states' B and C) is a large share of its instructions: more state per thread amortises it, until the
+    blocks get too few to hide the memory's latency. Measured on an H200 (benchmarks/state_update_probe.py,
+    kernel times): Mamba-2's (64, 80, 64, 128) 16 per thread at 128 threads 96-104 us, 8 per thread at 256
+    threads 120-131 us; Mamba-1's (64, 5120, 16) 8 per thread at 128 threads 13.6-14.4 us, 16 per thread
+    18.7-19.5 us."""
     dstate_p2 = 1 << max(0, dstate - 1).bit_length()
-    block_d = max(1, min(BLOCK_ELEMENTS // dstate_p2, 1 << max(0, dim - 1).bit_length()))
-    return block_d, dstate_p2, max(32, block_d * dstate_p2 // ITEMS_PER_THREAD)
+    items = ITEMS_NARROW if dstate_p2 <= WIDE_STATE else ITEMS_WIDE
+    block_d = max(1, min(BLOCK_THREADS * items // dstate_p2, 1 << max(0, dim - 1).bit_length()))
+    return block_d, dstate_p2, max(32, block_d * dstate_p2 // items)
 
 
 def kernel_for(threads: int, interpret: bool) -> ct.JITFunction:
@@ -161,6 +168,26 @@ class Launch(NamedTuple):
     squeeze: bool
 
 
+class Plan(NamedTuple):
+    """What `prepare` derives from the arguments' shapes, strides and dtypes alone (checked once per signature, then
+    kept: a decode step calls with the same signature every time, and the checks cost more host time than the
+    launch)."""
+
+    threads: int
+    grid: tuple[int, int, int]
+    constexprs: dict[str, Any]
+    #: out's shape (x's dtype)
+    out_shape: tuple[int, ...]
+    squeeze: bool
+    #: the arguments given without the head (or group) axis that others have: lifted to one head (`_lift`)
+    lifted: tuple[str, ...]
+
+
+#: the plans of the signatures seen (`_signature`), a few per model at most
+_PLANS: dict[tuple, Plan] = {}
+_NAMES = ("state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias")
+
+
 def prepare(
     state: Any,
     x: Any,
@@ -176,29 +203,54 @@ def prepare(
 ) -> Launch:
     """`selective_state_update`'s checks, its output and its launch of the program, without launching it (for
     `kernel_for(launch.threads, False).compile(*launch.args, **launch.constexprs)`)."""
-    args = {"state": state, "x": x, "dt": dt, "A": A, "B": B, "C": C, "D": D, "z": z, "dt_bias": dt_bias}
+    arrays = (state, x, dt, A, B, C, D, z, dt_bias)
+    key = (_signature(arrays), _signature((state_batch_indices,)), bool(dt_softplus))
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = _PLANS.setdefault(key, _plan(dict(zip(_NAMES, arrays)), bool(dt_softplus), state_batch_indices))
+    args = dict(zip(_NAMES, arrays))
+    for name in plan.lifted:
+        args[name] = _lift(name, args[name])
+    x = args["x"]
+    out = empty_like(x, plan.out_shape, x.dtype)
+    given = {k: x if v is None else v for k, v in args.items()}  # absent ones: any array, never read
+    indices = x if state_batch_indices is None else state_batch_indices
+    launch_args = tuple(given[k] for k in ("state", "x", "dt", "dt_bias", "A", "B", "C", "D", "z")) + (out, indices)
+    return Launch(plan.threads, plan.grid, launch_args, plan.constexprs, out, plan.squeeze)
+
+
+def _signature(arrays: tuple) -> tuple:
+    """What the plan of these arguments depends on: each one's shape, strides and dtype (None where absent)."""
+    return tuple(
+        None
+        if a is None
+        else (tuple(a.shape), a.stride() if callable(getattr(a, "stride", None)) else a.strides, a.dtype, type(a))
+        for a in arrays
+    )
+
+
+def _plan(args: dict[str, Any], dt_softplus: bool, state_batch_indices: Any) -> Plan:
+    """The checked `Plan` of these arguments (a ValueError naming the one that does not fit)."""
     heads = _has_heads(args)
+    state = args["state"]
     squeeze = heads and state.ndim == 3  # Mamba's rule: out has no head axis when the state has none
-    if heads:  # every argument in Mamba-2's form: one head (or group) where it has none
-        args = {k: _lift(k, v) if v is not None and v.ndim == _RANKS[k] else v for k, v in args.items()}
+    lifted = tuple(k for k, v in args.items() if heads and v is not None and v.ndim == _RANKS[k])
+    args = {k: _lift(k, v) if k in lifted else v for k, v in args.items()}
     _check(args, heads, state_batch_indices, squeeze)
     state, x = args["state"], args["x"]
     dim, dstate = state.shape[-2], state.shape[-1]
     batch, nheads = x.shape[0], state.shape[1] if heads else 1
-    A, dt, dt_bias = args["A"], args["dt"], args["dt_bias"]
+    A, dt, dt_bias, D, z = args["A"], args["dt"], args["dt_bias"], args["D"], args["z"]
     tie = _zero_stride(A, -1) and _zero_stride(A, -2) and _zero_stride(dt, -1)
     tie = tie and (dt_bias is None or _zero_stride(dt_bias, -1))
-    out = empty_like(x, (batch, nheads, dim) if heads else (batch, dim), x.dtype)
     block_d, dstate_p2, threads = launch_choice(dim, dstate)
-    given = {k: x if v is None else v for k, v in args.items()}  # absent ones: any array, never read
-    indices = x if state_batch_indices is None else state_batch_indices
     constexprs = dict(
         HEADS=heads, HAS_DT_BIAS=dt_bias is not None, HAS_D=D is not None, HAS_Z=z is not None,
-        HAS_INDICES=state_batch_indices is not None, SOFTPLUS=bool(dt_softplus), TIE_HDIM=tie,
+        HAS_INDICES=state_batch_indices is not None, SOFTPLUS=dt_softplus, TIE_HDIM=tie,
         BLOCK_D=block_d, DSTATE=dstate_p2, EVEN_DSTATE=dstate == dstate_p2,
     )  # fmt: skip
-    launch_args = (state, x, dt, given["dt_bias"], A, args["B"], args["C"], given["D"], given["z"], out, indices)
-    return Launch(threads, (-(-dim // block_d), batch, nheads), launch_args, constexprs, out, squeeze)
+    out_shape = (batch, nheads, dim) if heads else (batch, dim)
+    return Plan(threads, (-(-dim // block_d), batch, nheads), constexprs, out_shape, squeeze, lifted)
 
 
 #: each argument's rank without heads (Mamba-1's); with heads it is one more
