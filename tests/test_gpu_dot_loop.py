@@ -63,6 +63,8 @@ def test_launches_on_two_streams_keep_their_own_descriptors(kernel):
     state holds its own device pipelines."""
     streams = [torch.cuda.Stream(), torch.cuda.Stream()]
     pairs = [(integers(1024, 512, 5), integers(512, 768, 6)), (integers(512, 1024, 7), integers(1024, 256, 8))]
+    for stream in streams:  # (the operands are made on the current stream; PyTorch's streams do not wait for it)
+        stream.wait_stream(torch.cuda.current_stream())
     results = []
     for _ in range(2):
         for stream, (a, b) in zip(streams, pairs):
