@@ -213,7 +213,8 @@ def matmul_lines(rows: list[dict]) -> list[str]:
         f"its configs ({configs}); on an H100 or H200 compiled for sm_90a (the tutorial's ARCH), where a bfloat16 or "
         "float16 K loop and its store run as one pipelined cuBLASDx GEMM (TMA + WGMMA; float32 operands run the loop "
         "as written, a cuBLASDx GEMM per K step). Triton: Triton's tutorial 03 matmul "
-        "(benchmarks/_baselines_matmul.py), `triton.autotune` over the tutorial's block shapes. cuBLAS: `torch.mm(a, b, out_dtype=torch.float32)` for "
+        "(benchmarks/_baselines_matmul.py), `triton.autotune` over the tutorial's block shapes. cuBLAS: "
+        "`torch.mm(a, b, out_dtype=torch.float32)` for "
         "16-bit operands (or `torch.matmul` with a 16-bit result where this PyTorch lacks it, as named), "
         "`torch.matmul` for float32 with `torch.backends.cuda.matmul.allow_tf32` set as the row says.",
         "TFLOP/s = 2MNK / time. *Peak*: the device's dense peak for what the row runs on (16-bit or tf32 tensor cores, "
