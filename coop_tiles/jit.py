@@ -360,7 +360,7 @@ def jit(
     as nvcc's ``--use_fast_math`` does, and `max_registers` caps the registers per thread (more
     resident blocks; docs/language.md, Code generation options); `arch="sm_90a"` compiles launches on a 9.0 GPU
     for its arch-specific features (a K loop of `tile.dot` pipelined with TMA and WGMMA: docs/language.md, Matrix
-    products; not yet run on a GPU), None for the device's own arch.
+    products), None for the device's own arch.
     """
     options = dict(
         block_threads=block_threads,
