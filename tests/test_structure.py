@@ -115,6 +115,7 @@ KNOWN_STATE = {
     ("coop_tiles.runtime.cache", "_totals"): "each cache directory's byte total, per process",
     ("coop_tiles.examples.selective_scan", "_by_threads"): "an example's kernels by block size",
     ("coop_tiles.examples.state_update", "_by_threads"): "an example's kernels by block size",
+    ("coop_tiles.examples.state_update", "_PLANS"): "checked launch plans by argument signature (a memo)",
     (
         "coop_tiles.examples.selective_scan_backward",
         "_by_launch",

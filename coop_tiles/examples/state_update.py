@@ -183,8 +183,9 @@ class Plan(NamedTuple):
     lifted: tuple[str, ...]
 
 
-#: the plans of the signatures seen (`_signature`), a few per model at most
+#: the plans of the signatures seen (`_signature`), a few per model (one per batch size); emptied past MAX_PLANS
 _PLANS: dict[tuple, Plan] = {}
+MAX_PLANS = 256
 _NAMES = ("state", "x", "dt", "A", "B", "C", "D", "z", "dt_bias")
 
 
@@ -207,6 +208,8 @@ def prepare(
     key = (_signature(arrays), _signature((state_batch_indices,)), bool(dt_softplus))
     plan = _PLANS.get(key)
     if plan is None:
+        if len(_PLANS) >= MAX_PLANS:
+            _PLANS.clear()
         plan = _PLANS.setdefault(key, _plan(dict(zip(_NAMES, arrays)), bool(dt_softplus), state_batch_indices))
     args = dict(zip(_NAMES, arrays))
     for name in plan.lifted:
