@@ -23,11 +23,12 @@ dot, and nothing the loop defines read after it. Whether it runs pipelined is th
 whole 16 bytes, 16-byte aligned arrays, `r` and `c` multiples of BM and BN: else the loop as written runs).
 
 At sm_90a only (`PIPELINE_ARCH`), the rewrite `pipeline_k_loops` (this module's op's `rewrite`) puts each loop it
-takes behind one `TileDotLoop` statement, the loop kept as the fallback under `if not ran`, and notes why it left any
-other loop holding a dot; `lower_pipelined` writes its shim and its part of the kernel's prepare kernel, which builds
-the device pipelines into the launch state (`runtime/launch_state.py`) before the program. docs/internals.md,
-"Pipelined K loops", says what has been checked (compiled, linked, SASS on CPU) and what has not (any GPU run);
-tests/test_dot_loop.py pins which loops it takes and why it refuses others, and the rewritten IR against NumPy.
+takes behind one `TileDotLoop` statement, the loop kept as the fallback under `if not ran`, with the store of its
+result fused into the statement where that is all that becomes of it (`epilogue`), and notes why it left any other
+loop holding a dot; `lower_pipelined` writes its shim and its part of the kernel's prepare kernel, which builds the
+device pipelines into the launch state (`runtime/launch_state.py`) before the program. docs/internals.md, "Pipelined
+K loops", says what has been checked, on CPU and on an H200; tests/test_dot_loop.py pins which loops it takes and
+why it refuses others, and the rewritten IR against NumPy; tests/test_gpu_dot_loop.py runs it.
 """
 
 from __future__ import annotations
