@@ -64,7 +64,7 @@ def test_scan_group_is_blocked_and_elementwise_group_is_striped():
     assert {t.arrangement for t in layouts.tiles.values()} == {"blocked"}
     assert {t.items_per_thread for t in layouts.tiles.values()} == {4}
     choices = [c.algorithm for c in layouts.collectives.values()]
-    assert choices == ["BLOCK_LOAD_WARP_TRANSPOSE", "BLOCK_SCAN_WARP_SCANS", "BLOCK_STORE_WARP_TRANSPOSE"]
+    assert choices == ["DIRECT_VECTORIZED", "BLOCK_SCAN_WARP_SCANS", "DIRECT_VECTORIZED"]  # (one word a thread)
     p2 = program(two_reductions, TILE=100)
     l2 = plan_layouts(p2)
     assert l2.block_threads == 128
@@ -314,7 +314,7 @@ def test_scans_order_the_block_and_carried_scans_rerun_without_a_barrier():
     """A scan's own __syncthreads completes every earlier access: the store after it needs no barrier, and a
     carried scan (two TempStorage, used in turn) runs again in its region without one; the next
     iteration's load still waits for the store's shared memory."""
-    p, layouts, plan = plan_of(total_feeds_the_next_chunk, TILE=1024)
+    p, layouts, plan = plan_of(total_feeds_the_next_chunk, TILE=4096)
     load, scan, store = collectives(p)
     assert layouts.collectives[scan.cid].sync == "reentrant"
     assert barrier_cids(p, plan.carve) == [load.cid]
@@ -325,7 +325,7 @@ def test_a_carried_scan_has_one_barrier_and_its_seed_stays_in_thread_0():
     seed through the scan's own barrier, which also gives every thread the block's fold, so the total needs no
     broadcast; consecutive runs alternate between two TempStorage. The seed, read back from `last` by thread 0
     alone after thread 0 wrote it, needs no barrier either."""
-    p, layouts, plan = plan_of(carried_through_an_array, TILE=1024)
+    p, layouts, plan = plan_of(carried_through_an_array, TILE=4096)
     scan = next(s for s in collectives(p) if isinstance(s, TileScan))
     assert layouts.collectives[scan.cid].op == "scan[combine0__affine], carried"
     assert not [b for b in plan.carve.barriers.values() if "a_last" in b.reason]
@@ -338,7 +338,7 @@ def test_a_carried_scan_has_one_barrier_and_its_seed_stays_in_thread_0():
     read = next(s for s in p.walk() if isinstance(s, ir.ArrayRead))
     assert read.out.name not in layouts.block_values
     # a total every thread uses: the same scan, and no barrier after it
-    p, broadcast, plan = plan_of(total_used_by_every_thread, TILE=1024)
+    p, broadcast, plan = plan_of(total_used_by_every_thread, TILE=4096)
     load, scan, store = collectives(p)
     assert broadcast.collectives[scan.cid].op == "scan[combine0__affine], carried"
     assert barrier_cids(p, plan.carve) == [load.cid]
@@ -397,9 +397,18 @@ def test_a_reduction_only_written_to_an_element_stays_in_thread_0_and_one_in_a_l
 def test_four_byte_tiles_move_in_words_inside_an_inner_loop():
     """A blocked int32 tile loaded once per tile goes through a warp transpose; one loaded in a loop within a
     loop moves in 16-byte words (no shared memory, no barrier)."""
-    _, layouts, _ = plan_of(nested_loads, TILE=1024)
+    _, layouts, _ = plan_of(nested_loads, TILE=4096)
     loads = [c.algorithm for c in layouts.collectives.values() if c.op == "load"]
     assert loads == ["BLOCK_LOAD_WARP_TRANSPOSE", "DIRECT_VECTORIZED"]
+
+
+def test_a_tile_of_one_word_a_thread_moves_in_words_outside_loops():
+    """A blocked tile whose thread holds exactly one 16-byte word (4 int32 of 1024 at 256 threads) loads and
+    stores it directly at any depth: consecutive threads' words are consecutive, as coalesced as a striped
+    transfer, with no warp transpose; at 16 items a thread the warp transpose stays."""
+    for size, transfer in ((1024, "DIRECT_VECTORIZED"), (4096, "BLOCK_LOAD_WARP_TRANSPOSE")):
+        layouts = plan_layouts(program(load_scan_store, TILE=size))
+        assert [c.algorithm for c in layouts.collectives.values()][0] == transfer
 
 
 def test_16_bit_loads_convert_to_float32_as_they_arrive():

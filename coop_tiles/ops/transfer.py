@@ -6,9 +6,11 @@ striped or warp-transposed transfers move only 1 or 2 bytes per thread and instr
 one of 4-byte items inside a loop within a loop (`INNER_LOOP_DEPTH`), which runs many times per
 tile the program produces: there instructions count more than coalescing, and a 16-byte word is
 one load where a warp transpose takes a load, a shared-memory store and load per item, and
-barriers. Other blocked tiles of unit-stride arrays go through BLOCK_LOAD/STORE_WARP_TRANSPOSE
-(one warp at a time past registers); striped tiles go straight to global memory (coalesced, no
-shared memory), and a blocked tile of a strided view element by element.
+barriers; and one whose thread holds exactly one 16-byte word anywhere: consecutive threads'
+words are consecutive, as coalesced as a striped transfer. Other blocked tiles of unit-stride
+arrays go through BLOCK_LOAD/STORE_WARP_TRANSPOSE (one warp at a time past registers); striped
+tiles go straight to global memory (coalesced, no shared memory), and a blocked tile of a strided
+view element by element.
 
 A striped tile in vectors (`TileLayout.vector`, which transfers of unit-stride arrays offer the
 planner: 16 bytes of the array's items) moves whole vectors (`STRIPED_VECTORIZED`: up to 16 bytes a
@@ -59,7 +61,7 @@ def choose_transfer(
     ctx: Planning, s: ir.Collective, tile: ir.Var, array: ir.Var, load: bool, mask: ir.Var | None = None
 ) -> Choice:
     """The `choose` hook: direct in 16-byte words for blocked tiles of 1- and 2-byte dtypes (and of
-    4-byte dtypes in inner loops), BLOCK_*_WARP_TRANSPOSE (one warp at a time past 32 items per
+    4-byte dtypes in inner loops or one word a thread), BLOCK_*_WARP_TRANSPOSE (one warp at a time past 32 items per
     thread) for other blocked tiles of unit-stride arrays, else direct (striped: coalesced; blocked
     over a strided view: element by element). A masked transfer, or one of a vector arranged along a
     2-D tile's rows, moves item by item (`ITEM_BY_ITEM`)."""
@@ -73,7 +75,8 @@ def choose_transfer(
     if layout.vector > 1:
         primitive = "LoadDirectStriped" if load else "StoreDirectStriped"
         return ctx.choice(s, kind, primitive, STRIPED_VECTORIZED, storage=False)
-    widest = WORD_ITEMSIZE if ctx.depths.get(s.cid, 0) >= INNER_LOOP_DEPTH else 2
+    one_word = layout.items_per_thread * array.type.dtype.itemsize == VECTOR_BYTES  # (as coalesced as striped)
+    widest = WORD_ITEMSIZE if one_word or ctx.depths.get(s.cid, 0) >= INNER_LOOP_DEPTH else 2
     if layout.arrangement == BLOCKED and vectorizable(tile, array, ctx.threads, widest):
         return ctx.choice(s, kind, f"{kind.capitalize()}DirectBlocked", VECTORIZED, storage=False)
     if layout.arrangement == BLOCKED and layout.items_per_thread > 1:
