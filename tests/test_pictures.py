@@ -106,3 +106,19 @@ def test_plan_command_prints_and_draws(tmp_path, capsys):
     assert main(["plan", f"{source}:nope", "int32"]) == 2
     assert main(["plan", f"{source}:k", "float31[]"]) == 2
     assert "float31" in capsys.readouterr().err
+
+
+def test_plan_command_imports_a_package_module_by_its_name(tmp_path, capsys):
+    """A kernel in a package's module with relative imports (as coop_tiles.examples') is planned: the file is
+    imported by its dotted name, not as a lone file (where `from . import` fails)."""
+    package = tmp_path / "mykernels"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "sizes.py").write_text("TILE = 512\n")
+    (package / "scan.py").write_text(
+        "import coop_tiles as ct\nfrom coop_tiles import tile\n\nfrom .sizes import TILE\n\n"
+        "@ct.jit\ndef k(x, y, n):\n"
+        "    tile.store(y, 0, tile.scan(tile.load(x, 0, TILE, valid=n, other=0)), valid=n)\n"
+    )
+    assert main(["plan", f"{package / 'scan.py'}:k", "float32[]", "float32[]", "int32"]) == 0
+    assert capsys.readouterr().out.startswith("plan for k: ")
