@@ -88,12 +88,12 @@ def test_programs_compile():
     sm90 = {"TILE": 4096, "arch": "sm_90"}
     finish = {"BITS": 32, "FIRST": 11, "DIGIT": 7, "PASSES": 3, "K": 1024}
     compiled = [
-        module.count_pass.compile(f, i32, i32, 1, 1, BITS=32, FIRST=11, **sm90),
-        module.gather_pass.compile(h, i32, i32, h, i32, 1, 1, 1, BITS=16, FIRST=11, CHUNKS=32, **sm90),
+        module.count_pass.compile(f, i32, 1, 1, BITS=32, FIRST=11, **sm90),
+        module.gather_pass.compile(h, i32, 1, 1, 1, BITS=16, FIRST=11, CHUNKS=32, **sm90),
         module.sample_pass.compile(
-            i32, f, i32, f, i64, f[0], i64[0], 1, 0.9, **finish, TILE=module.CANDIDATE_TILE, arch="sm_90"
+            f, i32, f, i64, f[0], i64[0], 1, 1, 0.9, **finish, TILE=module.CANDIDATE_TILE, arch="sm_90"
         ),
-        module.select_pass.compile(i32, f, i32, f, i64, 1, **finish, TILE=module.CANDIDATE_TILE, arch="sm_90"),
+        module.select_pass.compile(f, i32, f, i64, 1, 1, **finish, TILE=module.CANDIDATE_TILE, arch="sm_90"),
         module.argmax_pass.compile(f, i64, i64, 1, 1, **sm90),
         module.argmax_merge.compile(f, i64, i64, f, i64, 1, C=32, arch="sm_90"),
     ]

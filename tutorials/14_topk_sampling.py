@@ -8,14 +8,16 @@ select* with several programs per row (read `coop_tiles/examples/sampling.py` be
      compares: a larger key is a larger element (NaNs largest, as `torch.topk` counts them). The k-th
      largest key is found a few bits (a *digit*) at a time, from the top.
   2. Counting, on a (chunks, rows) grid. Each program counts the keys of its chunk by their top 11 bits
-     (sign, exponent and 2 bits of mantissa of a float) with `tile.histogram`, adds its counts to its row's
-     histogram with `tile.atomic_add`, and keeps its own counts from each bin up (a `tile.scan`).
-  3. Gathering the candidates, on the same grid. Each program reads its row's histogram and finds the bin
-     where the count of keys from the top reaches k (an exclusive `tile.scan` of the bins and one
-     `tile.sum`): the k-th key's first digit. Only keys with that digit or a larger one can be among the k
-     largest (for normal logits, a few thousand of 128256): the program copies its own, in row order, to
-     its row's candidates (`tile.scan` ranks them, `tile.scatter` writes values and indices; where they go,
-     from the counts of the programs before it, with one `tile.gather`).
+     (sign, exponent and 2 bits of mantissa of a float) with `tile.histogram` and stores its counts from
+     each bin up (a `tile.scan`) in its row's part of one int32 work array: plain stores, so nothing has to
+     be zeroed before the launch (a memset is a host call and a kernel more).
+  3. Gathering the candidates, on the same grid. Each program sums its row's counts (a loop over the
+     row's programs) and finds the bin where the count of keys from the top reaches k (one `tile.sum` of
+     the bins that reach it): the k-th key's first digit. Only keys with that digit or a larger one can be
+     among the k largest (for normal logits, a few thousand of 128256): the program copies their indices, in
+     row order, to its row's candidates (`tile.scan` ranks them, `tile.scatter` writes them; where they go,
+     from the counts of the programs before it, with one `tile.gather`). Indices only: the values are
+     gathered from the row again when needed, so each candidate costs one scatter, not two.
   4. One program per row finishes over the candidates alone: the other digits (7 bits at a time for
      float32), each one a histogram pass; then the *threshold* (the k-th key itself) is known: the keys above
      it are all kept, and of those equal to it, the first ones in row order, so that exactly k are kept (one
@@ -25,9 +27,9 @@ select* with several programs per row (read `coop_tiles/examples/sampling.py` be
      sorted tokens whose probability reaches `top_p`, and picks the token where `uniform[r]` falls in that
      prefix's renormalised distribution.
 
-Three launches, and the rows are read twice. For k = 1 there is nothing to select: each program keeps its
-chunk's largest key (`tile.max`) and its first index (`tile.min` of the indices holding it), and one program per
-row takes the first chunk with the largest.
+Three launches, the rows read twice, three allocations (the work array and the results). For k = 1 there is
+nothing to select: each program keeps its chunk's largest key (`tile.max`) and its first index (`tile.min` of
+the indices holding it), and one program per row takes the first chunk with the largest.
 
 The checks compare with NumPy's stable argsort (values equal `torch.topk`'s; indices too where values are
 distinct) and with a NumPy sampler.

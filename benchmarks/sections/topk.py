@@ -176,11 +176,12 @@ def topk_lines(rows: list[dict]) -> list[str]:
         "## Top-k over a vocabulary, and top-p sampling: `coop_tiles.examples.topk` / `top_p_sample`",
         "",
         f"({TOPK_ROWS}, {TOPK_VOCAB}) normal logits. coop_tiles: a radix select on `tile.sort_key`, several programs "
-        "per row: a histogram of the keys' top 11 bits (`tile.histogram`, merged per row with `tile.atomic_add`), "
-        "then each row's candidates (the keys with the k-th key's top bits or larger) gathered in row order "
-        "(`tile.scan`, `tile.scatter`), then one program per row: the other digits over the candidates, their "
-        "compaction and the sort of the k survivors (`tile.topk`); 3 launches, 2 reads of the rows. For k = 1 each "
-        "chunk's max and first index, then the row's (2 launches); tutorial 14. "
+        "per row: each program's histogram of the keys' top 11 bits (`tile.histogram`), then each row's candidates "
+        "(the indices of the keys with the k-th key's top bits or larger) gathered in row order (`tile.scan`, "
+        "`tile.scatter`), then one program per row: the other digits over the candidates, their compaction and the "
+        "sort of the k survivors (`tile.topk`); 3 launches, 2 reads of the rows, 3 allocations. For k = 1 each "
+        "chunk's max and first index, then the row's (2 launches); tutorial 14. Every call is timed whole, its "
+        "allocations and launches included, as `torch.topk`'s. "
         f"Best of {', '.join(map(_tile_name, TOPK_TILES))}. Triton: each chunk of a row "
         "sorted with `tl.sort` (value bits and index packed into a uint64), its first k kept, then the row's "
         f"candidates sorted (benchmarks/_topk_triton.py), best of {', '.join(map(_chunk_name, TRITON_CHUNKS))}. "

@@ -7,24 +7,26 @@ keys are `tile.sort_key`'s (unsigned, a larger key for a larger element, NaNs la
 then only the few keys that can be among the k largest (*candidates*), in one program per row:
 
 - `count_pass`: each program counts the keys of its chunk by their top `FIRST` bits (the first digit) with
-  `tile.histogram`, adds its counts to the row's histogram (`tile.atomic_add`) and keeps its own counts from
-  each bin up (a `tile.scan`).
-- `gather_pass`: every program finds the first digit of the row's k-th largest key from the row's histogram
-  (`resolve`: the largest digit whose keys, with those above, number at least k), and copies the keys of its
-  chunk with that first digit or a larger one, the candidates, in row order, to the row's candidates
-  (`tile.scan` ranks them, `tile.scatter` writes values and indices; where its own go, it learns from the
-  counts of the programs before it: one `tile.gather`).
+  `tile.histogram` and stores its counts from each bin up (a `tile.scan`) in the row's part of `work`, one
+  int32 array (plain stores: nothing to zero before the launch, no atomics).
+- `gather_pass`: every program sums its row's counts (`first_digit`: the row's keys from each digit up) and
+  finds the first digit of the row's k-th largest key (the largest digit with at least k keys from it up), and
+  copies the indices of the keys of its chunk with that first digit or a larger one, the candidates, in row
+  order, to the row's candidates in `work` (`tile.scan` ranks them, `tile.scatter` writes them; where its own
+  go, it learns from the counts of the programs before it: one `tile.gather`). Indices only: the values are
+  read again from `x` where needed, so a candidate costs one scatter, not two.
 - `finish` (in `select_pass` and `sample_pass`, one program per row): the rest of the key's digits, one pass
-  over the candidates each, then the candidates above the k-th key (the *threshold*) and the first of those
-  equal to it, in row order, to `vals[r]`, `idx[r]` (a carried `tile.scan` of both counts, `tile.scatter`).
+  over the candidates each (their keys gathered from `x` by index), then the candidates above the k-th key (the
+  *threshold*) and the first of those equal to it, in row order, to `vals[r]`, `idx[r]` (a carried `tile.scan`
+  of both counts, `tile.scatter`).
   Then `tile.topk` sorts the k survivors (stable: ties keep row order); the sampler takes a softmax, its
   `tile.scan` (the cumulative distribution), keeps the smallest prefix of the sorted tokens whose mass reaches
   `top_p` and picks the token where the row's `uniform` number falls in that prefix's renormalised
   distribution.
 
-So 3 launches and 2 reads of the rows. How many candidates a row has depends on its values: for normal logits
-a first digit of 11 bits (sign, exponent and 2 bits of a float's mantissa) leaves a few thousand at most;
-rows of equal values leave the whole row, to one program.
+So 3 launches, 2 reads of the rows and 3 allocations (`work` and the results). How many candidates a row has
+depends on its values: for normal logits a first digit of 11 bits (sign, exponent and 2 bits of a float's
+mantissa) leaves a few thousand at most; rows of equal values leave the whole row, to one program.
 
 For k = 1 (`topk` only) there is no select: `argmax_pass` keeps each chunk's largest key and its first index
 (`tile.max`, then `tile.min` of the indices where it is), and `argmax_merge` takes the row's first largest of
@@ -40,7 +42,7 @@ import numpy as np
 import coop_tiles as ct
 from coop_tiles import tile
 
-from ._arrays import empty_like, zeros_like
+from ._arrays import empty_like
 
 #: elements per tile of the passes over whole rows (each program loads `tiles` of them)
 TILE = 4096
@@ -65,10 +67,23 @@ def resolve(h, above, k, BINS: ct.constexpr):
     return digit, above + tile.sum(ct.where(tile.arange(BINS, np.int32) > digit, h, 0))
 
 
+def first_digit(counts, k, chunks, BINS: ct.constexpr):
+    """`(digit, above, m)` of the row's k-th largest key at its first digit, from its programs' counts from each
+    bin up (`chunks` of them, `BINS` each, at the start of `counts`; summed here, so that no histogram needs
+    zeroing before the counts): the largest digit with at least k keys from it up, the keys above that digit, and
+    those from it up (the candidates)."""
+    total = tile.zeros(BINS, np.int32)
+    for j in range(chunks):
+        total = total + tile.load(counts, j * BINS, BINS)
+    digit = tile.sum((total >= k).astype(np.int32)) - 1
+    bins = tile.arange(BINS, np.int32)
+    return digit, tile.sum(ct.where(bins == digit + 1, total, 0)), tile.sum(ct.where(bins == digit, total, 0))
+
+
 @ct.jit
-def count_pass(x, hist, mine, n, tiles, BITS: ct.constexpr, FIRST: ct.constexpr, TILE: ct.constexpr):
-    """Program (c, r): the histogram of chunk c of row r by the keys' top `FIRST` bits, added to `hist[r]`, and
-    from each bin up at `mine[r, c * 2**FIRST:]`."""
+def count_pass(x, work, n, tiles, BITS: ct.constexpr, FIRST: ct.constexpr, TILE: ct.constexpr):
+    """Program (c, r): the histogram of chunk c of row r by the keys' top `FIRST` bits, from each bin up, at
+    `work[r, c * 2**FIRST:]`."""
     c, r = ct.program_id(0), ct.program_id(1)
     BINS = 1 << FIRST
     row = x[r]
@@ -77,18 +92,14 @@ def count_pass(x, hist, mine, n, tiles, BITS: ct.constexpr, FIRST: ct.constexpr,
         base = t * TILE
         key = tile.sort_key(tile.load(row, base, TILE, valid=n - base))
         h = h + tile.histogram((key >> (BITS - FIRST)).astype(np.int32), BINS, valid=n - base)
-    tile.atomic_add(hist[r], 0, h, mask=h > 0)
     before, total = tile.scan(h, exclusive=True, return_total=True)
-    tile.store(mine[r], c * BINS, total - before)
+    tile.store(work[r], c * BINS, total - before)
 
 
 @ct.jit
 def gather_pass(
     x,
-    hist,
-    mine,
-    cand,
-    cand_idx,
+    work,
     n,
     k,
     tiles,
@@ -97,32 +108,33 @@ def gather_pass(
     CHUNKS: ct.constexpr,
     TILE: ct.constexpr,
 ):
-    """Program (c, r): the keys of chunk c of row r whose first digit is the k-th largest key's or larger, in row
-    order, to their places in `cand[r]` (values) and `cand_idx[r]` (indices); `CHUNKS`: a power of two, at least
-    the programs of a row."""
-    c, r = ct.program_id(0), ct.program_id(1)
+    """Program (c, r): the indices of the keys of chunk c of row r whose first digit is the k-th largest key's or
+    larger (the candidates), in row order, to their places in the row's candidates (`work[r]` after the counts of
+    the row's programs); `CHUNKS`: a power of two, at least the programs of a row."""
+    c, r, chunks = ct.program_id(0), ct.program_id(1), ct.num_programs(0)
     BINS = 1 << FIRST
-    digit, _ = resolve(tile.load(hist[r], 0, BINS), 0, k, BINS)
+    counts = work[r]
+    digit, _, _ = first_digit(counts, k, chunks, BINS)
     before = tile.arange(CHUNKS, np.int32)  # (the programs before this one: their keys from the digit up)
-    ranks = tile.sum(tile.gather(mine[r], before * BINS + digit, mask=before < c))
+    ranks = tile.sum(tile.gather(counts, before * BINS + digit, mask=before < c))
     row = x[r]
     for t in range(c * tiles, (c + 1) * tiles):
         base = t * TILE
-        v = tile.load(row, base, TILE, valid=n - base)
-        keep = (tile.arange(TILE, np.int32) < n - base) & ((tile.sort_key(v) >> (BITS - FIRST)) >= digit)
+        keep = (tile.arange(TILE, np.int32) < n - base) & (
+            (tile.sort_key(tile.load(row, base, TILE, valid=n - base)) >> (BITS - FIRST)) >= digit
+        )
         at, ranks = tile.scan(keep.astype(np.int32), exclusive=True, initial=ranks, return_total=True)
-        tile.scatter(cand[r], at, v, mask=keep)
-        tile.scatter(cand_idx[r], at, tile.arange(TILE, np.int32) + base, mask=keep)
+        tile.scatter(counts, at + chunks * BINS, tile.arange(TILE, np.int32) + base, mask=keep)
 
 
 def finish(
-    hist,
-    cand,
-    cand_idx,
+    x,
+    work,
     vals,
     idx,
     r,
     k,
+    chunks,
     BITS: ct.constexpr,
     FIRST: ct.constexpr,
     DIGIT: ct.constexpr,
@@ -131,17 +143,19 @@ def finish(
 ):
     """Row r's k largest from its candidates, unsorted, above the threshold first, each kind in row order, to
     `vals[r]` and `idx[r]`: the key's other `PASSES` digits of `DIGIT` bits, one pass over the candidates each,
-    then their compaction."""
+    then their compaction. `chunks`: the programs per row of the passes before."""
     BINS = 1 << FIRST
-    digit, above = resolve(tile.load(hist[r], 0, BINS), 0, k, BINS)
-    m = above + hist[r, digit]  # (the candidates)
+    counts, row = work[r], x[r]
+    digit, above, m = first_digit(counts, k, chunks, BINS)
+    first = chunks * BINS  # (where the candidates are in `counts`)
     prefix = np.int64(digit)  # (the threshold takes every bit of a 32-bit key)
     for j in range(PASSES):
         shift = BITS - FIRST - DIGIT * (j + 1)
         h = tile.zeros(1 << DIGIT, np.int32)
         for t in range(ct.cdiv(m, TILE)):
             base = t * TILE
-            key = tile.sort_key(tile.load(cand[r], base, TILE, valid=m - base))
+            inside = tile.arange(TILE, np.int32) < m - base
+            key = tile.sort_key(tile.gather(row, tile.load(counts, first + base, TILE, valid=m - base), mask=inside))
             d = ((key >> shift) & ((1 << DIGIT) - 1)).astype(np.int32)
             counted = ct.where((key >> (shift + DIGIT)) == prefix, d, -1)
             # (few candidates over few bins: one set of counters, not the per-lane copies a long loop gets)
@@ -151,9 +165,9 @@ def finish(
     ranks = 0
     for t in range(ct.cdiv(m, TILE)):
         base = t * TILE
-        v = tile.load(cand[r], base, TILE, valid=m - base)
-        key = tile.sort_key(v)
         inside = tile.arange(TILE, np.int32) < m - base
+        v = tile.gather(row, tile.load(counts, first + base, TILE, valid=m - base), mask=inside)
+        key = tile.sort_key(v)
         over = inside & (key > prefix)
         equal = inside & (key == prefix)
         packed = over.astype(np.int64) + equal.astype(np.int64) * (1 << 32)  # (both ranks in one scan)
@@ -162,7 +176,7 @@ def finish(
         at = ct.where(over, (rank & 0xFFFFFFFF).astype(np.int32), above + equal_rank)
         keep = over | (equal & (equal_rank < k - above))
         tile.scatter(vals[r], at, v, mask=keep)
-        tile.scatter(idx[r], at, tile.load(cand_idx[r], base, TILE, valid=m - base), mask=keep)
+        tile.scatter(idx[r], at, tile.load(counts, first + base, TILE, valid=m - base), mask=keep)
 
 
 def sorted_survivors(vals, idx, k, K: ct.constexpr):
@@ -172,12 +186,12 @@ def sorted_survivors(vals, idx, k, K: ct.constexpr):
 
 @ct.jit
 def select_pass(
-    hist,
-    cand,
-    cand_idx,
+    x,
+    work,
     vals,
     idx,
     k,
+    chunks,
     BITS: ct.constexpr,
     FIRST: ct.constexpr,
     DIGIT: ct.constexpr,
@@ -187,7 +201,7 @@ def select_pass(
 ):
     """Program r: row r's k largest from its candidates, sorted, largest first, to `vals[r]`, `idx[r]`."""
     r = ct.program_id(0)
-    finish(hist, cand, cand_idx, vals, idx, r, k, BITS, FIRST, DIGIT, PASSES, TILE)
+    finish(x, work, vals, idx, r, k, chunks, BITS, FIRST, DIGIT, PASSES, TILE)
     v, i = sorted_survivors(vals[r], idx[r], k, K)
     tile.store(vals[r], 0, v, valid=k)
     tile.store(idx[r], 0, i, valid=k)
@@ -195,14 +209,14 @@ def select_pass(
 
 @ct.jit
 def sample_pass(
-    hist,
-    cand,
-    cand_idx,
+    x,
+    work,
     vals,
     idx,
     uniform,
     tokens,
     k,
+    chunks,
     top_p,
     BITS: ct.constexpr,
     FIRST: ct.constexpr,
@@ -214,7 +228,7 @@ def sample_pass(
     """Program r: a token of row r's nucleus (the fewest of its k largest, sorted, whose softmax mass reaches
     top_p), drawn with `uniform[r]` from the nucleus' renormalised distribution."""
     r = ct.program_id(0)
-    finish(hist, cand, cand_idx, vals, idx, r, k, BITS, FIRST, DIGIT, PASSES, TILE)
+    finish(x, work, vals, idx, r, k, chunks, BITS, FIRST, DIGIT, PASSES, TILE)
     v, i = sorted_survivors(vals[r], idx[r], k, K)
     inside = tile.arange(K, np.int32) < k
     logits = v.astype(np.float32)
@@ -270,28 +284,29 @@ def survivors_tile(k: int) -> int:
     return max(32, 1 << (k - 1).bit_length())
 
 
-def _gather(x: Any, k: int, tile_size: int) -> tuple[tuple[Any, ...], dict[str, int]]:
-    """The two passes over whole rows (`count_pass`, `gather_pass`): the arrays of the per-row programs
-    (`hist, cand, cand_idx, vals, idx`) and their constants."""
+def _gather(x: Any, k: int, tile_size: int) -> tuple[tuple[Any, ...], int, dict[str, int]]:
+    """The two passes over whole rows (`count_pass`, `gather_pass`): the arguments of the per-row programs
+    (`x, work, vals, idx`), the programs per row of the passes (their `chunks`) and their constants. `work`, one
+    int32 allocation, holds per row its histogram, each program's counts from each bin up, then its candidates'
+    indices."""
     rows, n = x.shape
     if not 1 <= k <= n:
         raise ValueError(f"k must be between 1 and the row length {n}, got {k}")
-    if n >= 1 << 31:
-        raise ValueError(f"rows of under 2**31 elements are selected (int32 ranks), got {n}")
     bits = (x.element_size() if hasattr(x, "element_size") else x.dtype.itemsize) * 8
     if bits > 32:
         raise ValueError(f"keys of up to 32 bits are selected, got {x.dtype}")
     first, digit, passes = DIGITS[bits]
     tiles, grid = _chunks(rows, n, tile_size)
-    hist = zeros_like(x, (rows, 1 << first), "int32")
-    mine = empty_like(x, (rows, (1 << first) * grid[0]), "int32")
-    cand, cand_idx = empty_like(x, (rows, n), x.dtype), empty_like(x, (rows, n), "int32")
+    width = (grid[0] << first) + n
+    if width >= 1 << 31:
+        raise ValueError(f"rows of under 2**31 - {width - n} elements are selected (int32 offsets), got {n}")
+    work = empty_like(x, (rows, width), "int32")
     wide = {"BITS": bits, "FIRST": first, "TILE": tile_size}
-    _kernel(count_pass, x)[grid](x, hist, mine, n, tiles, **wide)
-    _kernel(gather_pass, x)[grid](x, hist, mine, cand, cand_idx, n, k, tiles, CHUNKS=survivors_tile(grid[0]), **wide)
+    _kernel(count_pass, x)[grid](x, work, n, tiles, **wide)
+    _kernel(gather_pass, x)[grid](x, work, n, k, tiles, CHUNKS=survivors_tile(grid[0]), **wide)
     vals, idx = empty_like(x, (rows, k), x.dtype), empty_like(x, (rows, k), "int64")
     per_row = {"DIGIT": digit, "PASSES": passes, "K": survivors_tile(k), "BITS": bits, "FIRST": first}
-    return (hist, cand, cand_idx, vals, idx), {**per_row, "TILE": CANDIDATE_TILE}
+    return (x, work, vals, idx), grid[0], {**per_row, "TILE": CANDIDATE_TILE}
 
 
 def _chunks(rows: int, n: int, tile_size: int) -> tuple[int, tuple[int, int]]:
@@ -319,8 +334,8 @@ def topk(x: Any, k: int, *, tile_size: int = TILE) -> tuple[Any, Any]:
     arrays on the GPU, NumPy arrays in the interpreter. `x` must be contiguous; 3 launches (2 for k = 1)."""
     if k == 1 and x.shape[1] >= 1:
         return _argmax(x, tile_size)
-    arrays, constants = _gather(x, k, tile_size)
-    _kernel(select_pass, x)[x.shape[0]](*arrays, k, **constants)
+    arrays, chunks, constants = _gather(x, k, tile_size)
+    _kernel(select_pass, x)[x.shape[0]](*arrays, k, chunks, **constants)
     return arrays[-2:]
 
 
@@ -328,7 +343,7 @@ def top_p_sample(x: Any, k: int, top_p: float, uniform: Any, *, tile_size: int =
     """One token per row of the logits `x` (int64): among the row's k largest, the fewest whose softmax mass reaches
     `top_p` (the nucleus), sampled from their renormalised softmax with the row's number in `uniform` (float32, in
     [0, 1), one per row): the token whose cumulative probability first exceeds it."""
-    arrays, constants = _gather(x, k, tile_size)
+    arrays, chunks, constants = _gather(x, k, tile_size)
     tokens = empty_like(x, (x.shape[0],), "int64")
-    _kernel(sample_pass, x)[x.shape[0]](*arrays, uniform, tokens, k, float(top_p), **constants)
+    _kernel(sample_pass, x)[x.shape[0]](*arrays, uniform, tokens, k, chunks, float(top_p), **constants)
     return tokens
