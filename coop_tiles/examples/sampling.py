@@ -110,11 +110,17 @@ def gather_pass(
 ):
     """Program (c, r): the indices of the keys of chunk c of row r whose first digit is the k-th largest key's or
     larger (the candidates), in row order, to their places in the row's candidates (`work[r]` after the counts of
-    the row's programs); `CHUNKS`: a power of two, at least the programs of a row."""
+    the row's programs; after them, program 0 leaves the first digit's `(digit, above, m)` for `finish`);
+    `CHUNKS`: a power of two, at least the programs of a row."""
     c, r, chunks = ct.program_id(0), ct.program_id(1), ct.num_programs(0)
     BINS = 1 << FIRST
     counts = work[r]
-    digit, _, _ = first_digit(counts, k, chunks, BINS)
+    digit, above, m = first_digit(counts, k, chunks, BINS)
+    if c == 0:
+        found = chunks * BINS + n
+        counts[found] = digit
+        counts[found + 1] = above
+        counts[found + 2] = m
     before = tile.arange(CHUNKS, np.int32)  # (the programs before this one: their keys from the digit up)
     ranks = tile.sum(tile.gather(counts, before * BINS + digit, mask=before < c))
     row = x[r]
@@ -146,8 +152,9 @@ def finish(
     then their compaction. `chunks`: the programs per row of the passes before."""
     BINS = 1 << FIRST
     counts, row = work[r], x[r]
-    digit, above, m = first_digit(counts, k, chunks, BINS)
-    first = chunks * BINS  # (where the candidates are in `counts`)
+    first = chunks * BINS  # (where the candidates are in `counts`; after them, what `gather_pass` found)
+    found = first + x.shape[1]
+    digit, above, m = counts[found], counts[found + 1], counts[found + 2]
     prefix = np.int64(digit)  # (the threshold takes every bit of a 32-bit key)
     for j in range(PASSES):
         shift = BITS - FIRST - DIGIT * (j + 1)
@@ -297,7 +304,7 @@ def _gather(x: Any, k: int, tile_size: int) -> tuple[tuple[Any, ...], int, dict[
         raise ValueError(f"keys of up to 32 bits are selected, got {x.dtype}")
     first, digit, passes = DIGITS[bits]
     tiles, grid = _chunks(rows, n, tile_size)
-    width = (grid[0] << first) + n
+    width = (grid[0] << first) + n + 3
     if width >= 1 << 31:
         raise ValueError(f"rows of under 2**31 - {width - n} elements are selected (int32 offsets), got {n}")
     work = empty_like(x, (rows, width), "int32")
