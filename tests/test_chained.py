@@ -136,23 +136,24 @@ def test_grid_states_per_stream_grown_replaced_and_captured(monkeypatch):
     replaced before the epoch wraps, and a fresh one per captured launch, freed after it."""
     from types import SimpleNamespace
 
-    from coop_tiles.runtime import chain
+    from coop_tiles.runtime import chain, stream_memory
 
     capturing, freed, made = set(), [], []
 
-    def zeroed(nbytes, stream):
+    def allocate(nbytes, stream):
         made.append((nbytes, stream))
-        return 0x1000 * len(made)
+        return 0, 0x1000 * len(made)
 
     driver = SimpleNamespace(
         CUresult=SimpleNamespace(CUDA_SUCCESS=0),
         CUstreamCaptureStatus=SimpleNamespace(CU_STREAM_CAPTURE_STATUS_NONE=0),
         cuStreamIsCapturing=lambda s: (0, int(s in capturing)),
         cuStreamGetId=lambda s: (0, 100 + s),
+        cuMemAllocAsync=allocate,
+        cuMemsetD8Async=lambda ptr, value, nbytes, stream: (0,),
+        cuMemFreeAsync=lambda ptr, stream: freed.append((ptr, stream)) or (0,),
     )
-    monkeypatch.setattr(chain, "_driver", lambda: driver)
-    monkeypatch.setattr(chain, "_zeroed", zeroed)
-    monkeypatch.setattr(chain, "_free", lambda ptr, stream: freed.append((ptr, stream)))
+    monkeypatch.setattr(stream_memory, "driver", lambda: driver)
     monkeypatch.setattr(chain, "MAX_LAUNCHES", 3)
     states = chain.GridStates()
     a = states.acquire(7, 10, 16)

@@ -21,72 +21,25 @@ and reset by the runtime: the user passes no memory.
 
 from __future__ import annotations
 
-import threading
-
-from ..errors import LaunchError
 from ..ops.chained import HEADER_BYTES, MAX_LAUNCHES
-
-
-def _driver():
-    from cuda.bindings import driver
-
-    return driver
-
-
-def _check(err, what: str) -> None:
-    if err != _driver().CUresult.CUDA_SUCCESS:
-        raise LaunchError(f"{what} for a chained scan's grid-wide state failed: {err.name}")
-
-
-def _zeroed(nbytes: int, stream: int) -> int:
-    """A stream-ordered allocation of `nbytes`, zeroed on `stream`."""
-    driver = _driver()
-    err, ptr = driver.cuMemAllocAsync(nbytes, stream)
-    _check(err, f"allocating {nbytes} bytes")
-    (err,) = driver.cuMemsetD8Async(ptr, 0, nbytes, stream)
-    _check(err, "zeroing")
-    return int(ptr)
-
-
-def _free(ptr: int, stream: int) -> None:
-    (err,) = _driver().cuMemFreeAsync(ptr, stream)
-    _check(err, "freeing")
+from .stream_memory import StreamBuffers
 
 
 class GridStates:
-    """The states of one process, by (stream id, bytes per program)."""
+    """The states of one process, by (stream id, bytes per program): zeroed stream buffers
+    (`stream_memory.StreamBuffers`), replaced after MAX_LAUNCHES launches."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._states: dict[tuple[int, int], list[int]] = {}  # -> [pointer, bytes, launches]
+        self._buffers = StreamBuffers("a chained scan's grid-wide state", zeroed=True)
 
     def acquire(self, stream: int, programs: int, per_program: int) -> tuple[int, bool]:
         """(device pointer of the state for a launch of `programs` on `stream`, whether it was made for
         this launch alone and must be `release`d after it: under graph capture)."""
-        driver = _driver()
-        nbytes = HEADER_BYTES + programs * per_program
-        err, capture = driver.cuStreamIsCapturing(stream)
-        _check(err, "querying the stream's capture status")
-        if capture != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE:
-            return _zeroed(nbytes, stream), True
-        err, stream_id = driver.cuStreamGetId(stream)
-        _check(err, "querying the stream's id")
-        key = (int(stream_id), per_program)
-        with self._lock:
-            found = self._states.get(key)
-            if found is not None and found[1] >= nbytes and found[2] < MAX_LAUNCHES:
-                found[2] += 1
-                return found[0], False
-            ptr = _zeroed(nbytes, stream)
-            if found is not None:
-                _free(found[0], stream)  # after the launches already queued on this stream
-            self._states[key] = [ptr, nbytes, 1]
-            return ptr, False
+        return self._buffers.acquire(stream, HEADER_BYTES + programs * per_program, per_program, MAX_LAUNCHES)
 
-    @staticmethod
-    def release(ptr: int, stream: int) -> None:
+    def release(self, ptr: int, stream: int) -> None:
         """Free a captured launch's own state after it (a graph node, ordered after the kernel)."""
-        _free(ptr, stream)
+        self._buffers.release(ptr, stream)
 
 
 STATES = GridStates()

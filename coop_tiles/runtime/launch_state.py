@@ -18,6 +18,8 @@ in the kernel serialises every WGMMA; docs/internals.md, "Pipelined K loops").
   (`LaunchStates.launching`), so that no other pair comes between them on a stream whichever host threads launch.
 - **Under CUDA graph capture** a launch gets a buffer of its own (graph nodes: an allocation before, a free after).
 
+The buffers are `runtime/stream_memory.py`'s, as chained scans' are.
+
 Chained scans' grid-wide state (`runtime/chain.py`) is separate: it is zeroed, sized by the grid, and has epochs.
 """
 
@@ -25,66 +27,18 @@ from __future__ import annotations
 
 import threading
 
-from ..errors import LaunchError
+from .stream_memory import StreamBuffers
 
 
-def _driver():
-    from cuda.bindings import driver
-
-    return driver
-
-
-def _check(err, what: str) -> None:
-    if err != _driver().CUresult.CUDA_SUCCESS:
-        raise LaunchError(f"{what} for a launch's device pipelines failed: {err.name}")
-
-
-def _allocate(nbytes: int, stream: int) -> int:
-    err, ptr = _driver().cuMemAllocAsync(nbytes, stream)
-    _check(err, f"allocating {nbytes} bytes")
-    return int(ptr)
-
-
-def _free(ptr: int, stream: int) -> None:
-    (err,) = _driver().cuMemFreeAsync(ptr, stream)
-    _check(err, "freeing")
-
-
-class LaunchStates:
+class LaunchStates(StreamBuffers):
     """The launch states of one process, one per stream (the largest any kernel launched there needs)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        super().__init__("a launch's device pipelines")
         #: held by each launch of a kernel with launch state from packing its arguments to enqueuing its program, so
         #: that two host threads launching on one stream cannot enqueue prepare, prepare, program, program (the first
         #: program would read the second one's descriptors)
         self.launching = threading.Lock()
-        self._states: dict[int, tuple[int, int]] = {}  # stream id -> (pointer, bytes)
-
-    def acquire(self, stream: int, nbytes: int) -> tuple[int, bool]:
-        """(device pointer of at least `nbytes` for a launch on `stream`, whether it was made for this launch alone
-        and must be `release`d after it: under graph capture)."""
-        driver = _driver()
-        err, capture = driver.cuStreamIsCapturing(stream)
-        _check(err, "querying the stream's capture status")
-        if capture != driver.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE:
-            return _allocate(nbytes, stream), True
-        err, stream_id = driver.cuStreamGetId(stream)
-        _check(err, "querying the stream's id")
-        with self._lock:
-            found = self._states.get(int(stream_id))
-            if found is not None and found[1] >= nbytes:
-                return found[0], False
-            ptr = _allocate(nbytes, stream)
-            if found is not None:
-                _free(found[0], stream)  # after the launches already queued on this stream
-            self._states[int(stream_id)] = (ptr, nbytes)
-            return ptr, False
-
-    @staticmethod
-    def release(ptr: int, stream: int) -> None:
-        """Free a captured launch's own buffer after it (a graph node, ordered after the kernel)."""
-        _free(ptr, stream)
 
 
 STATES = LaunchStates()
