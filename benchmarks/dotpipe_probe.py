@@ -326,33 +326,27 @@ class Kernels:
     def gemm(self, state, c, moved: bool = False) -> None:
         """c = a @ b, for the a and b whose pipeline `state` holds; `moved`: with the stages OFFSET bytes into the
         dynamic shared memory (whose start is 1024-byte aligned)."""
-        g = self.spec.gemm
-        m, n = c.shape
-        tiles_m, tiles_n = -(-m // g.m), -(-n // g.n)
-        args = (
-            Handle(state.data_ptr()),
-            ctypes.c_void_p(c.data_ptr()),
-            ctypes.c_longlong(n),
-            ctypes.c_int(m),
-            ctypes.c_int(n),
-            ctypes.c_int(tiles_m),
-            ctypes.c_int(tiles_n),
-        )
+        blocks, out = self._output(c)
         kernel, shared = (
             (self.moved_k, self.traits.buffer_bytes + OFFSET) if moved else (self.gemm_k, self.traits.buffer_bytes)
         )
-        self._launch(kernel, tiles_m * tiles_n, self.traits.threads, shared, *args)
+        self._launch(kernel, blocks, self.traits.threads, shared, Handle(state.data_ptr()), *out)
 
     def fused(self, a, b, states, c) -> None:
         """c = a @ b, each block building its own device pipeline into its slot of `states` (a device buffer of
         `slot_bytes` per block) first."""
-        g = self.spec.gemm
         (m, k), n = a.shape, b.shape[1]
+        blocks, out = self._output(c)
+        operands = (Matrix(a.data_ptr(), m, k, k), Matrix(b.data_ptr(), k, n, n), ctypes.c_void_p(states.data_ptr()))
+        self._launch(self.fused_k, blocks, self.traits.threads, self.traits.buffer_bytes, *operands, *out)
+
+    def _output(self, c) -> tuple[int, tuple]:
+        """(blocks, arguments) of the GEMM kernels' output `c`: one block per (BM, BN) tile; its pointer, row stride,
+        rows, columns and tiles down and across."""
+        g = self.spec.gemm
+        m, n = c.shape
         tiles_m, tiles_n = -(-m // g.m), -(-n // g.n)
-        args = (
-            Matrix(a.data_ptr(), m, k, k),
-            Matrix(b.data_ptr(), k, n, n),
-            ctypes.c_void_p(states.data_ptr()),
+        return tiles_m * tiles_n, (
             ctypes.c_void_p(c.data_ptr()),
             ctypes.c_longlong(n),
             ctypes.c_int(m),
@@ -360,7 +354,6 @@ class Kernels:
             ctypes.c_int(tiles_m),
             ctypes.c_int(tiles_n),
         )
-        self._launch(self.fused_k, tiles_m * tiles_n, self.traits.threads, self.traits.buffer_bytes, *args)
 
     def states(self, c):
         """A zeroed buffer for `fused`'s per-block device pipelines, for the result `c`."""
