@@ -27,14 +27,15 @@ DEVICE = SimpleNamespace(device_id=0, properties=SimpleNamespace(max_threads_per
 
 @pytest.fixture
 def fake_gpu(monkeypatch):
-    """Occupancy by block size from a table; loading is a no-op."""
+    """Occupancy (and spills) by block size from a table; loading is a no-op."""
     table = {}
     monkeypatch.setattr(launcher, "load", lambda kernel, device_id: kernel)
 
     def measure(kernel, function, device):
-        blocks = table[kernel.block_threads]
+        entry = table[kernel.block_threads]  # blocks a multiprocessor, or (blocks, bytes of local memory a thread)
+        blocks, spilled = entry if isinstance(entry, tuple) else (entry, 0)
         return blockdims.Measured(
-            kernel.block_threads, 64, kernel.shared_bytes, blocks, blocks * kernel.block_threads / 2048
+            kernel.block_threads, 64, kernel.shared_bytes, blocks, blocks * kernel.block_threads / 2048, spilled
         )
 
     monkeypatch.setattr(blockdims, "measure", measure)
@@ -61,5 +62,19 @@ def test_low_occupancy_tries_every_candidate_and_takes_the_best(fake_gpu):
 
 def test_ties_go_to_the_size_closest_to_the_default(fake_gpu):
     fake_gpu.update({128: 4, 256: 1, 512: 1, 1024: 0})  # 128 and 512 both 512 resident threads
+    kernel = blockdims.select(ct.jit(scaled_cumsum.fn), SIG, DEVICE)
+    assert kernel.block_threads == 128
+
+
+def test_sizes_that_spill_lose_to_any_that_does_not(fake_gpu):
+    # 1024 threads: the most resident, but its registers spill (bytes of local memory a thread)
+    fake_gpu.update({128: 6, 256: 1, 512: 1, 1024: (1, 96)})  # (128: 768 resident threads, 1024: 1024)
+    kernel = blockdims.select(ct.jit(scaled_cumsum.fn), SIG, DEVICE)
+    assert kernel.block_threads == 128
+    assert "1024 threads: 64 regs" in str(kernel.block_choice) and "96 B local" in str(kernel.block_choice)
+
+
+def test_a_spilling_size_only_when_every_one_spills(fake_gpu):
+    fake_gpu.update({128: (6, 8), 256: (1, 8), 512: (1, 8), 1024: (0, 8)})
     kernel = blockdims.select(ct.jit(scaled_cumsum.fn), SIG, DEVICE)
     assert kernel.block_threads == 128

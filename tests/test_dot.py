@@ -117,10 +117,11 @@ def test_compiles_to_cubin_with_the_gemm_in_the_plan():
     k = ct.jit(matmul).compile(x, y, z, out, M=16, N=24, K=40, TRANS=False, arch="sm_90")
     assert len(k.cubin) > 0
     plan = str(k.plan)
-    assert "dot 16x24x40 bf16*bf16->f32, a row, b col, c row" in plan and "cuBLASDx" in plan
+    # (both operands held as multiplied: row-major, each thread's runs stored whole)
+    assert "dot 16x24x40 bf16*bf16->f32, a row, b row, c row" in plan and "cuBLASDx" in plan
     assert "cublasdx_execute_" in k.shim_source
     # run once (no loop): one TempStorage, no alternation
-    assert "BLAS execute (registers; a, b swizzled in shared memory, 1 buffer)" in plan
+    assert "BLAS execute (registers; a, b padded in shared memory, 1 buffer)" in plan
     assert "parity" not in _dot_shim(k.shim_source) and "s.temp[" not in _dot_shim(k.shim_source)
 
 

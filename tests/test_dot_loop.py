@@ -211,7 +211,7 @@ def test_tutorial_12s_loop_is_rewritten_at_sm_90a_only():
     (s,) = [s for s in q.walk() if isinstance(s, TileDotLoop)]
     assert (s.depth, s.bk) == (4, 64) and s.out.type.shape == (128, 128)
     # (the pipeline reads a and b row-major from global memory, as the probe that ran on an H200 did; the dot's own
-    # spec, which the fragment is offered under, keeps b column-major in its shared memory)
+    # spec names the shared-memory API's arrangement, b column-major: the register accumulator's is the group's vote)
     assert pipeline_spec(s, 256, PIPELINE_ARCH).gemm.arrangement == ("row", "row", "row")
     assert pipeline_spec(s, 256, PIPELINE_ARCH).depth == 4 and dot_spec(s, 256, PIPELINE_ARCH).arrangement[1] == "col"
     # (the loop's store is fused: where the pipeline ran, it wrote c itself from an accumulator that starts at zero;

@@ -3,10 +3,13 @@
 Two lowerings, the planner choosing (the plan names it). Where the result's group can be arranged as the
 library's accumulator (`planner/layout.py`, FRAGMENT: element-wise ops, copies, fills, 2-D loads and
 stores; `acc = tile.dot(a, b, acc)` in a loop), the result stays in registers: cuBLASDx's tensor API
-(`mathdx.fragment_gemm`), `a` and `b` written by each thread's items into the shared-memory layouts the
-library suggests (swizzled), one barrier, then `execute(A, B, C)` adds into the registers; in a loop its two
-TempStorage alternate from run to run, so a K loop has one barrier per step and no shared-memory copy of
-the accumulator (outside loops it runs once: one TempStorage). Otherwise the shared-memory API:
+(`mathdx.fragment_gemm`), `a` and `b` written by each thread's items into plain shared-memory layouts, one
+barrier, then `execute(A, B, C)` adds into the registers; in a loop its two TempStorage alternate from run to
+run, so a K loop has one barrier per step and no shared-memory copy of the accumulator (outside loops it runs
+once: one TempStorage). Each operand is kept row- or column-major as its tile lies in the threads
+(`operand_arrangement`: a thread's run of a row is contiguous there too), its rows padded (`mathdx.padded_lds`),
+so that a thread writes each 16 bytes of a run with one store and the library reads them with ldmatrix; the
+products of one accumulator share one arrangement (the planner's vote). Otherwise the shared-memory API:
 
 The planner keeps the GEMM's operands and result in one TempStorage region, each at the leading
 dimension and alignment cuBLASDx asks for (`runtime/mathdx.py`; NVRTC sizes the struct, like
@@ -23,7 +26,7 @@ no exchange, no shared memory and no barrier.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -32,7 +35,7 @@ from ..dtypes import bfloat16, cxx_name, float16, float32
 from ..errors import CompileError, TileTypeError
 from ..lang import ir
 from ..lang.types import TileType
-from ..planner.layout import REENTRANT, SYNCS, Fragment
+from ..planner.layout import REENTRANT, SYNCS, WHOLE, Fragment
 from ..runtime import mathdx
 from ..runtime.mathdx import GemmSpec
 from .base import PARITY, ShimCall, TileArg, TileOp, register
@@ -74,17 +77,38 @@ def result_dtype(dt: np.dtype) -> np.dtype:
     return _PRECISIONS[dt][2]
 
 
-def gemm_spec(s: TileDot, threads: int, arch: str) -> GemmSpec:
+def gemm_spec(s: TileDot, threads: int, arch: str, arrangement: tuple[str, str, str] = ARRANGEMENT) -> GemmSpec:
     """The block GEMM that runs `s` with `threads` threads per block on `arch`."""
     (m, k), (_, n) = operand_shapes(s)
-    return product_spec(m, n, k, s.a.type.dtype, s.tf32, threads, arch)
+    return product_spec(m, n, k, s.a.type.dtype, s.tf32, threads, arch, arrangement)
 
 
-def product_spec(m: int, n: int, k: int, dtype: np.dtype, tf32: bool, threads: int, arch: str) -> GemmSpec:
+def product_spec(
+    m: int, n: int, k: int, dtype: np.dtype, tf32: bool, threads: int, arch: str, arrangement=ARRANGEMENT
+) -> GemmSpec:
     """The block GEMM of (m, k) @ (k, n) `dtype` tiles (`tf32`: float32 ones on tensor cores)."""
     ab, c, _ = _PRECISIONS[dtype]
     ab = "tf32" if tf32 and ab == "f32" else ab
-    return GemmSpec(m, n, k, (ab, ab, c), ARRANGEMENT, threads, arch)
+    return GemmSpec(m, n, k, (ab, ab, c), arrangement, threads, arch)
+
+
+def operand_arrangement(s: TileDot) -> tuple[str, str, str]:
+    """The arrangements in shared memory in which `s`'s operands are written a run at a time: a tile's rows
+    lie along its threads' runs, so an operand held as multiplied is row-major and one held transposed
+    (`u.T`, read in place) column-major."""
+    return ("col" if s.transposed[0] else "row", "col" if s.transposed[1] else "row", "row")
+
+
+def fragment_key(spec: GemmSpec) -> GemmSpec:
+    """What the accumulators of two products must share to be one register arrangement, the operands'
+    arrangements aside (the group's vote sets them: `LayoutContext.offer_fragment`)."""
+    return replace(spec, arrangement=())
+
+
+def offer_accumulator(ctx, out: ir.Var, spec: GemmSpec, operands: tuple[str, str, str]) -> None:
+    """Offer `out`'s group the register accumulator of `spec`, for the operand arrangement the group chooses,
+    voting for `operands`."""
+    ctx.offer_fragment(out, fragment_key(spec), lambda chosen: fragment(replace(spec, arrangement=chosen)), operands)
 
 
 @register
@@ -135,7 +159,7 @@ class Dot(TileOp):
             return
         spec = gemm_spec(s, ctx.threads, ctx.arch)
         ctx.join([s.out, *([s.acc] if s.acc is not None else [])])
-        ctx.offer_fragment(s.out, spec, lambda: fragment(spec))
+        offer_accumulator(ctx, s.out, spec, operand_arrangement(s))
 
     def takes_fragments(self, s: TileDot, var: ir.Var) -> bool:
         return True  # (the result and acc: the library's own arrangement; a and b: written by element index)
@@ -144,21 +168,23 @@ class Dot(TileOp):
         read_transposes_in_place(program)
 
     def choose(self, s: TileDot, ctx):
-        spec = gemm_spec(s, ctx.threads, "")
+        frag = ctx.tiles[s.out.name].fragment
+        spec = gemm_spec(s, ctx.threads, "", ARRANGEMENT if frag is None else frag.operands)
         label = f"dot {spec}" + "".join(
             f", {name} = {ir.label(v)}.T read in place" for name, v, t in zip("ab", (s.a, s.b), s.transposed) if t
         )
-        if ctx.tiles[s.out.name].fragment is not None:
+        if frag is not None:
             # in a loop, two TempStorage alternate (no barrier before the next run); run once, one suffices
             looped = ctx.depths.get(s.cid, 0) > 0
-            how = f"BLAS execute (registers; a, b swizzled in shared memory, {2 if looped else 1} buffer{'s' * looped})"
+            how = f"BLAS execute (registers; a, b padded in shared memory, {2 if looped else 1} buffer{'s' * looped})"
             return ctx.choice(s, label, "cuBLASDx", how, sync=REENTRANT if looped else SYNCS)
         return ctx.choice(s, label, "cuBLASDx", "BLAS execute (shared memory)", sync=SYNCS)
 
     def lower(self, s: TileDot, w) -> ShimCall:
+        frag = w.layout(s.out).fragment
+        if frag is not None:
+            return lower_registers(s, w, gemm_spec(s, w.threads, w.arch, frag.operands))
         spec = gemm_spec(s, w.threads, w.arch)
-        if w.layout(s.out).fragment is not None:
-            return lower_registers(s, w, spec)
         traits = w.gemm(spec)
         operands = (s.a, s.b, s.out)
         shapes = [*operand_shapes(s), s.out.type.shape]  # (as multiplied: a `.T` operand is held the other way)
@@ -217,7 +243,7 @@ def fragment(spec: GemmSpec) -> Fragment | None:
         traits = mathdx.fragment_gemm(spec)[0]
     except CompileError:
         return None
-    return Fragment(spec.m, spec.n, traits.items, traits.map_c)
+    return Fragment(spec.m, spec.n, traits.items, traits.map_c, spec.arrangement)
 
 
 #: the tensor API's shared and register tensors: one pointer, passed by value
@@ -233,8 +259,6 @@ def lower_registers(s: TileDot, w, spec: GemmSpec) -> ShimCall:
     w.helper(_TENSOR)
     w.helper(
         f'extern "C" __device__ void {t.execute}(coop_dx_tensor, coop_dx_tensor, coop_dx_tensor);\n'
-        f'extern "C" __device__ void {t.map_a}(coop_dx_tensor, int*, int*, int*, void*);\n'
-        f'extern "C" __device__ void {t.map_b}(coop_dx_tensor, int*, int*, int*, void*);\n'
         f'extern "C" __device__ void {t.map_c}(int*, int*, int*);\n'
         f'extern "C" __device__ void {t.active}(void*);\n'
         # the element of this thread's accumulator item i (m * n: padding, and every item of a thread the
@@ -250,29 +274,60 @@ def lower_registers(s: TileDot, w, spec: GemmSpec) -> ShimCall:
     args += [TileArg(s.acc, "acc_items")] if s.acc is not None else []
     looped = w.choice(s.cid).sync == REENTRANT
     call = ShimCall(f"coop_dot_{s.cid}", (*args, TileArg(s.out, "out_items"), *([PARITY] if looped else [])))
-
-    def put(var: ir.Var, items: str, field: str, mapping: str, transposed: bool) -> str:
-        rows, cols = var.type.shape
-        return (
-            f"  for (int i = 0; i < {w.layout(var).items_per_thread}; ++i) {{\n"
-            f"    const int e = {w.element_index(var)};\n"
-            f"    if (e < {rows * cols}) {{ {element_coordinates(var, transposed)} int at; void* p;"
-            f" {mapping}(t{field}, &r, &c, &at, &p); st.{field}[at] = {items}[i]; }}\n  }}\n"
-        )
-
+    how_a, how_b, _ = spec.arrangement
     start = "acc_items[i]" if s.acc is not None else "0"
     body = (
         w.storage_ref(s.cid)
         + (w.alternate() + "  auto& st = s.temp[run];\n" if looped else "  auto& st = s.temp;\n")
         + "  coop_dx_tensor ta{st.a}, tb{st.b}, tc{out_items};\n"
-        + put(s.a, "a_items", "a", t.map_a, s.transposed[0])
-        + put(s.b, "b_items", "b", t.map_b, s.transposed[1])
+        + put_operand(w, s.a, "a_items", "st.a", t.lda, how_a, s.transposed[0])
+        + put_operand(w, s.b, "b_items", "st.b", t.ldb, how_b, s.transposed[1])
         + f"  for (int i = 0; i < {frag.items}; ++i) out_items[i] = {start};\n"
         + "  __syncthreads();\n"
         + f"  {t.execute}(ta, tb, tc);\n"
     )
     w.define(call, w.storage(s.cid, f"coop_gemm_{s.cid}", prelude=prelude, copies=2 if looped else None), body)
     return call
+
+
+#: the C++ type of a vector store of each width (bytes)
+_WORDS = {16: "uint4", 8: "uint2", 4: "unsigned"}
+
+
+def put_operand(w, var: ir.Var, items: str, to: str, ld: int, arrangement: str, transposed: bool) -> str:
+    """C++ writing each thread's items of operand tile `var` into `to`, a plain `arrangement` layout of leading
+    dimension `ld` (`var` held transposed where `transposed`): a run of a row at a time where the held rows lie
+    along the layout's contiguous axis and each thread's runs allow (`run_items`), else item by item."""
+    rows, cols = var.type.shape
+    size = rows * cols
+    n = w.layout(var).items_per_thread
+    vec = run_items(w.layout(var), cols) if (arrangement == "row") != transposed else 1
+    if vec > 1:  # (held element (r, c) at r * ld + c: a run of c is contiguous)
+        word = _WORDS[vec * var.type.dtype.itemsize]
+        return (
+            f"  for (int i = 0; i < {n}; i += {vec}) {{\n"
+            f"    const int e = {w.element_index(var)};\n"
+            f"    if (e < {size}) {{ {word} v; memcpy(&v, &{items}[i], sizeof(v));"
+            f" *reinterpret_cast<{word}*>(&{to}[(e / {cols}) * {ld} + e % {cols}]) = v; }}\n  }}\n"
+        )
+    at = f"r * {ld} + c" if arrangement == "row" else f"c * {ld} + r"
+    return (
+        f"  for (int i = 0; i < {n}; ++i) {{\n"
+        f"    const int e = {w.element_index(var)};\n"
+        f"    if (e < {size}) {{ {element_coordinates(var, transposed)} {to}[{at}] = {items}[i]; }}\n  }}\n"
+    )
+
+
+def run_items(lay, cols: int) -> int:
+    """Items of a thread's row run of a tile laid out as `lay` that move as one vector store (1: none): a power
+    of two of at most 16 bytes dividing the run and the row (runs start at multiples of their length)."""
+    rs = lay.rows
+    if rs is None or rs.holds != WHOLE:
+        return 1
+    vec = 1
+    while vec * 2 * lay.itemsize <= 16 and rs.run % (vec * 2) == 0 and cols % (vec * 2) == 0:
+        vec *= 2
+    return vec
 
 
 def element_coordinates(var: ir.Var, transposed: bool) -> str:

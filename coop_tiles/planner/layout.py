@@ -27,11 +27,13 @@ when every statement that touches its tiles can take items in that arrangement (
 element-wise statements and copies can; loads, stores and fills of 2-D tiles do, item by item), so that
 `acc = tile.dot(a, b, acc)` in a loop keeps `acc` in registers; such tiles stay in registers whatever
 their items per thread (up to `FRAGMENT_ITEMS`). Their element map is a device function of the library,
-known only to generated code: no Python map, no remap in registers.
+known only to generated code: no Python map, no remap in registers. The accumulator's spread depends on the
+operands' arrangements in shared memory, so one group's products all take one: the one most of them ask for.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass, replace
 
@@ -196,6 +198,9 @@ class Fragment:
     n: int
     items: int
     symbol: str
+    #: the arrangements of the GEMM's operands in shared memory that give this spread (every product of the
+    #: group runs with them)
+    operands: tuple[str, ...] = ()
 
     @property
     def function(self) -> str:
@@ -384,8 +389,9 @@ class LayoutContext:
         #: (vector, 2-D tile, PER_ROW or PER_COL): vectors that would rather hold their values per row or per
         #: column of the 2-D tile's row arrangement (in program order: the first claim wins)
         self.claims: list[tuple[ir.Var, ir.Var, str]] = []
-        #: tile -> (a key, the GEMM accumulator arrangement an op offers its group, made on acceptance)
-        self.fragments: dict[str, tuple[Hashable, Callable[[], Fragment | None]]] = {}
+        #: tile -> (a key, the GEMM accumulator arrangement an op offers its group, made on acceptance for the
+        #: operand arrangement chosen, the operand arrangement the op asks for)
+        self.fragments: dict[str, tuple[Hashable, Callable[[Hashable], Fragment | None], Hashable]] = {}
 
     def join(self, tiles: list[ir.Var]) -> None:
         for t in tiles[1:]:
@@ -406,12 +412,15 @@ class LayoutContext:
         arranged as `family`'s rows, replicated, if every statement that touches it can take that."""
         self.claims.append((vector, family, holds))
 
-    def offer_fragment(self, tile: ir.Var, key: Hashable, make: Callable[[], Fragment | None]) -> None:
-        """Arrange `tile`'s group as a library GEMM's accumulator, `make()` (called only if taken: it may cost a
-        library call, and may refuse with None; offers of one `key` are one arrangement), if every statement
-        touching it can take that
-        (`TileOp.takes_fragments`): a `tile.dot` whose result may stay in registers."""
-        self.fragments[tile.name] = (key, make)
+    def offer_fragment(
+        self, tile: ir.Var, key: Hashable, make: Callable[[Hashable], Fragment | None], operands: Hashable
+    ) -> None:
+        """Arrange `tile`'s group as a library GEMM's accumulator, `make(chosen)` (called only if taken: it may cost
+        a library call, and may refuse with None; offers of one `key` are one arrangement once their operands'
+        arrangement is `chosen`, the `operands` most offers of the group ask for, the first on a tie), if every
+        statement touching it can take that (`TileOp.takes_fragments`): a `tile.dot` whose result may stay in
+        registers."""
+        self.fragments[tile.name] = (key, make, operands)
 
     def prefer_blocked(self, tile: ir.Var) -> None:
         """Make `tile`'s group BLOCKED unless an op needs it otherwise (no op needs STRIPED): for
@@ -566,13 +575,14 @@ def row_layouts(program: ir.Program, tiles: dict[str, TileType], ctx: LayoutCont
 
 def fragment_groups(program: ir.Program, tiles: dict[str, TileType], ctx: LayoutContext) -> dict[str, Fragment]:
     """The groups (by root) arranged as a GEMM's accumulator: those offered one fragment (`offer_fragment`;
-    groups offered two different ones keep rows) whose every tile has its shape and every statement touching
-    them takes fragment items (`TileOp.takes_fragments`), at most `FRAGMENT_ITEMS` per thread."""
-    offers: dict[str, tuple[Hashable, Callable[[], Fragment | None]] | None] = {}
+    groups offered two different keys keep rows) whose every tile has its shape and every statement touching
+    them takes fragment items (`TileOp.takes_fragments`), at most `FRAGMENT_ITEMS` per thread; made for the
+    operand arrangement most of the group's offers ask for."""
+    offers: dict[str, list[tuple[Hashable, Callable[[Hashable], Fragment | None], Hashable]]] = {}
     shapes: dict[str, tuple[int, ...]] = {}
     for name, offer in ctx.fragments.items():
         root = ctx.groups.find(name)
-        offers[root] = offer if root not in offers or (offers[root] or (None,))[0] == offer[0] else None
+        offers.setdefault(root, []).append(offer)
         shapes[root] = tiles[name].shape
     refused = {
         ctx.groups.find(v.name)
@@ -581,7 +591,12 @@ def fragment_groups(program: ir.Program, tiles: dict[str, TileType], ctx: Layout
         if v.name in tiles and not _takes_fragments(s, v)
     }
     refused |= {ctx.groups.find(n) for n, t in tiles.items() if shapes.get(ctx.groups.find(n), t.shape) != t.shape}
-    made = {root: offer[1]() for root, offer in offers.items() if offer is not None and root not in refused}
+    refused |= {root for root, group in offers.items() if len({key for key, _, _ in group}) > 1}
+    made = {
+        root: group[0][1](Counter(operands for _, _, operands in group).most_common(1)[0][0])
+        for root, group in offers.items()
+        if root not in refused
+    }
     return {root: f for root, f in made.items() if f is not None and f.items <= FRAGMENT_ITEMS}
 
 

@@ -12,7 +12,12 @@ The rule, per specialisation, at its first launch on a device:
    independent loads in flight per thread.
 3. Otherwise (registers or shared memory limit residency) also compile each other power of
    two from 64 to 1024 threads that keeps at most 32 items per thread, and take the one with
-   the highest occupancy (ties go to the size closest to the default). Not for a chained scan:
+   the highest occupancy among those that do not spill registers to local memory (ties go to the
+   size closest to the default; a spilling size only when every one spills): more threads means
+   fewer registers each, and a program that needs many (a `tile.dot`'s accumulator and operands)
+   spills at high thread counts, which costs far more than the occupancy gains (an H200, Mamba-2's
+   chunk states: 1024 threads at 64 registers, 50% occupancy and 2.4 million spill requests, against
+   256 threads at 164 registers without). Not for a chained scan:
    its blocks hold their tiles while they wait on the look-back, and more warps of fewer items
    each hold fewer bytes (an H100, whole-array linear recurrence of float32 pairs at TILE 4096:
    89% of its memory-traffic limit at the default 128 threads, 85% at 256).
@@ -44,6 +49,7 @@ class Measured:
     shared_bytes: int
     blocks_per_sm: int
     occupancy: float  # resident threads / the multiprocessor's maximum
+    local_bytes: int = 0  # local memory per thread (spilled registers)
 
 
 @dataclass(frozen=True)
@@ -55,6 +61,7 @@ class BlockChoice:
     def __str__(self) -> str:
         rows = ", ".join(
             f"{m.block_threads} threads: {m.registers} regs, {m.shared_bytes} B smem, {m.occupancy:.0%} occupancy"
+            + (f", {m.local_bytes} B local" if m.local_bytes else "")
             for m in self.measured
         )
         return f"{self.block_threads} threads per block ({self.reason}; {rows})"
@@ -65,7 +72,9 @@ def measure(kernel: CompiledKernel, function: Any, device: Any) -> Measured:
     regs = regs() if callable(regs) else regs
     blocks = function.occupancy.max_active_blocks_per_multiprocessor(kernel.block_threads, kernel.shared_bytes)
     occupancy = blocks * kernel.block_threads / device.properties.max_threads_per_multiprocessor
-    return Measured(kernel.block_threads, int(regs), kernel.shared_bytes, blocks, occupancy)
+    return Measured(
+        kernel.block_threads, int(regs), kernel.shared_bytes, blocks, occupancy, kernel.local_memory_bytes()
+    )
 
 
 def select(jit: Any, sig: Signature, device: Any) -> CompiledKernel:
@@ -93,7 +102,7 @@ def select(jit: Any, sig: Signature, device: Any) -> CompiledKernel:
         except TileError as e:
             log.debug("%s: %d threads per block cannot run: %s", default.program.name, threads, e.message)
             continue  # e.g. more shared memory than the device has at this size
-    best = max(measured, key=lambda m: (m.occupancy, -abs(m.block_threads - first.block_threads)))
+    best = max(measured, key=lambda m: (m.local_bytes == 0, m.occupancy, -abs(m.block_threads - first.block_threads)))
     chosen = kernels[best.block_threads]
     chosen.block_choice = BlockChoice(best.block_threads, "highest occupancy", tuple(measured))
     log.info("%s: %s", chosen.program.name, chosen.block_choice)

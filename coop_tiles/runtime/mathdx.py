@@ -35,12 +35,17 @@ ARRANGEMENTS = {"col": 0, "row": 1}
 # cublasdxOperatorType, cublasdxTraitType, commondxOption (libcublasdx.h, libcommondx.h)
 _FUNCTION, _SIZE, _TYPE, _PRECISION, _SM, _EXECUTION, _BLOCK_DIM, _API, _ARRANGEMENT = 0, 1, 2, 3, 4, 5, 6, 9, 10
 _LEADING_DIMENSION, _SYMBOL_NAME, _ALIGNMENT = 4, 5, 7
+_LEADING_DIMENSION_OPERATOR, _ALIGNMENT_OPERATOR = 7, 11
 _TARGET_SM, _EXTRA_NVRTC_ARGS, _ARCH_SPECIFIC = 1, 4, 1
 _API_SMEM, API_TENSORS, _EXECUTION_BLOCK, _TYPE_REAL, _FUNCTION_MM = 0, 2, 1, 0, 0
 # cublasdxTensorType, cublasdxTensorTrait, cublasdxDeviceFunctionType, cublasdxDeviceFunctionTrait
-_SUGGESTED_SMEM_A, _SUGGESTED_SMEM_B, _SUGGESTED_RMEM_C = 3, 4, 6
+_SMEM_A, _SMEM_B, _SUGGESTED_RMEM_C = 0, 1, 6
 STORAGE_BYTES, ALIGNMENT_BYTES, _LOGICAL_SIZE = 0, 1, 5
-_EXECUTE, _MAP_CRD2IDX, _MAP_IDX2CRD_PARTITIONER, _IS_THREAD_ACTIVE = 0, 7, 6, 8
+_EXECUTE, _MAP_IDX2CRD_PARTITIONER, _IS_THREAD_ACTIVE = 0, 6, 8
+#: the alignment of each operand in shared memory (bytes): whole 16-byte words, which ldmatrix reads
+OPERAND_ALIGNMENT = 16
+#: bytes per element of each precision
+ITEMSIZES = {"bf16": 2, "f16": 2, "tf32": 4, "f32": 4, "f64": 8}
 _FUNCTION_SYMBOL = 1
 LL = ctypes.c_longlong
 #: the operators every descriptor sets (besides its API): a matrix product, run by a block, real
@@ -77,24 +82,38 @@ class GemmTraits:
 
 @dataclass(frozen=True)
 class FragmentTraits:
-    """What cuBLASDx's tensor API says of a `GemmSpec` whose result stays in registers: the bytes and
-    alignment of `a` and `b` in the shared-memory layouts it suggests (swizzled), the items of each
-    thread's accumulator fragment, and the symbols of its device functions: `execute(A, B, C)` (C += A @ B,
-    each tensor a struct of one pointer, by value), `map_a(A, &row, &col, &index, &ptr)` and `map_b` (the
-    element offset of (row, col) in the suggested layouts), `map_c(&item, &row, &col)` (the element of
-    this thread's accumulator item) and `active(&flag)` (an int: whether this thread takes part; the
+    """What cuBLASDx's tensor API says of a `GemmSpec` whose result stays in registers: the bytes of `a` and `b` in
+    shared memory, each a plain layout of its arrangement at the leading dimension `padded_lds` gives (`lda`,
+    `ldb`: elements), the items of each thread's accumulator fragment, and the symbols of its device functions:
+    `execute(A, B, C)` (C += A @ B, each tensor a struct of one pointer, by value), `map_c(&item, &row, &col)` (the
+    element of this thread's accumulator item) and `active(&flag)` (an int: whether this thread takes part; the
     others' items are no elements)."""
 
     a_bytes: int
-    a_align: int
     b_bytes: int
-    b_align: int
+    lda: int
+    ldb: int
     items: int
     execute: str
-    map_a: str
-    map_b: str
     map_c: str
     active: str
+
+
+def padded_lds(spec: GemmSpec) -> tuple[int, int, int]:
+    """The leading dimensions (elements) of `spec`'s operands in shared memory: each contiguous run (a row of a
+    row-major operand, a column of a column-major one) padded to an odd count of 16-byte words, so that a thread's
+    16 contiguous bytes of a row store as one word and the 8 rows an ldmatrix reads fall in distinct banks
+    (the library's suggested layouts are swizzled instead, which only element by element stores can fill);
+    the accumulator's (in registers) unpadded."""
+    (m, n, k), (pa, pb, _) = (spec.m, spec.n, spec.k), spec.precision
+
+    def padded(extent: int, precision: str) -> int:
+        size = ITEMSIZES[precision]
+        words = -(-extent * size // 16)
+        return (words + 1 - words % 2) * 16 // size
+
+    (ra, rb, rc) = (arr == "row" for arr in spec.arrangement)
+    return padded(k if ra else m, pa), padded(n if rb else k, pb), n if rc else m
 
 
 @functools.cache
@@ -256,14 +275,14 @@ class Descriptor:
 
 
 def _generate_fragment(spec: GemmSpec) -> tuple[FragmentTraits, bytes]:
-    with LOCK, Descriptor(spec, API_TENSORS) as d:
+    lds = padded_lds(spec)
+    extra = ((_LEADING_DIMENSION_OPERATOR, lds), (_ALIGNMENT_OPERATOR, (OPERAND_ALIGNMENT,) * 3))
+    with LOCK, Descriptor(spec, API_TENSORS, extra) as d:
         lib = d.lib
-        a, b, c = (d.tensor(k) for k in (_SUGGESTED_SMEM_A, _SUGGESTED_SMEM_B, _SUGGESTED_RMEM_C))
+        a, b, c = (d.tensor(k) for k in (_SMEM_A, _SMEM_B, _SUGGESTED_RMEM_C))
         check(lib, lib.cublasdxFinalizeTensors(ctypes.c_size_t(3), (LL * 3)(a, b, c)), f"lay out {spec}")
         functions = (
             d.function(_EXECUTE, (a, b, c)),
-            d.function(_MAP_CRD2IDX, (a,)),
-            d.function(_MAP_CRD2IDX, (b,)),
             d.function(_MAP_IDX2CRD_PARTITIONER, (c,)),
             d.function(_IS_THREAD_ACTIVE, (c,)),
         )
@@ -276,9 +295,8 @@ def _generate_fragment(spec: GemmSpec) -> tuple[FragmentTraits, bytes]:
         ltoir = d.code(finalize)
         traits = FragmentTraits(
             d.tensor_int(a, STORAGE_BYTES),
-            d.tensor_int(a, ALIGNMENT_BYTES),
             d.tensor_int(b, STORAGE_BYTES),
-            d.tensor_int(b, ALIGNMENT_BYTES),
+            *lds[:2],
             d.tensor_int(c, _LOGICAL_SIZE),
             *(d.symbol(f) for f in functions),
         )
