@@ -11,10 +11,10 @@ chunk:
 
 1. **The chunk's own state** (what the chunk would leave from a zero state): `S_c = X^T diag(exp(cs_last - cs)
    * dt) B`, a (headdim, L) @ (L, dstate) product, taken K steps at a time: `tile.scan(dt * A,
-   return_total=True)` gives a block's cs and total, and `state = tile.dot(scaled.T, b, state * ct.exp(total))`
+   return_total=True)` gives a block's cs and total, and `state = tile.dot(bs.T, scaled, state * ct.exp(total))`
    decays the state over the block and adds the block's product (a block GEMM of cuBLASDx on the GPU, its
-   accumulator in registers; `scaled` is X's (K, headdim) block, loaded along x's contiguous rows, and the dot
-   reads its `.T` in place: no transposed copy).
+   accumulator in registers). The state is kept transposed, (dstate, headdim), for step 3: `bs` is B's (K,
+   dstate) block, loaded along B's contiguous rows, and the dot reads its `.T` in place (no transposed copy).
 2. **The states between chunks**: `H_c = exp(cs_last of c-1) * H_{c-1} + S_{c-1}`, a linear recurrence over the
    chunks, one per state element, independent between elements: each thread walks the chunks for its own
    elements, a memory-bound loop with no exchange (as Mamba's `_state_passing_fwd`):
@@ -27,10 +27,12 @@ chunk:
 3. **The output**: inside the chunk a causal, decayed attention-like product, `((C B^T) * exp(cs_l - cs_s) * dt_s,
    for s <= l) @ X`, plus the entering state's contribution `(C H_c^T) * exp(cs_l)`, then D and the z gate. Two
    `tile.dot`s per block of earlier rows, the mask and the decay element-wise on the (M, K) block in between;
-   every product into the output of one shape, so that its accumulator stays in registers. The states H and B
-   are stored (.., headdim, dstate) and (.., seqlen, dstate): their blocks are loaded along those contiguous rows
-   and multiplied as `hn.T` and `bk.T` (a transposed view loaded item by item would read one element per
-   memory sector).
+   every product into the output of one shape, so that its accumulator stays in registers. The states H are
+   kept (.., dstate, headdim), so `C @ H^T` multiplies their (K, headdim) blocks as loaded, like each block of X:
+   every operand of the accumulator's products lies in shared memory as its rows lie in the threads, and each
+   thread stores 16 bytes of a row at once. B is stored (.., seqlen, dstate): C B^T multiplies its blocks, loaded
+   along those rows, as `bk.T` (a transposed view loaded item by item would read one element per memory
+   sector).
 
     Mamba's Triton (ssd_combined.py)                      coop_tiles.examples.ssd
     _chunk_cumsum_fwd + _chunk_state_fwd (2 kernels)      chunk_state: tile.scan, tile.dot

@@ -9,10 +9,11 @@ n, with dt' = max(softplus(dt + dt_bias), 0) (bias and softplus optional) and a_
 The sequence is cut into chunks of L steps; with cs_t the cumsum of A * dt' inside a chunk (`dA_cumsum`):
 
 1. `chunk_state`, one program per (chunk, batch, head): dt', its scaled cumsum (`tile.scan`) and the state the
-   chunk alone leaves, `S_c = (x * (exp(cs_last - cs) * dt')[:, None]).T @ B`, K steps at a time: the state at a
-   block's end is the previous one decayed over the block plus the block's (P, K) @ (K, N) product (`tile.dot`
-   with a loop-carried accumulator, in registers; x loaded (K, P) along its contiguous rows and multiplied as
-   `x.T`, which the dot reads in place).
+   chunk alone leaves, transposed (N, P) (so that `chunk_scan` multiplies it as loaded):
+   `S_c.T = B.T @ (x * (exp(cs_last - cs) * dt')[:, None])`, K steps at a time: the state at a block's end is the
+   previous one decayed over the block plus the block's (N, K) @ (K, P) product (`tile.dot` with a loop-carried
+   accumulator, in registers; B loaded (K, N) along its contiguous rows and multiplied as `B.T`, which the dot
+   reads in place).
 2. `state_passing`, one program per (block of E state elements, batch, head): the states entering each chunk,
    `H_c = exp(cs_last of c-1) * H_{c-1} + S_{c-1}`, seeded with the initial state, the last one the final state:
    a loop over the chunks, each thread its own elements (as Mamba's `_state_passing_fwd`: memory-bound, its
@@ -22,10 +23,11 @@ The sequence is cut into chunks of L steps; with cs_t the cumsum of A * dt' insi
    below the diagonal, once per group (as Mamba's `_bmm_chunk_fwd`; every head of the group reads it).
 4. `chunk_scan`, one program per (block of M rows of a chunk, chunk, batch * head): the output rows,
    `(C_m @ H_c.T) * exp(cs_m)[:, None]` plus, for each block k of earlier-or-equal rows,
-   `((C B^T)_mk * exp(cs_m[:, None] - cs_k[None, :]) * dt'_k, causal) @ x_k`, then D and the z gate; H_c.T read
-   from a transposed view, the products' accumulator in registers (its per-row factors from stride-0 views: a
-   broadcast into the accumulator's fragment would be an exchange), the weights of each block in rows (cs and dt'
-   as vectors, broadcast in registers; the causal mask from row and column indices, cs_m loaded once). Its block
+   `((C B^T)_mk * exp(cs_m[:, None] - cs_k[None, :]) * dt'_k, causal) @ x_k`, then D and the z gate; H_c.T as
+   the states are kept (every product's operands multiplied as loaded: one arrangement in shared memory), the
+   products' accumulator in registers (its per-row factors from stride-0 views: a broadcast into the
+   accumulator's fragment would be an exchange), the weights of each block in rows (cs and dt' as vectors,
+   broadcast in registers; the causal mask from row and column indices, cs_m loaded once). Its block
    (M, K, threads, register cap) is a `ScanBlock` of SCAN_BLOCKS, SCAN_BLOCK the one used
    (benchmarks/ssd_probe.py times them all).
 
@@ -70,17 +72,17 @@ def chunk_state(
     P: ct.constexpr, N: ct.constexpr, K: ct.constexpr,
 ):  # fmt: skip
     """Chunk c of (b, h): dt' and cs into dt_out[b, h, c] and dA_cumsum[b, h, c] ((batch, nheads, nchunks, L)),
-    the chunk's own state into states[b, c, h] ((batch, nchunks, nheads, P, N), float32). x: (batch, nheads,
-    seqlen, P), dt: (batch, nheads, seqlen), B: (batch, ngroups, seqlen, N) views. K steps a block: the state at
-    the block's end is the previous one decayed over the block plus the block's own
-    `(x * (exp(cs_end - cs) * dt')[:, None]).T @ B` (`tile.dot` with a loop-carried accumulator; x's rows loaded
+    the chunk's own state, transposed, into states[b, c, h] ((batch, nchunks, nheads, N, P), float32). x: (batch,
+    nheads, seqlen, P), dt: (batch, nheads, seqlen), B: (batch, ngroups, seqlen, N) views. K steps a block: the
+    state at the block's end is the previous one decayed over the block plus the block's own
+    `B.T @ (x * (exp(cs_end - cs) * dt')[:, None])` (`tile.dot` with a loop-carried accumulator; B's rows loaded
     whole, its `.T` read in place by the dot). With
     HAS_SEQ_IDX only the steps of the sequence the chunk ends in count (seq_idx: (batch, seqlen) int32)."""
     c, b, h = ct.program_id(0), ct.program_id(1), ct.program_id(2)
     g = h // (x.shape[1] // B.shape[1])
     t0 = c * L
     steps = min(L, seqlen - t0)
-    state = tile.zeros((P, N), np.float32)
+    state = tile.zeros((N, P), np.float32)
     end = 0.0  # cs at the end of the previous block
     if HAS_SEQ_IDX:
         last = seq_idx[b, t0 + steps - 1]
@@ -95,7 +97,7 @@ def chunk_state(
         if HAS_SEQ_IDX:  # (d is stored: from here it only weighs the steps into the state)
             d = ct.where(tile.load(seq_idx[b], t0 + k, K, valid=steps - k, other=-1) == last, d, 0.0)
         scaled = (xs.astype(np.float32) * (ct.exp(total - cs) * d)[:, None]).astype(xs.dtype)
-        state = tile.dot(scaled.T, bs, state * ct.exp(total))
+        state = tile.dot(bs.T, scaled, state * ct.exp(total))
     tile.store(states[b, c, h], (0, 0), state)
 
 
@@ -170,11 +172,11 @@ def chunk_scan(
 ):  # fmt: skip
     """Rows m..m+M of chunk c of (b, h) into out[b, h] (a (batch, nheads, seqlen, P) view like x and z). C:
     (batch, ngroups, seqlen, N); cb: (batch, nchunks, ngroups, L, L), C B^T of each chunk (`chunk_cb`; only its
-    entries on and below the diagonal are read); passed: (batch, nchunks, nheads, P, N), the state entering each
-    chunk, read K states at a time along its contiguous rows and multiplied transposed (the dot reads `hn.T` in
-    place); dt_out and dA_cumsum: (batch, nheads, nchunks, L). The products into the output,
-    all (M, K) @ (K, P) (C and the states K columns at a time, then each earlier block's), keep their accumulator
-    in registers (`tile.dot`'s fragment), where a broadcast would be an exchange: its per-row factors are 2-D
+    entries on and below the diagonal are read); passed: (batch, nchunks, nheads, N, P), the state entering each
+    chunk, transposed, read K states at a time along its contiguous rows; dt_out and dA_cumsum: (batch, nheads,
+    nchunks, L). The products into the output, all (M, K) @ (K, P) (C and the states K rows at a time, then each
+    earlier block's), keep their accumulator in registers (`tile.dot`'s fragment), all with row-major operands in
+    shared memory, where a broadcast would be an exchange: its per-row factors are 2-D
     loads of views that repeat a vector (stride 0): cs_rows, dA_cumsum repeated along a last axis (at least P
     wide), D_rows, D (nheads, P) repeated along a middle axis of M. The weights of each block, in rows, take
     their per-row and per-column factors as vectors (a broadcast in registers), loaded once (the block's cs) or
@@ -190,8 +192,8 @@ def chunk_scan(
     acc = tile.zeros((M, P), np.float32)
     for n in range(0, N, K):
         cn = tile.load(C[b, g], (t0 + m, n), (M, K), valid=(rows, N - n), other=0)
-        hn = tile.load(passed[b, c, h], (0, n), (P, K), valid=(None, N - n), other=0).astype(cn.dtype)
-        acc = tile.dot(cn, hn.T, acc)
+        hn = tile.load(passed[b, c, h], (n, 0), (K, P), valid=(N - n, None), other=0).astype(cn.dtype)
+        acc = tile.dot(cn, hn, acc)
     if HAS_SEQ_IDX:
         prev = 0
         if c > 0:
@@ -235,19 +237,24 @@ class ScanBlock(NamedTuple):
     registers: int | None = None
 
 
-#: the `chunk_scan` launches benchmarks/ssd_probe.py times, each without local memory on sm_90 (registers a thread,
-#: shared bytes and blocks a multiprocessor at headdim 64, dstate 128, chunk 256, bfloat16; the registers are
-#: ptxas's choice, not the tiles' need: M=32, K=32 at 128 threads takes 218 uncapped and spills under 144)
+#: the `chunk_scan` launches benchmarks/ssd_probe.py times (registers a thread, shared bytes and blocks a
+#: multiprocessor at headdim 64, dstate 128, chunk 256, bfloat16, as the device's NVRTC 13.0 compiles them, none with
+#: local memory; then the H200's times at (8, 4096, 80, 64, 128) and (2, 16384, 32, 64, 128), operands in padded
+#: row-major layouts; a cap is ptxas's register limit: the tiles themselves need far fewer)
 SCAN_BLOCKS = {
-    "m64k64t256": ScanBlock(64, 64, 256),  # 255, 32 KiB, 1 block: 5.50 ms on the H100 (states read transposed)
-    "m64k32t256": ScanBlock(64, 32, 256),  # 194, 16 KiB, 1 block: 0.82x the default's speed, as above
-    "m64k64t128": ScanBlock(64, 64, 128),  # 255, 58 KiB, 2 blocks: 0.68x
-    "m32k64t128r200": ScanBlock(32, 64, 128, 200),  # 198, 25 KiB, 2 blocks: 0.64x
-    "m32k32t128r168": ScanBlock(32, 32, 128, 168),  # 168, 12 KiB, 3 blocks: 1.02-1.03x
-    "m32k32t64": ScanBlock(32, 32, 64),  # 224, 17 KiB, 4 blocks: 0.53x
+    "m64k64t256": ScanBlock(64, 64, 256),  # 198, 36 KiB, 1 block: 3.66 / 1.44 ms
+    "m64k32t256": ScanBlock(64, 32, 256),  # 128, 19 KiB, 2 blocks: 3.04 / 1.20 ms
+    "m64k64t128": ScanBlock(64, 64, 128),  # 255, 62 KiB, 2 blocks: 4.38 / 1.75 ms
+    "m32k64t128r200": ScanBlock(32, 64, 128, 200),  # 197, 28 KiB, 2 blocks: 3.99 / 1.59 ms
+    "m32k32t128r168": ScanBlock(32, 32, 128, 168),  # 168, 14 KiB, 3 blocks: 2.96 / 1.17 ms
+    "m32k32t64": ScanBlock(32, 32, 64),  # 243, 19 KiB, 4 blocks: 6.67 / 2.67 ms
+    "m64k64t256r128": ScanBlock(64, 64, 256, 128),  # 128, 36 KiB, 2 blocks: 2.67 / 1.04 ms
+    "m64k32t256r128": ScanBlock(64, 32, 256, 128),  # 128, 19 KiB, 2 blocks: 2.91 / 1.14 ms
 }
 #: the launch `mamba_chunk_scan_combined` uses (the rule: this one, M and K cut to the chunk; switching is this line)
-SCAN_BLOCK = "m64k64t256"
+SCAN_BLOCK = "m64k64t256r128"
+#: the launch with seq_idx, whose masks need more registers than SCAN_BLOCK's cap (160 bytes a thread spilled there)
+SEQ_SCAN_BLOCK = "m64k64t256"
 #: bytes of a `chunk_state` program's dot operands per step (two buffers of a (P, K) and a (K, N) tile); more
 #: puts the operands past 32 items a thread into shared memory and gains nothing (its registers, about 210 a
 #: thread at 256 threads, already keep one program a multiprocessor)
@@ -295,7 +302,7 @@ def mamba_chunk_scan_combined(
     f32 = "float32"
     dt_out = empty_like(x, (batch, nheads, nchunks, chunk_size), f32)
     dA_cumsum = empty_like(x, (batch, nheads, nchunks, chunk_size), f32)
-    states = empty_like(x, (batch, nchunks, nheads, headdim, dstate), f32)
+    states = empty_like(x, (batch, nchunks, nheads, dstate, headdim), f32)  # (each transposed: chunk_state)
     out = empty_like(x, (batch, seqlen, nheads, headdim), x.dtype)
     xh, Bg, Cg, outh = (_permute(a, (0, 2, 1, 3)) for a in (x, B, C, out))
     zh = None if z is None else _permute(z, (0, 2, 1, 3))
@@ -308,9 +315,9 @@ def mamba_chunk_scan_combined(
         dA_cumsum, states, seqlen, HAS_DT_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus),
         HAS_SEQ_IDX=has_seq, K=state_block(chunk_size, headdim, dstate, _itemsize(x)), **sizes,
     )  # fmt: skip
-    passed, final = pass_states(
-        states, dA_cumsum[:, :, :, chunk_size - 1], initial_states, C.dtype, interpret, seq_idx, chunk_size
-    )
+    initial = None if initial_states is None else _transposed(initial_states)
+    ends = dA_cumsum[:, :, :, chunk_size - 1]
+    passed, final = pass_states(states, ends, initial, C.dtype, interpret, seq_idx, chunk_size)
     block_m, block_k = min(BLOCK_M, chunk_size), min(BLOCK_K, chunk_size)
     seq_rows = seq_cols = A
     if has_seq:
@@ -324,9 +331,9 @@ def mamba_chunk_scan_combined(
     )  # fmt: skip
     scan_chunks(
         xh, zh, D, cb, Cg, dt_out, dA_cumsum, seq_rows if has_seq else None, passed, outh, seqlen,
-        SCAN_BLOCKS[SCAN_BLOCK], interpret,
+        SCAN_BLOCKS[SEQ_SCAN_BLOCK if has_seq else SCAN_BLOCK], interpret,
     )  # fmt: skip
-    return (out, final) if return_final_states else out
+    return (out, _transposed(final)) if return_final_states else out
 
 
 def scan_chunks(
@@ -346,7 +353,7 @@ def scan_chunks(
 ) -> None:
     """One `chunk_scan` launch as `block` says (M and K cut to the chunk), writing outh: xh, zh and outh
     (batch, nheads, seqlen, headdim) views, Cg (batch, ngroups, seqlen, dstate), passed (batch, nchunks, nheads,
-    headdim, dstate), the others as `mamba_chunk_scan_combined` makes them; zh, D and seq_rows None without z, D
+    dstate, headdim), the others as `mamba_chunk_scan_combined` makes them; zh, D and seq_rows None without z, D
     and seq_idx. Separate from `mamba_chunk_scan_combined` so that benchmarks/ssd_probe.py times each launch."""
     batch, nheads, _, headdim = xh.shape
     nchunks, chunk_size = dA_cumsum.shape[2:]
@@ -393,7 +400,8 @@ def pass_states(
     ((batch, nchunks, nheads, headdim, dstate), float32) and its total log-decay `ends` ((batch, nheads, nchunks)),
     seeded with `initial_states` ((batch, nheads, headdim, dstate), or None for zeros), reset where a chunk ends
     in another sequence of `seq_idx` ((batch, seqlen) int32, chunks of `chunk_size` steps; or None): Mamba's
-    `_state_passing_fwd` as one `state_passing` launch."""
+    `_state_passing_fwd` as one `state_passing` launch. Element-wise over each state: its last two axes may be
+    (dstate, headdim) instead, as `mamba_chunk_scan_combined` keeps them, if initial_states' are too."""
     batch, nchunks, nheads, headdim, dstate = states.shape
     flat = headdim * dstate
     passed = empty_like(states, (batch, nchunks, nheads, headdim, dstate), dtype)
@@ -479,6 +487,14 @@ def _cupy() -> Any:
     import cupy
 
     return cupy
+
+
+def _transposed(a: Any) -> Any:
+    """A contiguous copy of `a` with its last two axes swapped: states between the (headdim, dstate) of the
+    arguments and results and the (dstate, headdim) the programs keep."""
+    if callable(getattr(a, "contiguous", None)):
+        return a.transpose(-1, -2).contiguous()
+    return a.swapaxes(-1, -2).copy()
 
 
 def _reshape(a: Any, shape: tuple[int, ...]) -> Any:
