@@ -1,10 +1,12 @@
 """A short GPU run of the SSD forward's `chunk_scan` launches: every ScanBlock of coop_tiles.examples.ssd.SCAN_BLOCKS
 timed alone (CUDA-event medians after warm-up, `ct.testing.do_bench`) on the ssd section's shapes, on the inputs the
-other three programs make for it (captured from one `mamba_chunk_scan_combined` call), each output compared with
+other programs make for it (captured from one `mamba_chunk_scan_combined` call), each output compared with
 the default launch's (SCAN_BLOCK) and, when benchmarks/.mamba/triton holds Mamba's Triton function, the whole
 forward with that launch compared with Mamba's; a table of launch, registers, shared bytes, ms and ratio to the
-default, printed and written to --out. The variants compile in parallel worker processes first
-(benchmarks/warm.py; the disk cache then serves the timed process; COOP_BENCH_WARM=0 compiles them here).
+default, printed and written to --out; then the whole forward's kernels, coop_tiles' and Mamba's, each timed by
+torch.profiler over the same calls (where the time goes), beside each whole call's time. The variants compile in
+parallel worker processes first (benchmarks/warm.py; the disk cache then serves the timed process;
+COOP_BENCH_WARM=0 compiles them here).
 
     python benchmarks/ssd_probe.py --out /tmp/ssd_probe.md     # carry benchmarks/.mamba for Mamba's comparison
 """
@@ -82,6 +84,29 @@ def rows(shape: tuple, mamba) -> list[str]:
     return results
 
 
+def kernel_rows(shape: tuple, mamba) -> list[str]:
+    """The whole forward at `shape` with the default launches: each kernel's device time (torch.profiler, mean of
+    REPEATS calls), coop_tiles' and Mamba's, and each whole call's do_bench time."""
+    args = ssd_inputs(shape)
+    forwards = {"coop_tiles": mamba_chunk_scan_combined} | ({"Mamba": mamba} if mamba is not None else {})
+    lines = []
+    for name, forward in forwards.items():
+        run = lambda: forward(**args, chunk_size=shape[-1], dt_softplus=True)  # noqa: B023, E731
+        ms = cuda_time_ms(run)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(REPEATS):
+                run()
+            torch.cuda.synchronize()
+        kernels = [(e.key, e.device_time_total / REPEATS / 1e3) for e in prof.key_averages() if e.device_time_total]
+        cells = ", ".join(f"{key} {t:.3f}" for key, t in kernels)
+        lines.append(f"| {shape} | {name} | {ms:.3f} | {cells} |")
+    return lines
+
+
+#: calls the profiler averages each kernel's time over
+REPEATS = 5
+
+
 def mamba_function():
     """Mamba's Triton `mamba_chunk_scan_combined`, or None when benchmarks/.mamba/triton does not hold it."""
     try:
@@ -106,6 +131,9 @@ def main() -> None:
     lines += ["|---|---|---|---|---|---|" + ("---|" if mamba is not None else "")]
     for shape in SSD_SHAPES:
         lines += rows(shape, mamba)
+    lines += ["", "| shape | forward | whole call ms | each kernel's ms (profiler) |", "|---|---|---|---|"]
+    for shape in SSD_SHAPES:
+        lines += kernel_rows(shape, mamba)
     lines.append(f"\n(total {time.time() - started:.0f} s; errors: largest difference over the other's largest)")
     text = "\n".join(lines)
     print(text, flush=True)
