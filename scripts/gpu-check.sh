@@ -31,7 +31,7 @@ find_sanitizer() {
 # GPU tests whose programs are not shared test programs (library GEMMs, the examples: SSD, top-k, MoE routing,
 # the selective-scan backward, the sm_90a pipelined K loop), small cases, run by pytest under each tool: "file|-k expression"
 SANITIZE_TESTS=(
-    "tests/test_dot.py|gpu_k_loop_and_transposed or (gpu_fragment_map and 32-48) or gpu_transposed_wide"
+    "tests/test_dot.py|gpu_k_loop_and_transposed or (gpu_fragment_map and 32-48) or gpu_transposed_wide or gpu_mixed_products"
     "tests/test_ssd.py|gpu and small"
     "tests/test_topk_rows.py|gpu and cupy and float32"
     "tests/test_moe.py|gpu and cupy-700"

@@ -361,3 +361,86 @@ def test_gpu_tutorial_matmul_ragged(dt, tf32):
     )
     expected = a.astype(np.float64) @ b.astype(np.float64)
     np.testing.assert_allclose(cp.asnumpy(c), expected, rtol=0, atol=0.3 if tf32 else 1e-2)
+
+
+# ----- operand arrangements (the register lowering's plain layouts) ---------------------------------------------
+def test_padded_leading_dimensions():
+    """Each contiguous run of an operand padded to an odd count of 16-byte words (worked by hand): a row-major
+    bf16 (64, 64) a has rows of 128 bytes, 8 words -> 9, 72 elements; a column-major (64, 128) b: columns of 64
+    bf16 -> 72; float32 rows of 24: 96 bytes, 6 words -> 7, 28 elements; float64 rows of 16: 128 bytes, 8 words
+    -> 9, 18 elements; a run of one word stays one. The accumulator's (in registers) is not padded."""
+    spec = mathdx.GemmSpec(64, 128, 64, ("bf16", "bf16", "f32"), ("row", "col", "row"), 256, "sm_90")
+    assert mathdx.padded_lds(spec) == (72, 72, 128)
+    spec = mathdx.GemmSpec(24, 40, 24, ("f32", "f32", "f32"), ("row", "row", "row"), 128, "sm_90")
+    assert mathdx.padded_lds(spec) == (28, 44, 40)
+    spec = mathdx.GemmSpec(16, 16, 16, ("f64", "f64", "f64"), ("col", "row", "row"), 128, "sm_90")
+    assert mathdx.padded_lds(spec) == (18, 18, 16)
+    spec = mathdx.GemmSpec(16, 8, 8, ("f16", "f16", "f32"), ("row", "col", "row"), 32, "sm_90")
+    assert mathdx.padded_lds(spec) == (8, 8, 8)
+
+
+def mixed_products(x, y, z, out, M: ct.constexpr, N: ct.constexpr, K: ct.constexpr, VOTES: ct.constexpr):
+    """out = x @ y.T + x @ z (+ x @ z again with VOTES == 3): products of one accumulator asking for different
+    arrangements of their b (y.T, read in place: column-major; z: row-major)."""
+    a = tile.load(x, (0, 0), (M, K))
+    acc = tile.dot(a, tile.load(y, (0, 0), (N, K)).T)
+    acc = tile.dot(a, tile.load(z, (0, 0), (K, N)), acc)
+    if VOTES == 3:
+        acc = tile.dot(a, tile.load(z, (0, 0), (K, N)), acc)
+    tile.store(out, (0, 0), acc)
+
+
+def mixed_inputs(dt, M=32, N=48, K=64, seed=5):
+    rng = np.random.default_rng(seed)
+    x, y, z = (rng.integers(-3, 4, shape).astype(dt) for shape in ((M, K), (N, K), (K, N)))
+    return x, y, z, np.zeros((M, N), np.float64 if dt == np.float64 else np.float32)
+
+
+@pytest.mark.parametrize("votes", [2, 3])
+def test_interpreter_mixed_products(votes):
+    x, y, z, out = mixed_inputs(ct.bfloat16)
+    ct.jit(mixed_products, interpret=True)[1](x, y, z, out, M=32, N=48, K=64, VOTES=votes)
+    xf, yf, zf = (v.astype(np.float32) for v in (x, y, z))
+    np.testing.assert_array_equal(out, xf @ yf.T + (votes - 1) * (xf @ zf))
+
+
+@needs_mathdx
+@pytest.mark.parametrize(("votes", "chosen"), [(2, "b col"), (3, "b row")], ids=["tie", "majority"])
+def test_products_of_one_accumulator_take_the_arrangement_most_ask_for(votes, chosen):
+    """y.T asks for b column-major, z for row-major: on a tie the first product's, else the majority's; every
+    product runs with it (their accumulator's spread depends on it), the accumulator stays in registers; the
+    operands laid out as asked are written a run of a row a store, the others item by item."""
+    x, y, z, out = mixed_inputs(ct.bfloat16)
+    k = ct.jit(mixed_products).compile(x, y, z, out, M=32, N=48, K=64, VOTES=votes, arch="sm_90")
+    dots = [line for line in str(k.plan).splitlines() if " dot 32x48x64" in line]
+    assert len(dots) == votes and all(
+        f"a row, {chosen}, c row" in line and "BLAS execute (registers" in line for line in dots
+    )
+    shims = [k.shim_source[i : k.shim_source.index("\n}\n", i)] for i in _starts(k.shim_source, "void coop_dot_")]
+    vectors = [shim.count(" v; memcpy(&v") for shim in shims]  # (a vector of a run: 16 or 8 bytes here)
+    # a: row-major as held (a vector store in each); b: a vector store only where laid out as its product asked
+    assert sorted(vectors) == ([1, 2] if votes == 2 else [1, 2, 2])
+    assert k.local_memory_bytes() == 0
+
+
+def _starts(text: str, needle: str) -> list[int]:
+    found, at = [], text.find(needle)
+    while at >= 0:
+        found.append(at)
+        at = text.find(needle, at + 1)
+    return found
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("votes", [2, 3], ids=["tie", "majority"])
+@pytest.mark.parametrize("dt", [ct.bfloat16, np.float32], ids=lambda d: np.dtype(d).name)
+def test_gpu_mixed_products_share_the_accumulator(dt, votes):
+    """Products asking for different operand arrangements share one register accumulator: exact against NumPy
+    (small integers)."""
+    import cupy as cp
+
+    x, y, z, out = mixed_inputs(dt)
+    args = [cp.asarray(a) for a in (x, y, z, out)]
+    ct.jit(mixed_products)[1](*args, M=32, N=48, K=64, VOTES=votes)
+    xf, yf, zf = (v.astype(np.float32) for v in (x, y, z))
+    np.testing.assert_array_equal(cp.asnumpy(args[3]), xf @ yf.T + (votes - 1) * (xf @ zf))

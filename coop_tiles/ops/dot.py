@@ -84,9 +84,17 @@ def gemm_spec(s: TileDot, threads: int, arch: str, arrangement: tuple[str, str, 
 
 
 def product_spec(
-    m: int, n: int, k: int, dtype: np.dtype, tf32: bool, threads: int, arch: str, arrangement=ARRANGEMENT
+    m: int,
+    n: int,
+    k: int,
+    dtype: np.dtype,
+    tf32: bool,
+    threads: int,
+    arch: str,
+    arrangement: tuple[str, str, str] = ARRANGEMENT,
 ) -> GemmSpec:
-    """The block GEMM of (m, k) @ (k, n) `dtype` tiles (`tf32`: float32 ones on tensor cores)."""
+    """The block GEMM of (m, k) @ (k, n) `dtype` tiles (`tf32`: float32 ones on tensor cores), its operands in
+    shared memory as `arrangement` says."""
     ab, c, _ = _PRECISIONS[dtype]
     ab = "tf32" if tf32 and ab == "f32" else ab
     return GemmSpec(m, n, k, (ab, ab, c), arrangement, threads, arch)
@@ -301,9 +309,10 @@ def put_operand(w, var: ir.Var, items: str, to: str, ld: int, arrangement: str, 
     rows, cols = var.type.shape
     size = rows * cols
     n = w.layout(var).items_per_thread
-    vec = run_items(w.layout(var), cols) if (arrangement == "row") != transposed else 1
+    itemsize = var.type.dtype.itemsize
+    vec = run_items(w.layout(var), cols, itemsize) if (arrangement == "row") != transposed else 1
     if vec > 1:  # (held element (r, c) at r * ld + c: a run of c is contiguous)
-        word = _WORDS[vec * var.type.dtype.itemsize]
+        word = _WORDS[vec * itemsize]
         return (
             f"  for (int i = 0; i < {n}; i += {vec}) {{\n"
             f"    const int e = {w.element_index(var)};\n"
@@ -318,14 +327,14 @@ def put_operand(w, var: ir.Var, items: str, to: str, ld: int, arrangement: str, 
     )
 
 
-def run_items(lay, cols: int) -> int:
+def run_items(lay, cols: int, itemsize: int) -> int:
     """Items of a thread's row run of a tile laid out as `lay` that move as one vector store (1: none): a power
     of two of at most 16 bytes dividing the run and the row (runs start at multiples of their length)."""
     rs = lay.rows
     if rs is None or rs.holds != WHOLE:
         return 1
     vec = 1
-    while vec * 2 * lay.itemsize <= 16 and rs.run % (vec * 2) == 0 and cols % (vec * 2) == 0:
+    while vec * 2 * itemsize <= 16 and rs.run % (vec * 2) == 0 and cols % (vec * 2) == 0:
         vec *= 2
     return vec
 
