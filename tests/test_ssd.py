@@ -59,6 +59,8 @@ def test_interpreter_matches_reference(options, batch, seqlen, nheads, headdim, 
     assert out.shape == ref_out.shape and out.dtype == np.float32 and final.dtype == np.float32
     np.testing.assert_allclose(out, ref_out, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(final, ref_final, rtol=1e-4, atol=1e-4)
+    # (the programs keep states (dstate, headdim): the final ones come back (headdim, dstate), contiguous, as Mamba's)
+    assert final.shape == ref_final.shape and final.flags.c_contiguous
     assert isinstance(mamba_chunk_scan_combined(**args, chunk_size=chunk), np.ndarray)
 
 
