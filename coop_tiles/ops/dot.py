@@ -100,11 +100,11 @@ def product_spec(
     return GemmSpec(m, n, k, (ab, ab, c), arrangement, threads, arch)
 
 
-def operand_arrangement(s: TileDot) -> tuple[str, str, str]:
-    """The arrangements in shared memory in which `s`'s operands are written a run at a time: a tile's rows
-    lie along its threads' runs, so an operand held as multiplied is row-major and one held transposed
-    (`u.T`, read in place) column-major."""
-    return ("col" if s.transposed[0] else "row", "col" if s.transposed[1] else "row", "row")
+def operand_arrangement(transposed: tuple[bool, bool]) -> tuple[str, str, str]:
+    """The arrangements in shared memory in which a product's operands are written a run at a time, given which
+    are held transposed (`TileDot.transposed`): a tile's rows lie along its threads' runs, so an operand held as
+    multiplied is row-major and one held transposed (`u.T`, read in place) column-major."""
+    return ("col" if transposed[0] else "row", "col" if transposed[1] else "row", "row")
 
 
 def fragment_key(spec: GemmSpec) -> GemmSpec:
@@ -167,7 +167,7 @@ class Dot(TileOp):
             return
         spec = gemm_spec(s, ctx.threads, ctx.arch)
         ctx.join([s.out, *([s.acc] if s.acc is not None else [])])
-        offer_accumulator(ctx, s.out, spec, operand_arrangement(s))
+        offer_accumulator(ctx, s.out, spec, operand_arrangement(s.transposed))
 
     def takes_fragments(self, s: TileDot, var: ir.Var) -> bool:
         return True  # (the result and acc: the library's own arrangement; a and b: written by element index)

@@ -48,7 +48,7 @@ from ..runtime.gemm_pipeline import PipelineSpec
 from ..runtime.mathdx import GemmSpec
 from .base import LAUNCH_STATE, ArrayArg, OutArg, ShimCall, TileArg, TileOp, ValueArg, register
 from .construct import TileFull
-from .dot import TileDot, offer_accumulator, product_spec
+from .dot import TileDot, offer_accumulator, operand_arrangement, product_spec
 from .memory2d import TileLoad2D, TileStore2D, load_masked, store_masked
 
 #: the operand dtypes the pipeline streams (cuBLASDx refuses input streaming of tf32; float32 spills)
@@ -340,8 +340,8 @@ class DotLoop(TileOp):
         """`out` and `acc` in the arrangement the replaced loop's dot offers (the same key: one fragment)."""
         ctx.join([s.out, s.acc])
         if mathdx.available():
-            # (voting for the arrangement of the replaced loop's dot, whose operands are loaded as multiplied)
-            offer_accumulator(ctx, s.out, dot_spec(s, ctx.threads, ctx.arch), ("row", "row", "row"))
+            # (voting as the replaced loop's dot does: its operands are loaded as multiplied)
+            offer_accumulator(ctx, s.out, dot_spec(s, ctx.threads, ctx.arch), operand_arrangement((False, False)))
 
     def takes_fragments(self, s: TileDotLoop, var: ir.Var) -> bool:
         return True  # (`out` and `acc` item by item at their element indices; `a`, `b`: arrays)
