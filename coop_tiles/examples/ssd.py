@@ -81,7 +81,7 @@ def chunk_cumsum(
     tile.store(dA_cumsum[b, h, c], 0, tile.scan(d * A[h]))
 
 
-@ct.jit
+@ct.jit(fastmath=True)  # (its weights' exp as Triton's tl.exp: ex2.approx)
 def chunk_state(
     x, B, seq_idx, dt_out, dA_cumsum, states, seqlen,
     HAS_SEQ_IDX: ct.constexpr, L: ct.constexpr, P: ct.constexpr, N: ct.constexpr, K: ct.constexpr,
@@ -240,30 +240,33 @@ BLOCK_K = 64
 
 class ScanBlock(NamedTuple):
     """A `chunk_scan` launch: rows of a chunk per program (M), steps and states per product (K), threads per
-    block, and a register cap (`ct.jit(max_registers=...)`, None for none)."""
+    block, a register cap (`ct.jit(max_registers=...)`, None for none) and fast math (`ct.jit(fastmath=...)`)."""
 
     M: int
     K: int
     threads: int
     registers: int | None = None
+    fastmath: bool = False
 
 
 #: the `chunk_scan` launches benchmarks/ssd_probe.py times (registers a thread, shared bytes and blocks a
 #: multiprocessor at headdim 64, dstate 128, chunk 256, bfloat16, as the device's NVRTC 13.0 compiles them, none with
 #: local memory; then the H200's times at (8, 4096, 80, 64, 128) and (2, 16384, 32, 64, 128), operands in padded
-#: row-major layouts; a cap is ptxas's register limit: the tiles themselves need far fewer)
+#: row-major layouts, before the whole-block path of the accumulator's loads and stores; a cap is ptxas's register
+#: limit: the tiles themselves need far fewer; `f`: fast math, the weights' exp as Triton's tl.exp, 4% faster. Left
+#: out, all slower: 128 threads at M 64 (1.7x the time), 64 threads at M 32 (2.7x), a K loop that loads step k + K
+#: beside step k's product (1.25x: tiles moved to shared memory past the register budget, or spills))
 SCAN_BLOCKS = {
-    "m64k64t256": ScanBlock(64, 64, 256),  # 198, 36 KiB, 1 block: 3.66 / 1.44 ms
-    "m64k32t256": ScanBlock(64, 32, 256),  # 128, 19 KiB, 2 blocks: 3.04 / 1.20 ms
-    "m64k64t128": ScanBlock(64, 64, 128),  # 255, 62 KiB, 2 blocks: 4.38 / 1.75 ms
-    "m32k64t128r200": ScanBlock(32, 64, 128, 200),  # 197, 28 KiB, 2 blocks: 3.99 / 1.59 ms
-    "m32k32t128r168": ScanBlock(32, 32, 128, 168),  # 168, 14 KiB, 3 blocks: 2.96 / 1.17 ms
-    "m32k32t64": ScanBlock(32, 32, 64),  # 243, 19 KiB, 4 blocks: 6.67 / 2.67 ms
-    "m64k64t256r128": ScanBlock(64, 64, 256, 128),  # 128, 36 KiB, 2 blocks: 2.67 / 1.04 ms
-    "m64k32t256r128": ScanBlock(64, 32, 256, 128),  # 128, 19 KiB, 2 blocks: 2.91 / 1.14 ms
+    "m64k64t256": ScanBlock(64, 64, 256),  # 216, 36 KiB, 1 block: 3.79 / 1.47 ms
+    "m64k32t256": ScanBlock(64, 32, 256),  # 124, 19 KiB, 2 blocks: 3.01 / 1.18 ms
+    "m32k32t128r168": ScanBlock(32, 32, 128, 168),  # 168, 14 KiB, 3 blocks: 3.01 / 1.19 ms
+    "m64k64t256r128": ScanBlock(64, 64, 256, 128),  # 128, 36 KiB, 2 blocks: 2.65 / 1.03 ms
+    "m64k32t256r128": ScanBlock(64, 32, 256, 128),  # 128, 19 KiB, 2 blocks: 2.94 / 1.15 ms
+    "m64k64t256r128f": ScanBlock(64, 64, 256, 128, fastmath=True),  # 128, 36 KiB, 2 blocks: 2.56 / 0.98 ms
+    "m64k32t256r128f": ScanBlock(64, 32, 256, 128, fastmath=True),  # 128, 19 KiB, 2 blocks: 2.81 / 1.10 ms
 }
 #: the launch `mamba_chunk_scan_combined` uses (the rule: this one, M and K cut to the chunk; switching is this line)
-SCAN_BLOCK = "m64k64t256r128"
+SCAN_BLOCK = "m64k64t256r128f"
 #: the launch with seq_idx, whose masks need more registers than SCAN_BLOCK's cap (160 bytes a thread spilled there)
 SEQ_SCAN_BLOCK = "m64k64t256"
 #: bytes of a `chunk_state` program's dot operands per step (two buffers of a (P, K) and a (K, N) tile); more
@@ -389,7 +392,7 @@ def scan_program(block: ScanBlock, interpret: bool) -> ct.JITFunction:
 
 @functools.cache
 def _scan_kernel(block: ScanBlock) -> ct.JITFunction:
-    return ct.jit(chunk_scan.fn, block_threads=block.threads, max_registers=block.registers)
+    return ct.jit(chunk_scan.fn, block_threads=block.threads, max_registers=block.registers, fastmath=block.fastmath)
 
 
 def state_block(chunk_size: int, headdim: int, dstate: int, itemsize: int) -> int:
