@@ -150,6 +150,9 @@ def test_layer_norm_weights_broadcast_down_columns_in_registers():
     assert "per column, over rows" in plan  # the weights: one value per column, in each row group
     assert "through shared memory" not in plan
     assert k.shared_bytes == 0
+    # each thread's runs of 4 weights (and of 4 biases) in one 16-byte load where whole and aligned
+    assert plan.count("load, along rows, runs in words where whole") == 2
+    assert k.shim_source.count("reinterpret_cast<const uint4*>(p)") == 2
 
 
 def test_column_scan_is_a_row_scan_between_transposes():

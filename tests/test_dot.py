@@ -188,6 +188,8 @@ def test_k_loop_keeps_the_accumulator_in_registers():
     assert "barriers (__syncthreads before):\n  none" in plan
     shim = _dot_shim(k.shim_source)
     assert shim.count("__syncthreads()") == 1 and "out_items[i] = acc_items[i]" in shim
+    # the accumulator's store tests the valid counts and bounds once for the whole block, per item only if not whole
+    assert "e < 384 && (whole || (rr < vr_c" in k.shim_source
     assert k.local_memory_bytes() == 0
 
 

@@ -140,7 +140,7 @@ needs_mathdx = pytest.mark.skipif(not mathdx.available(), reason="libmathdx (nvi
 
 
 def compiled_programs(batch=1, seqlen=512, nheads=2, P=64, N=128, L=256, dtype=BF16, seq=False, scan=None) -> dict:
-    """The four programs compiled to sm_90 for `dtype` at the benchmark's headdim, dstate and chunk, with seq_idx
+    """The five programs compiled to sm_90 for `dtype` at the benchmark's headdim, dstate and chunk, with seq_idx
     (HAS_SEQ_IDX) or without (A in its place, as `mamba_chunk_scan_combined` passes it); chunk_scan at the
     ScanBlock `scan` (the default launch's when None)."""
     f32 = np.float32
@@ -158,9 +158,11 @@ def compiled_programs(batch=1, seqlen=512, nheads=2, P=64, N=128, L=256, dtype=B
     by_seq = dict(HAS_SEQ_IDX=seq)
     block = ssd.SCAN_BLOCKS[ssd.SEQ_SCAN_BLOCK if seq else ssd.SCAN_BLOCK] if scan is None else scan
     return {
+        "chunk_cumsum": ssd.chunk_cumsum.compile(
+            dt, A, A, cs, cs, seqlen, HAS_DT_BIAS=True, SOFTPLUS=True, L=L, arch="sm_90"
+        ),
         "chunk_state": ssd.chunk_state.compile(
-            x, dt, A, B, A, seq_idx if seq else A, cs, cs,
-            np.zeros((batch, nch, nheads, N, P), f32), seqlen, HAS_DT_BIAS=True, SOFTPLUS=True,
+            x, B, seq_idx if seq else A, cs, cs, np.zeros((batch, nch, nheads, N, P), f32).swapaxes(3, 4), seqlen,
             K=ssd.state_block(L, P, N, np.dtype(dtype).itemsize), **by_seq, **sizes,
         ),
         "state_passing": ssd.state_passing.compile(
@@ -190,10 +192,12 @@ def test_programs_compile_to_cubins():
     assert programs["chunk_scan"].registers() <= 128 and programs["chunk_scan"].local_memory_bytes() <= 64
     state, passing, scan = (str(programs[k].plan) for k in ("chunk_state", "state_passing", "chunk_scan"))
     registers = "BLAS execute (registers"  # the accumulator in registers: no exchange, one barrier a product
-    # (the state transposed, (N, P): chunk_scan multiplies it as loaded, so all its products share one arrangement)
-    assert "dot 128x64x64 bf16*bf16->f32, a col, b row" in state and registers in state and "transpose" not in state
-    # x and B loaded along their contiguous rows, B's transpose read in place by the dot
-    assert state.count("load 2-D, 16-byte words per row run") == 2 and "a = bs.T read in place" in state
+    # (stored transposed, (N, P), through a view: chunk_scan multiplies it as loaded, so all its products share one
+    # arrangement)
+    assert "dot 64x128x64 bf16*bf16->f32, a col, b row" in state and registers in state and "transpose" not in state
+    # x and B loaded along their contiguous rows, x's transpose read in place by the dot; no scan (chunk_cumsum's)
+    assert state.count("load 2-D, 16-byte words per row run") == 2 and "a = scaled.T read in place" in state
+    assert "scan" not in state and "scan" in str(programs["chunk_cumsum"].plan)
     assert programs["state_passing"].shared_bytes == 0 and "exchange" not in passing  # each thread its elements
     assert scan.count(registers) == 2 and "transpose" not in scan and _broadcasts_in_registers(scan)
     assert scan.count("bf16*bf16->f32, a row, b row") == 2  # (every operand stored a run at a time)
@@ -207,7 +211,7 @@ def test_seq_idx_programs_compile_to_cubins():
     programs = compiled_programs(seq=True)
     assert all(len(k.cubin) > 0 and k.local_memory_bytes() == 0 for k in programs.values())
     plans = {name: str(k.plan) for name, k in programs.items()}
-    assert "dot 128x64x64 bf16*bf16->f32" in plans["chunk_state"] and "transpose" not in plans["chunk_state"]
+    assert "dot 64x128x64 bf16*bf16->f32" in plans["chunk_state"] and "transpose" not in plans["chunk_state"]
     assert programs["state_passing"].shared_bytes == 0 and "exchange" not in plans["state_passing"]
     assert "dot 64x64x64 bf16*bf16->f32" in plans["chunk_cb"] and "exchange" not in plans["chunk_cb"]
     scan = plans["chunk_scan"]

@@ -10,11 +10,13 @@ turns most of the work into matrix products (the "state space duality"). With cs
 chunk:
 
 1. **The chunk's own state** (what the chunk would leave from a zero state): `S_c = X^T diag(exp(cs_last - cs)
-   * dt) B`, a (headdim, L) @ (L, dstate) product, taken K steps at a time: `tile.scan(dt * A,
-   return_total=True)` gives a block's cs and total, and `state = tile.dot(bs.T, scaled, state * ct.exp(total))`
-   decays the state over the block and adds the block's product (a block GEMM of cuBLASDx on the GPU, its
-   accumulator in registers). The state is kept transposed, (dstate, headdim), for step 3: `bs` is B's (K,
-   dstate) block, loaded along B's contiguous rows, and the dot reads its `.T` in place (no transposed copy).
+   * dt) B`, a (headdim, L) @ (L, dstate) product, taken K steps at a time. A small program first (as Mamba's
+   `_chunk_cumsum_fwd`) writes each chunk's dt (bias and softplus applied) and its cs, `tile.scan(dt * A)`;
+   then each block's weights are `ct.exp(cs_last - cs) * dt`, loaded, not carried, so the blocks' loads are
+   independent of each other, and `state = tile.dot(scaled.T, bs, state)` adds the block's product (a block
+   GEMM of cuBLASDx on the GPU, its accumulator in registers): `scaled` is X's (K, headdim) block times its
+   weights, loaded along X's contiguous rows, and the dot reads its `.T` in place (no transposed copy). The
+   (headdim, dstate) result is stored through a transposed view of states kept (dstate, headdim), for step 3.
 2. **The states between chunks**: `H_c = exp(cs_last of c-1) * H_{c-1} + S_{c-1}`, a linear recurrence over the
    chunks, one per state element, independent between elements: each thread walks the chunks for its own
    elements, a memory-bound loop with no exchange (as Mamba's `_state_passing_fwd`):
@@ -35,7 +37,8 @@ chunk:
    sector).
 
     Mamba's Triton (ssd_combined.py)                      coop_tiles.examples.ssd
-    _chunk_cumsum_fwd + _chunk_state_fwd (2 kernels)      chunk_state: tile.scan, tile.dot
+    _chunk_cumsum_fwd                                     chunk_cumsum: tile.scan
+    _chunk_state_fwd                                      chunk_state: tile.dot
     _state_passing_fwd (a loop over the chunks)           state_passing: a loop over the chunks
     _bmm_chunk_fwd (C B^T per group)                      chunk_cb: tile.dot, once per group
     _chunk_scan_fwd                                       chunk_scan: tile.dot (C H^T, then each block @ X)
@@ -48,7 +51,7 @@ the chunk before it; C B^T is 0 between steps of different sequences; and the en
 rows of the sequence the previous chunk ended in. The initial state is sequence 0's.
 
 The drop-in `coop_tiles.examples.mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D, z, dt_bias,
-dt_softplus, initial_states, seq_idx, return_final_states=...)` launches the four; below it runs at a small shape
+dt_softplus, initial_states, seq_idx, return_final_states=...)` launches the five; below it runs at a small shape
 (in the interpreter without a GPU) and is checked against the step-by-step recurrence in float64 NumPy, then with
 two sequences packed in each row against each sequence run on its own.
 

@@ -1,4 +1,4 @@
-"""Mamba-2's SSD chunked scan forward (`mamba_chunk_scan_combined`) as four tile programs, and its host entry point.
+"""Mamba-2's SSD chunked scan forward (`mamba_chunk_scan_combined`) as five tile programs, and its host entry point.
 
 For batch b, head h (reading group g = h // (nheads // ngroups) of B and C), time t, row p of the head and state
 n, with dt' = max(softplus(dt + dt_bias), 0) (bias and softplus optional) and a_t = exp(A[h] * dt'_t):
@@ -8,12 +8,13 @@ n, with dt' = max(softplus(dt + dt_bias), 0) (bias and softplus optional) and a_
 
 The sequence is cut into chunks of L steps; with cs_t the cumsum of A * dt' inside a chunk (`dA_cumsum`):
 
-1. `chunk_state`, one program per (chunk, batch, head): dt', its scaled cumsum (`tile.scan`) and the state the
-   chunk alone leaves, transposed (N, P) (so that `chunk_scan` multiplies it as loaded):
-   `S_c.T = B.T @ (x * (exp(cs_last - cs) * dt')[:, None])`, K steps at a time: the state at a block's end is the
-   previous one decayed over the block plus the block's (N, K) @ (K, P) product (`tile.dot` with a loop-carried
-   accumulator, in registers; B loaded (K, N) along its contiguous rows and multiplied as `B.T`, which the dot
-   reads in place).
+0. `chunk_cumsum`, one program per (chunk, batch, head): dt' and its scaled cumsum (`tile.scan`), as Mamba's
+   `_chunk_cumsum_fwd`; the other programs load them as vectors.
+1. `chunk_state`, one program per (chunk, batch, head): the state the chunk alone leaves,
+   `S_c = (x * (exp(cs_last - cs) * dt')[:, None]).T @ B`, K steps at a time (a (P, K) @ (K, N) product a block,
+   `tile.dot` with a loop-carried accumulator in registers; x loaded (K, P) along its contiguous rows and
+   multiplied as `x.T`, which the dot reads in place), stored transposed, (N, P), so that `chunk_scan`
+   multiplies it as loaded.
 2. `state_passing`, one program per (block of E state elements, batch, head): the states entering each chunk,
    `H_c = exp(cs_last of c-1) * H_{c-1} + S_{c-1}`, seeded with the initial state, the last one the final state:
    a loop over the chunks, each thread its own elements (as Mamba's `_state_passing_fwd`: memory-bound, its
@@ -66,38 +67,48 @@ def step_sizes(dt_row, dt_bias, h, t0, size, valid, HAS_DT_BIAS, SOFTPLUS):
 
 
 @ct.jit
-def chunk_state(
-    x, dt, A, B, dt_bias, seq_idx, dt_out, dA_cumsum, states, seqlen,
-    HAS_DT_BIAS: ct.constexpr, SOFTPLUS: ct.constexpr, HAS_SEQ_IDX: ct.constexpr, L: ct.constexpr,
-    P: ct.constexpr, N: ct.constexpr, K: ct.constexpr,
+def chunk_cumsum(
+    dt, A, dt_bias, dt_out, dA_cumsum, seqlen,
+    HAS_DT_BIAS: ct.constexpr, SOFTPLUS: ct.constexpr, L: ct.constexpr,
 ):  # fmt: skip
-    """Chunk c of (b, h): dt' and cs into dt_out[b, h, c] and dA_cumsum[b, h, c] ((batch, nheads, nchunks, L)),
-    the chunk's own state, transposed, into states[b, c, h] ((batch, nchunks, nheads, N, P), float32). x: (batch,
-    nheads, seqlen, P), dt: (batch, nheads, seqlen), B: (batch, ngroups, seqlen, N) views. K steps a block: the
-    state at the block's end is the previous one decayed over the block plus the block's own
-    `B.T @ (x * (exp(cs_end - cs) * dt')[:, None])` (`tile.dot` with a loop-carried accumulator; B's rows loaded
-    whole, its `.T` read in place by the dot). With
-    HAS_SEQ_IDX only the steps of the sequence the chunk ends in count (seq_idx: (batch, seqlen) int32)."""
+    """Chunk c of (b, h): dt' and its cumsum of A * dt' (cs) into dt_out[b, h, c] and dA_cumsum[b, h, c] ((batch,
+    nheads, nchunks, L); dt' is 0 past the sequence's end, so cs stays at the chunk's total there). dt: a
+    (batch, nheads, seqlen) view. As Mamba's `_chunk_cumsum_fwd`: the other programs load these as vectors."""
+    c, b, h = ct.program_id(0), ct.program_id(1), ct.program_id(2)
+    t0 = c * L
+    d = step_sizes(dt[b, h], dt_bias, h, t0, L, min(L, seqlen - t0), HAS_DT_BIAS, SOFTPLUS)
+    tile.store(dt_out[b, h, c], 0, d)
+    tile.store(dA_cumsum[b, h, c], 0, tile.scan(d * A[h]))
+
+
+@ct.jit(fastmath=True)  # (its weights' exp as Triton's tl.exp: ex2.approx)
+def chunk_state(
+    x, B, seq_idx, dt_out, dA_cumsum, states, seqlen,
+    HAS_SEQ_IDX: ct.constexpr, L: ct.constexpr, P: ct.constexpr, N: ct.constexpr, K: ct.constexpr,
+):  # fmt: skip
+    """The state chunk c of (b, h) alone leaves into states[b, c, h] (a (batch, nchunks, nheads, P, N) view,
+    float32): `(x * (exp(cs_end - cs) * dt')[:, None]).T @ B` over the chunk, K steps a block (`tile.dot` with a
+    loop-carried accumulator; x's rows loaded whole, its `.T` read in place by the dot), dt' and cs loaded from
+    `chunk_cumsum`'s dt_out and dA_cumsum (each block's loads independent of the others: no scan, no barrier
+    but the product's). x: (batch, nheads, seqlen, P), B: (batch, ngroups, seqlen, N) views. With HAS_SEQ_IDX
+    only the steps of the sequence the chunk ends in count (seq_idx: (batch, seqlen) int32)."""
     c, b, h = ct.program_id(0), ct.program_id(1), ct.program_id(2)
     g = h // (x.shape[1] // B.shape[1])
     t0 = c * L
     steps = min(L, seqlen - t0)
-    state = tile.zeros((N, P), np.float32)
-    end = 0.0  # cs at the end of the previous block
+    end = dA_cumsum[b, h, c, L - 1]  # (cs at the chunk's end: constant past the sequence's)
+    state = tile.zeros((P, N), np.float32)
     if HAS_SEQ_IDX:
         last = seq_idx[b, t0 + steps - 1]
     for k in range(0, L, K):
-        d = step_sizes(dt[b, h], dt_bias, h, t0 + k, K, steps - k, HAS_DT_BIAS, SOFTPLUS)
-        cs, total = tile.scan(d * A[h], return_total=True)
-        tile.store(dt_out[b, h, c], k, d, valid=L - k)
-        tile.store(dA_cumsum[b, h, c], k, cs + end, valid=L - k)
-        end = end + total
         xs = tile.load(x[b, h], (t0 + k, 0), (K, P), valid=(steps - k, None), other=0)
         bs = tile.load(B[b, g], (t0 + k, 0), (K, N), valid=(steps - k, None), other=0)
-        if HAS_SEQ_IDX:  # (d is stored: from here it only weighs the steps into the state)
+        cs = tile.load(dA_cumsum[b, h, c], k, K, valid=L - k, other=0)  # (K may pass a short chunk: d is 0 there)
+        d = tile.load(dt_out[b, h, c], k, K, valid=L - k, other=0)
+        if HAS_SEQ_IDX:
             d = ct.where(tile.load(seq_idx[b], t0 + k, K, valid=steps - k, other=-1) == last, d, 0.0)
-        scaled = (xs.astype(np.float32) * (ct.exp(total - cs) * d)[:, None]).astype(xs.dtype)
-        state = tile.dot(bs.T, scaled, state * ct.exp(total))
+        scaled = (xs.astype(np.float32) * (ct.exp(end - cs) * d)[:, None]).astype(xs.dtype)
+        state = tile.dot(scaled.T, bs, state)
     tile.store(states[b, c, h], (0, 0), state)
 
 
@@ -229,30 +240,33 @@ BLOCK_K = 64
 
 class ScanBlock(NamedTuple):
     """A `chunk_scan` launch: rows of a chunk per program (M), steps and states per product (K), threads per
-    block, and a register cap (`ct.jit(max_registers=...)`, None for none)."""
+    block, a register cap (`ct.jit(max_registers=...)`, None for none) and fast math (`ct.jit(fastmath=...)`)."""
 
     M: int
     K: int
     threads: int
     registers: int | None = None
+    fastmath: bool = False
 
 
 #: the `chunk_scan` launches benchmarks/ssd_probe.py times (registers a thread, shared bytes and blocks a
 #: multiprocessor at headdim 64, dstate 128, chunk 256, bfloat16, as the device's NVRTC 13.0 compiles them, none with
 #: local memory; then the H200's times at (8, 4096, 80, 64, 128) and (2, 16384, 32, 64, 128), operands in padded
-#: row-major layouts; a cap is ptxas's register limit: the tiles themselves need far fewer)
+#: row-major layouts, before the whole-block path of the accumulator's loads and stores; a cap is ptxas's register
+#: limit: the tiles themselves need far fewer; `f`: fast math, the weights' exp as Triton's tl.exp, 4% faster. Left
+#: out, all slower: 128 threads at M 64 (1.7x the time), 64 threads at M 32 (2.7x), a K loop that loads step k + K
+#: beside step k's product (1.25x: tiles moved to shared memory past the register budget, or spills))
 SCAN_BLOCKS = {
-    "m64k64t256": ScanBlock(64, 64, 256),  # 198, 36 KiB, 1 block: 3.66 / 1.44 ms
-    "m64k32t256": ScanBlock(64, 32, 256),  # 128, 19 KiB, 2 blocks: 3.04 / 1.20 ms
-    "m64k64t128": ScanBlock(64, 64, 128),  # 255, 62 KiB, 2 blocks: 4.38 / 1.75 ms
-    "m32k64t128r200": ScanBlock(32, 64, 128, 200),  # 197, 28 KiB, 2 blocks: 3.99 / 1.59 ms
-    "m32k32t128r168": ScanBlock(32, 32, 128, 168),  # 168, 14 KiB, 3 blocks: 2.96 / 1.17 ms
-    "m32k32t64": ScanBlock(32, 32, 64),  # 243, 19 KiB, 4 blocks: 6.67 / 2.67 ms
-    "m64k64t256r128": ScanBlock(64, 64, 256, 128),  # 128, 36 KiB, 2 blocks: 2.67 / 1.04 ms
-    "m64k32t256r128": ScanBlock(64, 32, 256, 128),  # 128, 19 KiB, 2 blocks: 2.91 / 1.14 ms
+    "m64k64t256": ScanBlock(64, 64, 256),  # 216, 36 KiB, 1 block: 3.79 / 1.47 ms
+    "m64k32t256": ScanBlock(64, 32, 256),  # 124, 19 KiB, 2 blocks: 3.01 / 1.18 ms
+    "m32k32t128r168": ScanBlock(32, 32, 128, 168),  # 168, 14 KiB, 3 blocks: 3.01 / 1.19 ms
+    "m64k64t256r128": ScanBlock(64, 64, 256, 128),  # 128, 36 KiB, 2 blocks: 2.65 / 1.03 ms
+    "m64k32t256r128": ScanBlock(64, 32, 256, 128),  # 128, 19 KiB, 2 blocks: 2.94 / 1.15 ms
+    "m64k64t256r128f": ScanBlock(64, 64, 256, 128, fastmath=True),  # 128, 36 KiB, 2 blocks: 2.56 / 0.98 ms
+    "m64k32t256r128f": ScanBlock(64, 32, 256, 128, fastmath=True),  # 128, 19 KiB, 2 blocks: 2.81 / 1.10 ms
 }
 #: the launch `mamba_chunk_scan_combined` uses (the rule: this one, M and K cut to the chunk; switching is this line)
-SCAN_BLOCK = "m64k64t256r128"
+SCAN_BLOCK = "m64k64t256r128f"
 #: the launch with seq_idx, whose masks need more registers than SCAN_BLOCK's cap (160 bytes a thread spilled there)
 SEQ_SCAN_BLOCK = "m64k64t256"
 #: bytes of a `chunk_state` program's dot operands per step (two buffers of a (P, K) and a (K, N) tile); more
@@ -302,7 +316,7 @@ def mamba_chunk_scan_combined(
     f32 = "float32"
     dt_out = empty_like(x, (batch, nheads, nchunks, chunk_size), f32)
     dA_cumsum = empty_like(x, (batch, nheads, nchunks, chunk_size), f32)
-    states = empty_like(x, (batch, nchunks, nheads, dstate, headdim), f32)  # (each transposed: chunk_state)
+    states = empty_like(x, (batch, nchunks, nheads, dstate, headdim), f32)  # (each transposed: for chunk_scan)
     out = empty_like(x, (batch, seqlen, nheads, headdim), x.dtype)
     xh, Bg, Cg, outh = (_permute(a, (0, 2, 1, 3)) for a in (x, B, C, out))
     zh = None if z is None else _permute(z, (0, 2, 1, 3))
@@ -310,9 +324,12 @@ def mamba_chunk_scan_combined(
     has_seq = seq_idx is not None
     seq = A if seq_idx is None else seq_idx  # (A: a placeholder the programs do not read without HAS_SEQ_IDX)
 
+    _program(chunk_cumsum, interpret)[nchunks, batch, nheads](
+        _permute(dt, (0, 2, 1)), A, A if dt_bias is None else dt_bias, dt_out, dA_cumsum, seqlen,
+        HAS_DT_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus), L=chunk_size,
+    )  # fmt: skip
     _program(chunk_state, interpret)[nchunks, batch, nheads](
-        xh, _permute(dt, (0, 2, 1)), A, Bg, A if dt_bias is None else dt_bias, seq, dt_out,
-        dA_cumsum, states, seqlen, HAS_DT_BIAS=dt_bias is not None, SOFTPLUS=bool(dt_softplus),
+        xh, Bg, seq, dt_out, dA_cumsum, _permute(states, (0, 1, 2, 4, 3)), seqlen,
         HAS_SEQ_IDX=has_seq, K=state_block(chunk_size, headdim, dstate, _itemsize(x)), **sizes,
     )  # fmt: skip
     initial = None if initial_states is None else _transposed(initial_states)
@@ -375,7 +392,7 @@ def scan_program(block: ScanBlock, interpret: bool) -> ct.JITFunction:
 
 @functools.cache
 def _scan_kernel(block: ScanBlock) -> ct.JITFunction:
-    return ct.jit(chunk_scan.fn, block_threads=block.threads, max_registers=block.registers)
+    return ct.jit(chunk_scan.fn, block_threads=block.threads, max_registers=block.registers, fastmath=block.fastmath)
 
 
 def state_block(chunk_size: int, headdim: int, dstate: int, itemsize: int) -> int:
@@ -417,7 +434,9 @@ def pass_states(
     return passed, final
 
 
-_INTERPRETING = {k: ct.jit(k.fn, interpret=True) for k in (chunk_state, state_passing, chunk_cb, chunk_scan)}
+_INTERPRETING = {
+    k: ct.jit(k.fn, interpret=True) for k in (chunk_cumsum, chunk_state, state_passing, chunk_cb, chunk_scan)
+}
 
 
 def _program(kernel: ct.JITFunction, interpret: bool) -> ct.JITFunction:

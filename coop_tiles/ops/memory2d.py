@@ -5,7 +5,7 @@ touched (a load gives `other` there); any other element outside the array is a T
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -243,7 +243,7 @@ def lower_block(w: Any, s: Any, tile: ir.Var, mask: ir.Var | None, load: bool) -
     body = w.items_ref("x", "items", tile, lay.items_per_thread)
     body += w.items_ref("keep", "mk", mask, lay.items_per_thread) if mask is not None else ""
     if lay.fragment is not None:  # (a GEMM's accumulator: each item at its element, `element_index`)
-        body += _item_by_item(w, tile, mask, load, at, rows, cols)
+        body += _item_by_item(w, tile, mask, load, a, rows, cols)
         w.define(call, "", body)
         return call
     shift = rs.lanes.bit_length() - 1
@@ -290,18 +290,22 @@ def lower_block(w: Any, s: Any, tile: ir.Var, mask: ir.Var | None, load: bool) -
     return call
 
 
-def _item_by_item(w: Any, tile: ir.Var, mask: ir.Var | None, load: bool, at: str, rows: str, cols: str) -> str:
-    """A 2-D transfer's body for a tile reached only by element index (a GEMM fragment): each item checked
-    against the valid counts, the array's bounds (`rows`, `cols`) and the mask, then moved to or from `at`."""
+def _item_by_item(w: Any, tile: ir.Var, mask: ir.Var | None, load: bool, a: ArrayArg, rows: str, cols: str) -> str:
+    """A 2-D transfer's body for a tile reached only by element index (a GEMM fragment): each item at its
+    element of the block, checked against the valid counts and the array's bounds (`rows`, `cols`) only where
+    the whole block is not valid and inside it (`whole`, tested once), and against the mask."""
     m, n = tile.type.shape
-    ok = f"e < {m * n} && rr < vr_c && cc < vc_c && ar >= 0 && ar < {rows} && ac >= 0 && ac < {cols}"
-    ok += " && keep[i]" if mask is not None else ""
+    at = f"p0[{replace(a.parts, off='0').offset(['rr', 'cc'])}]"  # (element (row + rr, col + cc))
+    inside = f"rr < vr_c && cc < vc_c && row + rr >= 0 && row + rr < {rows} && col + cc >= 0 && col + cc < {cols}"
+    ok = f"e < {m * n} && (whole || ({inside}))" + (" && keep[i]" if mask is not None else "")
     move = f"x[i] = ok ? {at} : other;" if load else f"if (ok) {at} = x[i];"
     return (
         f"  const long long vr_c = vr < 0 ? 0 : (vr > {m} ? {m} : vr), vc_c = vc < 0 ? 0 : (vc > {n} ? {n} : vc);\n"
+        f"  const bool whole = vr_c == {m} && vc_c == {n} && row >= 0 && row + {m} <= {rows} && col >= 0 && "
+        f"col + {n} <= {cols};\n"
+        f"  {'const ' if load else ''}auto* p0 = {a.parts.ptr} + {a.parts.offset(['row', 'col'])};\n"
         # (unrolled: the items stay in registers)
         f"  #pragma unroll\n  for (int i = 0; i < {w.layout(tile).items_per_thread}; ++i) {{\n"
         f"    const int e = {w.element_index(tile)}, rr = e / {n}, cc = e % {n};\n"
-        "    const long long ar = row + rr, ac = col + cc;\n"
         f"    const bool ok = {ok};\n    {move}\n  }}\n"
     )

@@ -25,7 +25,7 @@ import numpy as np
 from ..dtypes import bfloat16, cxx_name, is_half
 from ..lang import ir
 from ..lang.types import ArrayType
-from ..planner.layout import BLOCKED, REGISTER_ITEMS
+from ..planner.layout import BLOCKED, PER_COL, REGISTER_ITEMS, WHOLE
 from .base import ArrayArg, Choice, Lowering, Planning, ShimCall
 
 VECTORIZED = "DIRECT_VECTORIZED"
@@ -64,11 +64,14 @@ def choose_transfer(
     4-byte dtypes in inner loops or one word a thread), BLOCK_*_WARP_TRANSPOSE (one warp at a time past 32 items per
     thread) for other blocked tiles of unit-stride arrays, else direct (striped: coalesced; blocked
     over a strided view: element by element). A masked transfer, or one of a vector arranged along a
-    2-D tile's rows, moves item by item (`ITEM_BY_ITEM`)."""
+    2-D tile's rows, moves item by item (`ITEM_BY_ITEM`; an unmasked vector's runs in words where they can
+    be: `_vector_runs`)."""
     layout = ctx.tiles[tile.name]
     kind = "load" if load else "store"
     if mask is not None or layout.rows is not None:
         why = "masked" if mask is not None else "along rows"
+        if mask is None and _vector_runs(layout, array.type) is not None:
+            why += ", runs in words where whole"
         return ctx.choice(s, f"{kind}, {why}", ITEM_BY_ITEM, "DIRECT", storage=False)
     if not array.type.unit_stride:
         return ctx.choice(s, kind, "strided", "DIRECT", storage=False)
@@ -177,6 +180,8 @@ def lower_transfer(
             f"    const int left = int(v) - int(threadIdx.x) * {items};\n{each}{convert}  }}\n"
         )
         convert = ""
+    elif mask is None and (runs := _vector_runs(lay, array)) is not None:
+        body += _row_vector_words(kind, base, array, runs)
     elif not array.unit_stride or choice.primitive == ITEM_BY_ITEM:
         index = w.element_index(tile)
         where = f"{a.parts.ptr}[{a.parts.offset(['offset + e'])}]"
@@ -198,6 +203,48 @@ def lower_transfer(
             f"  else {call_expr}({thread}{base}, x, int(v){guarded_extra});\n"
         )
     w.define(call, code, body + convert)
+
+
+def _vector_runs(lay, array: ArrayType) -> tuple[str, int, int, int] | None:
+    """How a vector held along a 2-D family's rows (`RowShape` PER_COL or PER_ROW) moves to or from a
+    unit-stride array in words: (run q's first element, a C++ expression of `q`; items a run; runs; bytes a
+    word), or None where its runs are single items or it is not such a vector."""
+    rs = lay.rows
+    if rs is None or rs.holds == WHOLE or not array.unit_stride:
+        return None
+    if rs.holds == PER_COL:
+        first = f"((q * {rs.lanes} + (int(threadIdx.x) & {rs.lanes - 1})) * {rs.run})"
+        run, runs = rs.run, rs.row_items // rs.run
+    else:
+        first, run, runs = f"((int(threadIdx.x) >> {rs.lanes.bit_length() - 1}) * {rs.rows})", rs.rows, 1
+    word = next((b for b in WORD_TYPES if run * array.dtype.itemsize % b == 0), 0)
+    return (first, run, runs, word) if word > array.dtype.itemsize else None
+
+
+def _row_vector_words(kind: str, base: str, array: ArrayType, runs: tuple[str, int, int, int]) -> str:
+    """A vector's transfer (`_vector_runs`) from its first element `base`: each run of a thread's items in
+    words where it is whole (all valid) and aligned, else item by item against the valid count `v`."""
+    first, run, count, word = runs
+    wt, words = WORD_TYPES[word], run * array.dtype.itemsize // word
+    head = (
+        f"  for (int q = 0; q < {count}; ++q) {{\n    const int e0 = {first};\n"
+        f"    {'const ' if kind == 'load' else ''}auto* p = {base} + e0;\n"
+        f"    if (e0 + {run} <= v && reinterpret_cast<unsigned long long>(p) % {word} == 0) {{\n"
+    )
+    if kind == "load":
+        move = (
+            f"      {wt} wd[{words}];\n      for (int u = 0; u < {words}; ++u) wd[u] = "
+            f"reinterpret_cast<const {wt}*>(p)[u];\n      memcpy(&x[q * {run}], wd, sizeof(wd));\n"
+        )
+        each = f"      for (int j = 0; j < {run}; ++j) x[q * {run} + j] = e0 + j < v ? p[j] : other;\n"
+    else:
+        move = (
+            f"      {wt} wd[{words}];\n      memcpy(wd, &x[q * {run}], sizeof(wd));\n"
+            # (a plain store of the memcpy'd words comes out as scalar stores from NVRTC)
+            f"      for (int u = 0; u < {words}; ++u) __stwb(reinterpret_cast<{wt}*>(p) + u, wd[u]);\n"
+        )
+        each = f"      for (int j = 0; j < {run}; ++j) if (e0 + j < v) p[j] = x[q * {run} + j];\n"
+    return f"{head}{move}    }} else {{\n{each}    }}\n  }}\n"
 
 
 def _striped_vectors(
