@@ -270,8 +270,8 @@ SCAN_BLOCK = "m64k64t256r128f"
 #: the launch with seq_idx, whose masks need more registers than SCAN_BLOCK's cap (160 bytes a thread spilled there)
 SEQ_SCAN_BLOCK = "m64k64t256"
 #: bytes of a `chunk_state` program's dot operands per step (two buffers of a (P, K) and a (K, N) tile); more
-#: puts the operands past 32 items a thread into shared memory and gains nothing (its registers, about 210 a
-#: thread at 256 threads, already keep one program a multiprocessor)
+#: puts the operands past 32 items a thread into shared memory (measured when chunk_state still scanned dt':
+#: no gain then; not re-measured since)
 STATE_OPERAND_BYTES = 48 * 1024
 #: state elements per `state_passing` program (4 a thread: 16-byte loads of float32)
 BLOCK_E = 1024

@@ -15,8 +15,7 @@ from ..lang import ir
 from ..lang.types import INT64, TileType
 from ..lang.values import Const
 from .base import ArrayArg, ShimCall, TileArg, TileOp, ValueArg, mask_value, register
-
-VECTOR_BYTES = 16
+from .transfer import VECTOR_BYTES, move_words
 
 
 @dataclass
@@ -270,18 +269,7 @@ def lower_block(w: Any, s: Any, tile: ir.Var, mask: ir.Var | None, load: bool) -
         whole = f"row_ok && c0 + {run} <= vc_c && col + c0 >= 0 && col + c0 + {run} <= {cols}"
         ptr = f"{a.parts.ptr} + {a.parts.offset(['ar', 'col + c0'])}"  # (unit stride: the run's first element)
         aligned = f"reinterpret_cast<unsigned long long>({ptr}) % 16 == 0"
-        if load:
-            move = (
-                f"const uint4* src = reinterpret_cast<const uint4*>({ptr}); uint4 wd[{words}]; "
-                f"for (int u = 0; u < {words}; ++u) wd[u] = src[u]; memcpy(&x[first], wd, sizeof(wd));"
-            )
-        else:
-            move = (
-                f"uint4 wd[{words}]; memcpy(wd, &x[first], sizeof(wd)); "
-                # (a plain `dst[u] = wd[u]` of the memcpy'd words comes out as scalar stores from NVRTC)
-                f"uint4* dst = reinterpret_cast<uint4*>({ptr}); "
-                f"for (int u = 0; u < {words}; ++u) __stwb(dst + u, wd[u]);"
-            )
+        move = move_words(load, "uint4", words, ptr, "first")
         body += f"      if ({whole} && {aligned}) {{ {move} }}\n      else {{ {each} }}\n"
     else:
         body += f"      {each}\n"

@@ -25,7 +25,7 @@ import numpy as np
 from ..dtypes import bfloat16, cxx_name, is_half
 from ..lang import ir
 from ..lang.types import ArrayType
-from ..planner.layout import BLOCKED, PER_COL, REGISTER_ITEMS, WHOLE
+from ..planner.layout import BLOCKED, PER_COL, REGISTER_ITEMS, WHOLE, TileLayout
 from .base import ArrayArg, Choice, Lowering, Planning, ShimCall
 
 VECTORIZED = "DIRECT_VECTORIZED"
@@ -205,7 +205,7 @@ def lower_transfer(
     w.define(call, code, body + convert)
 
 
-def _vector_runs(lay, array: ArrayType) -> tuple[str, int, int, int] | None:
+def _vector_runs(lay: TileLayout, array: ArrayType) -> tuple[str, int, int, int] | None:
     """How a vector held along a 2-D family's rows (`RowShape` PER_COL or PER_ROW) moves to or from a
     unit-stride array in words: (run q's first element, a C++ expression of `q`; items a run; runs; bytes a
     word), or None where its runs are single items or it is not such a vector."""
@@ -231,20 +231,27 @@ def _row_vector_words(kind: str, base: str, array: ArrayType, runs: tuple[str, i
         f"    {'const ' if kind == 'load' else ''}auto* p = {base} + e0;\n"
         f"    if (e0 + {run} <= v && reinterpret_cast<unsigned long long>(p) % {word} == 0) {{\n"
     )
+    move = f"      {move_words(kind == 'load', wt, words, 'p', f'q * {run}')}\n"
     if kind == "load":
-        move = (
-            f"      {wt} wd[{words}];\n      for (int u = 0; u < {words}; ++u) wd[u] = "
-            f"reinterpret_cast<const {wt}*>(p)[u];\n      memcpy(&x[q * {run}], wd, sizeof(wd));\n"
-        )
         each = f"      for (int j = 0; j < {run}; ++j) x[q * {run} + j] = e0 + j < v ? p[j] : other;\n"
     else:
-        move = (
-            f"      {wt} wd[{words}];\n      memcpy(wd, &x[q * {run}], sizeof(wd));\n"
-            # (a plain store of the memcpy'd words comes out as scalar stores from NVRTC)
-            f"      for (int u = 0; u < {words}; ++u) __stwb(reinterpret_cast<{wt}*>(p) + u, wd[u]);\n"
-        )
         each = f"      for (int j = 0; j < {run}; ++j) if (e0 + j < v) p[j] = x[q * {run} + j];\n"
     return f"{head}{move}    }} else {{\n{each}    }}\n  }}\n"
+
+
+def move_words(load: bool, wt: str, words: int, ptr: str, first: str) -> str:
+    """C++ statements moving `words` words of type `wt` between `ptr` (aligned to a word) and a thread's
+    items `x[first]...`, through a word array (`memcpy`: no aliasing of the items' type)."""
+    if load:
+        return (
+            f"{wt} wd[{words}]; for (int u = 0; u < {words}; ++u) wd[u] = reinterpret_cast<const {wt}*>({ptr})[u]; "
+            f"memcpy(&x[{first}], wd, sizeof(wd));"
+        )
+    # (a plain `dst[u] = wd[u]` of the memcpy'd words comes out as scalar stores from NVRTC)
+    return (
+        f"{wt} wd[{words}]; memcpy(wd, &x[{first}], sizeof(wd)); "
+        f"for (int u = 0; u < {words}; ++u) __stwb(reinterpret_cast<{wt}*>({ptr}) + u, wd[u]);"
+    )
 
 
 def _striped_vectors(
