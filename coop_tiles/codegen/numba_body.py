@@ -195,8 +195,9 @@ class _BodyWriter:
             self.line(depth, "pass")
         loops: dict[int, list[str]] = {}  # items per thread: the gathered assignments
         placed: dict[str, tuple[int, ...]] = {}  # the gathered tiles in shared memory (`placements`)
-        for s in body:
-            barrier = self.plan is not None and self.plan.barrier_before(s)
+        barriers = self.barrier_positions(body)
+        for index, s in enumerate(body):
+            barrier = index in barriers
             expr = self.item_expr(s)
             shared = self.placements(s) if expr is not None else {}
             if barrier or expr is None or self.overlap(shared, placed):
@@ -210,6 +211,28 @@ class _BodyWriter:
             else:
                 self.stmt(s, depth)
         self.item_loops(loops, depth)
+
+    def barrier_positions(self, body: list[ir.Stmt]) -> set[int]:
+        """The indices of `body`'s statements a `cuda.syncthreads()` goes before: each planned barrier moved up past
+        the statements before it that touch neither memory nor the block's other threads (element-wise work in
+        registers, scalar arithmetic). Those then run after it, so the values they make are not held across the
+        wait: the flags of a select are folded into its bits as they are made, not kept in 32 registers."""
+        if self.plan is None:
+            return set()
+        positions = set()
+        for index, s in enumerate(body):
+            if self.plan.barrier_before(s):
+                while index > 0 and index - 1 not in positions and self.in_registers(body[index - 1]):
+                    index -= 1
+                positions.add(index)
+        return positions
+
+    def in_registers(self, s: ir.Stmt) -> bool:
+        """Whether `s` is register work alone: scalar arithmetic, or a tile made item by item none of whose tiles
+        is in shared memory."""
+        if isinstance(s, ir.ScalarOp):
+            return True
+        return self.item_expr(s) is not None and not self.placements(s)
 
     def placements(self, s: ir.Stmt) -> dict[str, tuple[int, ...]]:
         """The tiles `s` names that are in shared memory: (first byte, end, bytes between threads' items, bytes

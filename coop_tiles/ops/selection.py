@@ -1,10 +1,13 @@
 """Selection: `tile.select`, `tile.partition`, `tile.unique`, `tile.run_length_encode`, one op over one
 core, and `tile.select(..., chained=True)`, which also gives the number selected by the programs before.
 
-The core is CUB's select, in a block: each thread flags its items (blocked), a `cub::BlockScan`
-exclusive sum of the flags gives each selected item its rank and the block the count, each thread
-writes its selected items at their rank into shared memory, and after one barrier each thread reads
-the items of its result tile (in whatever arrangement the planner gave it) from there. The shared
+The core is CUB's select, in a block: each thread flags its items (blocked) as bits of a word per 32
+items, a `cub::BlockScan` exclusive sum of each thread's count of flags gives the thread its first
+rank and the block the count, each thread writes its selected items at consecutive ranks into shared
+memory, and after one barrier each thread reads the items of its result tile (in whatever
+arrangement the planner gave it) from there. (Scanning a rank per item instead, as CUB's agents do,
+keeps two more arrays of the thread's items live: 96 registers a thread against 56 for the chained
+select of 32 int32 items at 128 threads, and the occupancy a memory-bound kernel needs.) The shared
 arrays have a padding element every 32 (`PAD`), so that threads writing runs of consecutive ranks,
 and warps reading consecutive elements, hit distinct banks (what cub::BlockExchange's padding does).
 
@@ -31,11 +34,11 @@ import numpy as np
 
 from .. import tile
 from ..dtypes import bool_, cxx_name
-from ..errors import TileTypeError
+from ..errors import InternalError, TileTypeError
 from ..lang import ir
 from ..lang.types import INT64, ScalarType, TileType
 from ..lang.values import describe, is_tile
-from ..planner.layout import SYNCS
+from ..planner.layout import BLOCKED, SYNCS
 from . import chained as chain
 from .base import OutArg, ShimCall, TileArg, TileOp, one_d, register, seq, valid_arg, valid_count, valid_value
 from .neighbors import heads, heads_functor
@@ -206,37 +209,49 @@ class Select(TileOp):
                 f".FlagHeads(head, x0, coop_runs_op_{s.cid}{{}});\n"
             )
             flag = "head[i]"
-        body += f"  int sel[{items}], rank[{items}], count;\n"
-        body += f"  for (int i = 0; i < {items}; ++i) sel[i] = ({index} < v && {flag}) ? 1 : 0;\n"
-        body += f"  {scan_type}(s.temp).ExclusiveSum(sel, rank, count);\n"
+        if w.layout(s.srcs[0]).arrangement != BLOCKED:
+            raise InternalError(f"{s.kind}'s tiles must be blocked: the flags of a thread's items are a run of bits")
+        # the thread's items are elements [tid * items, tid * items + items): `mine` of them are below `valid`
+        words = -(-items // 32)
+        body += (
+            f"  const int mine = int(cuda::std::min(cuda::std::max(v - (long long)threadIdx.x * {items}, 0ll), "
+            f"{items}ll));\n  unsigned bits[{words}] = {{}};\n  #pragma unroll\n"
+            f"  for (int i = 0; i < {items}; ++i) if ({flag}) bits[i / 32] |= 1u << (i % 32);\n"
+            f"  int own = 0, first, count;\n  #pragma unroll\n  for (int j = 0; j < {words}; ++j) {{\n"
+            "    const int n = mine - 32 * j;\n"
+            "    bits[j] &= n >= 32 ? ~0u : (n <= 0 ? 0u : (1u << n) - 1u);\n    own += __popc(bits[j]);\n  }\n"
+            f"  {scan_type}(s.temp).ExclusiveSum(own, first, count);\n"
+            "  int r = first;  // the rank of the thread's next selected item\n"
+        )
+        selected = "(bits[i / 32] >> (i % 32) & 1u)"
         if s.chained:
             w.chain_bytes = chain.descriptor_bytes([np.dtype(np.int64)])
             code = chain.LIBRARY + SUM + code
             body += chain.callback("cuda::std::int64_t", "coop_select_sum", None, "s.total")
-            body += (
-                "  if (threadIdx.x < 32) {  // the look-back, while the other warps scatter\n"
-                "    const cuda::std::int64_t p = cb((cuda::std::int64_t)count);\n"
-                "    if (threadIdx.x == 0) s.offset = p;\n  }\n"
-            )
         k = len(s.srcs)
         if s.kind == PARTITION:
             body += (
-                f"  for (int i = 0; i < {items}; ++i) {{\n    const int e = {index};\n"
-                f"    if (e >= {size}) continue;\n"
-                f"    const int d = {PAD}(sel[i] ? rank[i] : count + e - rank[i]);\n    "
+                f"  #pragma unroll\n  for (int i = 0; i < {items}; ++i) {{\n    const int e = {index};\n"
+                f"    if (e >= {size}) continue;\n    const bool on = {selected};\n"
+                f"    const int d = {PAD}(on ? r : count + e - r);\n    "
                 + " ".join(f"s.items{j}[d] = x{j}[i];" for j in range(k))
-                + "\n  }\n"
+                + " r += on;\n  }\n"
             )
         else:
-            position = f" s.pos[{PAD}(rank[i])] = {index};" if s.lengths is not None else ""
+            position = f" s.pos[{PAD}(r)] = {index};" if s.lengths is not None else ""
             body += (
-                f"  for (int i = 0; i < {items}; ++i) if (sel[i]) {{ const int d = {PAD}(rank[i]); "
+                f"  #pragma unroll\n  for (int i = 0; i < {items}; ++i) if {selected} {{ const int d = {PAD}(r); "
                 + " ".join(f"s.items{j}[d] = x{j}[i];" for j in range(k))
                 + position
-                + " }\n"
+                + " ++r; }\n"
             )
             if s.lengths is not None:
                 body += f"  if (threadIdx.x == 0) s.pos[{PAD}(count)] = int(v);\n"
+        if s.chained:  # the first warp looks back once its items are scattered: none of them live across the wait
+            body += (
+                "  if (threadIdx.x < 32) {\n    const cuda::std::int64_t p = cb((cuda::std::int64_t)count);\n"
+                "    if (threadIdx.x == 0) s.offset = p;\n  }\n"
+            )
         body += "  __syncthreads();\n"
         body += f"  for (int i = 0; i < {out_items}; ++i) {{\n    const int e = {out_index};\n"
         if s.kind == PARTITION:
