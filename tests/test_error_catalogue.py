@@ -443,6 +443,14 @@ def variable_bool_then_int(x, n, T: ct.constexpr):
     x[0] = flag
 
 
+def cast_undone_by_promotion(x, n, T: ct.constexpr):
+    c = tile.load(x, 0, T)
+    c = c.astype(np.float16)  # HERE
+    for i in range(n):
+        c = tile.load(x, 0, T) * 2.0
+    tile.store(x, 0, c)
+
+
 def string_in_arithmetic(x, n, T: ct.constexpr):
     t = tile.load(x, 0, T)
     tile.store(x, 0, t + "1")  # HERE
@@ -1454,6 +1462,13 @@ CATALOGUE: list[Mistake] = [
         variable_bool_then_int,
         TYPE,
         "variable 'flag' is assigned both bool and int64 (python scalar)",
+    ),
+    Mistake(
+        "cast_undone_by_promotion",
+        cast_undone_by_promotion,
+        TYPE,
+        "variable 'c' is float32 (the promotion of every value assigned to it), so this astype(float16) would be "
+        "undone: give the float16 value a name of its own, or assign 'c' only float16 values",
     ),
     Mistake("string_in_arithmetic", string_in_arithmetic, TYPE, "value must be a number or a tile, got '1'"),
     Mistake(

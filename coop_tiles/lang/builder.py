@@ -290,6 +290,12 @@ class Builder:
             )
         if isinstance(declared, ScalarType) != isinstance(value.type, ScalarType):
             raise TileTypeError(f"variable {name!r} is assigned both a tile and a scalar")
+        if _casts(node) and declared.dtype != value.type.dtype:
+            raise TileTypeError(
+                f"variable {name!r} is {declared.dtype} (the promotion of every value assigned to it), so this "
+                f"astype({value.type.dtype}) would be undone: give the {value.type.dtype} value a name of its own, "
+                f"or assign {name!r} only {value.type.dtype} values"
+            )
         self.emit(ir.Copy(target, value), node)
         return target
 
@@ -467,3 +473,9 @@ class ProgramState:
     def next_cid(self) -> int:
         self.cids += 1
         return self.cids - 1
+
+
+def _casts(node: ast.AST) -> bool:
+    """Whether `node` assigns the result of an explicit `.astype(...)` (`x = t.astype(np.float16)`)."""
+    value = getattr(node, "value", None) if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+    return isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) and value.func.attr == "astype"
