@@ -187,10 +187,11 @@ def select_lines(rows: list[dict]) -> list[str]:
         "## Whole-array compaction: `tile.select(..., chained=True)`",
         "",
         "One launch over the whole array: each program selects its tile's elements (`tile.select`: a block scan of "
-        "the flags and a scatter through shared memory) and stores them at `offset`, the number selected by the "
-        "programs before it (a chained scan of the counts, as `tile.scan(..., chained=True)`), then the last "
-        "program writes the total. *If*: the nonzero elements, the predicate in the kernel (`select_nonzero` of "
-        "benchmarks/sections/select.py); *Flagged*: by a bool array (`coop_tiles.examples.compact`); *nonzero*: "
+        "each thread's count of flags and a scatter through shared memory) and stores them at `offset`, the "
+        "number selected by the programs before it (a chained scan of the counts, as `tile.scan(..., "
+        "chained=True)`), then the last program writes the total. *If*: the nonzero elements, the predicate in "
+        "the kernel (`select_nonzero` of benchmarks/sections/select.py); *Flagged*: by a bool array "
+        "(`coop_tiles.examples.compact`); *nonzero*: "
         "the int64 indices of the nonzero elements (`coop_tiles.examples.nonzero`). Best of "
         f"{configs}. Baselines: `cub::DeviceSelect::If` (x != 0) and `::Flagged` (benchmarks/cub_baselines.cu, "
         "temporary storage allocated once, outside the timing), `torch.masked_select(x, flags)` and "
