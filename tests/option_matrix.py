@@ -43,6 +43,7 @@ import coop_tiles as ct
 from coop_tiles import tile
 from coop_tiles.ops.base import BY_PUBLIC
 from coop_tiles.ops.options import COMBINE, COUNT, SCALAR, TILE, TUPLE, Forbidden, Sample, combinations, forbidden
+from coop_tiles.runtime.cache import DiskCache
 
 BLOCK = 128
 SIZES = (512, 300)  # 4 items per thread exactly; 3 items per thread with 84 of padding
@@ -867,12 +868,33 @@ def compile_source(s: Source) -> Any:
     return ct.jit(s.fn, block_threads=BLOCK).compile(*s.args(), arch=ARCH)
 
 
+#: the lock of the process that warms the cache, held until it exits (see `warm_cache`)
+_warming: list = []
+
+
 def warm_cache(jobs: int = min(len(os.sched_getaffinity(0)), 8)) -> None:
     """Compile every program into the disk cache in `jobs` processes at once: compiling is the matrix's
-    cost, and the tests' compiles then read the cubins. (Failures are left for the tests to report.)"""
-    if jobs > 1:
-        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-            list(pool.map(_compile_quietly, range(len(GROUPS)), chunksize=4))
+    cost, and the tests' compiles then read the cubins. (Failures are left for the tests to report.)
+
+    One process of those sharing the cache directory does it (pytest-xdist workers: the first to take a lock
+    in the directory, held until it exits); another skips it, and its tests compile what they need (reading
+    what the pool has made)."""
+    if jobs <= 1:
+        return
+    try:
+        import fcntl
+
+        root = DiskCache().root
+        root.mkdir(parents=True, exist_ok=True)
+        lock = open(root / ".option-matrix-warm.lock", "w")  # (held open until the process exits)
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except ImportError:
+        lock = None  # (no fcntl: warm it here)
+    except OSError:
+        return  # another process warms it, or has
+    _warming.append(lock)
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        list(pool.map(_compile_quietly, range(len(GROUPS)), chunksize=4))
 
 
 def _compile_quietly(g: int) -> None:

@@ -236,3 +236,35 @@ def test_concurrent_writers_under_a_cap(tmp_path):
     assert not [f for f in os.listdir(tmp_path / "kernel") if f.startswith(".tmp-")]
     cache.put("kernel", key(0), b"last")  # this process lists the directory, and evicts if over the cap
     assert sum(e.size for e in cache.entries()) <= 200_000
+
+
+def _generate_once(root: str, made: str) -> None:
+    """What `mathdx.cached` does: get, else under the entry's lock get again, else make (counted in `made`) and put."""
+    cache = DiskCache(root)
+    if cache.get("gemm", key(7)) is None:
+        with cache.generating("gemm", key(7)):
+            if cache.get("gemm", key(7)) is None:
+                with open(made, "a") as f:
+                    f.write("x")
+                time.sleep(0.5)  # (a slow generation: the others arrive meanwhile)
+                cache.put("gemm", key(7), b"made once")
+
+
+def test_processes_missing_the_same_entry_make_it_once(tmp_path):
+    made = tmp_path / "made"
+    ctx = multiprocessing.get_context("fork")
+    procs = [ctx.Process(target=_generate_once, args=(str(tmp_path), str(made))) for _ in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+        assert p.exitcode == 0
+    assert made.read_text() == "x" and DiskCache(tmp_path).get("gemm", key(7)) == b"made once"
+    assert [e.key for e in DiskCache(tmp_path).entries()] == [key(7)]  # (its lock file is no entry)
+
+
+def test_a_read_only_cache_generates_without_a_lock(tmp_path):
+    cache = DiskCache(tmp_path / "file")
+    (tmp_path / "file").write_text("not a directory")
+    with cache.generating("gemm", key(1)):
+        pass

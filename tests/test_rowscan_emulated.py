@@ -6,9 +6,13 @@ one entering a row's fold shows), against a sequential reference. No GPU needed;
 
 from __future__ import annotations
 
+import atexit
+import functools
 import re
 import shutil
 import subprocess
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -58,6 +62,23 @@ static unsigned __shfl_sync(unsigned, unsigned v, int src) {
   return r;
 }
 """
+
+
+#: how each emulated block is built
+GXX = ["g++", "-std=c++20", "-O0", "-pthread", "-w"]
+
+
+@functools.cache
+def _precompiled_includes() -> tuple[str, ...]:
+    """g++'s `-include` of the harness's standard headers (<barrier>, <thread>, ...) precompiled, made once per
+    process: parsing them was half of each test's g++ run. Empty where g++ cannot make it (each run then parses
+    them itself: the same program either way, as the harness still includes them)."""
+    folder = Path(tempfile.mkdtemp(prefix="coop-rowscan-pch-"))
+    atexit.register(shutil.rmtree, folder, True)
+    header = folder / "harness.h"
+    header.write_text("".join(line + "\n" for line in HARNESS.splitlines() if line.startswith("#include")))
+    made = subprocess.run([*GXX, "-x", "c++-header", "-o", f"{header}.gch", str(header)], capture_output=True)
+    return ("-include", str(header)) if made.returncode == 0 else ()
 
 
 def _shim_code(source: str, names: set[str]) -> str:
@@ -153,7 +174,7 @@ def run_shims(k, inputs: dict[str, np.ndarray], scalars: dict[str, float], tmp_p
     src = tmp_path / "emulated.cpp"
     src.write_text(code + "\n".join(main) + "\n")
     exe = tmp_path / "emulated"
-    subprocess.run(["g++", "-std=c++20", "-O0", "-pthread", "-w", "-o", str(exe), str(src)], check=True)
+    subprocess.run([*GXX, *_precompiled_includes(), "-o", str(exe), str(src)], check=True)
     text = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
     results: dict[int, dict[str, np.ndarray]] = {}
     grids = {}

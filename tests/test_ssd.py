@@ -139,10 +139,12 @@ def test_seq_idx_device_check():
 needs_mathdx = pytest.mark.skipif(not mathdx.available(), reason="libmathdx (nvidia-libmathdx-cu13) not installed")
 
 
-def compiled_programs(batch=1, seqlen=512, nheads=2, P=64, N=128, L=256, dtype=BF16, seq=False, scan=None) -> dict:
-    """The five programs compiled to sm_90 for `dtype` at the benchmark's headdim, dstate and chunk, with seq_idx
-    (HAS_SEQ_IDX) or without (A in its place, as `mamba_chunk_scan_combined` passes it); chunk_scan at the
-    ScanBlock `scan` (the default launch's when None)."""
+def compiled_programs(
+    batch=1, seqlen=512, nheads=2, P=64, N=128, L=256, dtype=BF16, seq=False, scan=None, names=None
+) -> dict:
+    """The five programs (or those of `names`) compiled to sm_90 for `dtype` at the benchmark's headdim, dstate and
+    chunk, with seq_idx (HAS_SEQ_IDX) or without (A in its place, as `mamba_chunk_scan_combined` passes it);
+    chunk_scan at the ScanBlock `scan` (the default launch's when None)."""
     f32 = np.float32
     nch = -(-seqlen // L)
     x, B = np.zeros((batch, nheads, seqlen, P), dtype), np.zeros((batch, 1, seqlen, N), dtype)
@@ -157,28 +159,29 @@ def compiled_programs(batch=1, seqlen=512, nheads=2, P=64, N=128, L=256, dtype=B
     cols = np.broadcast_to(seq_idx[:, None, :], (batch, M, seqlen)) if seq else A
     by_seq = dict(HAS_SEQ_IDX=seq)
     block = ssd.SCAN_BLOCKS[ssd.SEQ_SCAN_BLOCK if seq else ssd.SCAN_BLOCK] if scan is None else scan
-    return {
-        "chunk_cumsum": ssd.chunk_cumsum.compile(
+    compiles = {
+        "chunk_cumsum": lambda: ssd.chunk_cumsum.compile(
             dt, A, A, cs, cs, seqlen, HAS_DT_BIAS=True, SOFTPLUS=True, L=L, arch="sm_90"
         ),
-        "chunk_state": ssd.chunk_state.compile(
+        "chunk_state": lambda: ssd.chunk_state.compile(
             x, B, seq_idx if seq else A, cs, cs, np.zeros((batch, nch, nheads, N, P), f32).swapaxes(3, 4), seqlen,
             K=ssd.state_block(L, P, N, np.dtype(dtype).itemsize), **by_seq, **sizes,
         ),
-        "state_passing": ssd.state_passing.compile(
+        "state_passing": lambda: ssd.state_passing.compile(
             by_chunk, cs[..., 0], flat, seq_idx if seq else cs[..., 0], by_chunk.astype(dtype), flat,
             HAS_INITIAL=True, L=L if seq else 0, E=ssd.BLOCK_E, arch="sm_90", **by_seq,
         ),
-        "chunk_cb": ssd.chunk_cb.compile(
+        "chunk_cb": lambda: ssd.chunk_cb.compile(
             B, B, rows, cols, cb, seqlen, L=L, N=N, M=M, K=K, arch="sm_90", **by_seq
         ),
-        "chunk_scan": ssd.scan_program(block, False).compile(
+        "chunk_scan": lambda: ssd.scan_program(block, False).compile(
             x, x, np.broadcast_to(np.zeros((nheads, 1, P), f32), (nheads, block.M, P)), cb, B, cs, cs,
             np.broadcast_to(cs[..., None], (*cs.shape, P)), rows,
             np.zeros((batch, nch, nheads, N, P), dtype), x, seqlen,
             HAS_D=True, D_PER_ROW=True, HAS_Z=True, M=block.M, K=block.K, **by_seq, **sizes,
         ),
     }  # fmt: skip
+    return {name: compile() for name, compile in compiles.items() if names is None or name in names}
 
 
 @needs_mathdx
@@ -207,8 +210,8 @@ def test_programs_compile_to_cubins():
 @needs_mathdx
 def test_seq_idx_programs_compile_to_cubins():
     """With HAS_SEQ_IDX: the same products (chunk_cb's K states at a time: chunk_scan's shape), no local memory,
-    no exchange added."""
-    programs = compiled_programs(seq=True)
+    no exchange added. (chunk_cumsum takes no seq_idx: the program is the one compiled above, and not again.)"""
+    programs = compiled_programs(seq=True, names=("chunk_state", "state_passing", "chunk_cb", "chunk_scan"))
     assert all(len(k.cubin) > 0 and k.local_memory_bytes() == 0 for k in programs.values())
     plans = {name: str(k.plan) for name, k in programs.items()}
     assert "dot 64x128x64 bf16*bf16->f32" in plans["chunk_state"] and "transpose" not in plans["chunk_state"]
@@ -227,9 +230,10 @@ def _broadcasts_in_registers(plan: str) -> bool:
 @needs_mathdx
 def test_capped_scan_block_compiles_without_local_memory():
     """A `chunk_scan` launch of SCAN_BLOCKS under a register cap (benchmarks/ssd_probe.py times them all): at its
-    cap, with no local memory (the others are checked by the probe before it times them)."""
+    cap, with no local memory (the others are checked by the probe before it times them). Only chunk_scan: the other
+    four programs do not depend on the launch and are those of `test_programs_compile_to_cubins`."""
     block = ssd.SCAN_BLOCKS["m32k32t128r168"]
-    scan = compiled_programs(scan=block)["chunk_scan"]
+    scan = compiled_programs(scan=block, names=("chunk_scan",))["chunk_scan"]
     assert scan.block_threads == block.threads and scan.registers() <= block.registers
     assert scan.local_memory_bytes() == 0
 

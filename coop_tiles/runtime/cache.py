@@ -23,7 +23,8 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -140,6 +141,29 @@ class DiskCache:
             self._discard(path)
             return None
 
+    @contextmanager
+    def generating(self, kind: str, key: str) -> Iterator[None]:
+        """Hold a lock on (kind, key) shared by every process using this directory while its value is made, for
+        entries that take seconds (libmathdx's GEMMs): a process that misses the same entry meanwhile waits for it
+        and then reads it instead of making it again. Where no lock can be taken (no `fcntl`, a read-only cache)
+        nothing is held. The lock files (`.lock-<key>`, empty) are left for reuse; eviction's sweep removes those
+        made over an hour ago."""
+        try:
+            import fcntl
+
+            path = self.root / kind / f".lock-{key}"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except (ImportError, OSError):
+            fd = None
+        try:
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            if fd is not None:
+                os.close(fd)  # (releases the lock)
+
     def put(self, kind: str, key: str, value: Any) -> None:
         """Store `value` under (kind, key), then evict least recently used entries if over the cap."""
         path = self._path(kind, key)
@@ -187,9 +211,10 @@ class DiskCache:
         return total
 
     def _sweep_stale_tmp(self) -> None:
+        """Remove temporary files of writers that died, and lock files made as long ago."""
         cutoff = time.time() - STALE_TMP_SECONDS
         for kind_dir in self._kind_dirs():
-            for tmp in kind_dir.glob(".tmp-*"):
+            for tmp in [*kind_dir.glob(".tmp-*"), *kind_dir.glob(".lock-*")]:
                 try:
                     if tmp.stat().st_mtime < cutoff:
                         tmp.unlink()

@@ -9,7 +9,9 @@ shows the outputs `COOP_TILES_DUMP` asks for (`runtime/dump.py`).
 from __future__ import annotations
 
 import re
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, nullcontext, suppress
@@ -145,12 +147,33 @@ def library_ltoirs(shims: ShimSource) -> list[tuple[str, bytes]]:
     ]
 
 
+#: The bodies' LTO-IR of the last kernels Numba compiled in this process, by everything that makes it: a kernel's
+#: PTX (`CompiledKernel.ptx`, which `local_memory_bytes` reads) is linked from the same modules as its cubin, and
+#: after a cold compile takes them from here instead of compiling the bodies again.
+_numba_ltoirs: OrderedDict[str, list[tuple[str, bytes]]] = OrderedDict()
+_NUMBA_LTOIRS_KEPT = 16
+_numba_ltoirs_lock = threading.Lock()
+
+
 def numba_stage(bodies: list[BodySource], arch: str, fastmath: bool) -> list[tuple[str, bytes]]:
     """Each body's LTO-IR, named by its C symbol (`fastmath`: Numba's fast math)."""
-    return [
+    key = make_key(
+        "numba", [(b.source, b.function, b.abi_name, [vars(s) for s in b.shims], b.param_types) for b in bodies], arch,
+        fastmath, toolchain.versions(),
+    )  # fmt: skip
+    with _numba_ltoirs_lock:
+        if key in _numba_ltoirs:
+            _numba_ltoirs.move_to_end(key)
+            return _numba_ltoirs[key]
+    found = [
         (b.abi_name, toolchain.numba_compile(b.source, b.function, b.abi_name, b.shims, b.param_types, arch, fastmath))
         for b in bodies
     ]
+    with _numba_ltoirs_lock:
+        _numba_ltoirs[key] = found
+        while len(_numba_ltoirs) > _NUMBA_LTOIRS_KEPT:
+            _numba_ltoirs.popitem(last=False)
+    return found
 
 
 def built_ir(fn: Callable, sig: Signature, on_built: Callable[[ir.Program], None] | None) -> ir.Program:
