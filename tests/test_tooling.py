@@ -507,3 +507,13 @@ def test_autotune_without_a_gpu(no_gpu):
         'add_one.kernel.compile(..., arch="sm_90")'
     )
     assert (e.loc.filename, e.loc.line) == (__file__, line_of("# AUTOTUNE-WITHOUT-GPU"))
+
+
+def test_the_longest_tests_conftest_collects_first_exist():
+    """conftest.SLOWEST names tests by node id: a renamed one would silently stop being collected first."""
+    from conftest import SLOWEST
+
+    for nodeid in SLOWEST:
+        path, name = nodeid.split("::")
+        source = (REPO / path).read_text()
+        assert re.search(rf"^def {re.escape(name.split('[')[0])}\(", source, re.M), f"{nodeid} is not a test"
