@@ -100,6 +100,26 @@ def test_warm_compile_skips_every_compiler(monkeypatch, tmp_path):
         ct.jit(scaled_cumsum.fn).compile(x, x, 1, 2.0, TILE=768, arch="sm_90")
 
 
+def test_a_kernels_ptx_is_cached_beside_its_cubin(monkeypatch, tmp_path):
+    """`kernel.ptx` (and `local_memory_bytes`, which reads it) of a kernel loaded from the disk cache comes from the
+    cache too, once made: no body is compiled again for it."""
+    monkeypatch.setenv("COOP_TILES_CACHE_DIR", str(tmp_path))
+    x = np.zeros(1, np.float32)
+    cold = ct.jit(scaled_cumsum.fn).compile(x, x, 1, 2.0, TILE=640, arch="sm_90")
+    assert not (tmp_path / "ptx").exists()  # made when first asked for
+    ptx = cold.ptx
+    assert ".entry" in ptx and any((tmp_path / "ptx").iterdir())
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a compiler ran on a warm start")
+
+    monkeypatch.setattr(toolchain, "nvrtc_compile", forbidden)
+    monkeypatch.setattr(toolchain, "numba_compile", forbidden)
+    monkeypatch.setattr(toolchain, "link", forbidden)
+    warm = ct.jit(scaled_cumsum.fn).compile(x, x, 1, 2.0, TILE=640, arch="sm_90")
+    assert warm.ptx == ptx and warm.local_memory_bytes() == 0
+
+
 def test_entry_format_starts_with_magic(tmp_path):
     DiskCache(tmp_path).put("storage", "k", 1)
     assert (tmp_path / "storage" / "k.bin").read_bytes().startswith(MAGIC)

@@ -205,6 +205,19 @@ def plan_stage(
     return finish_plan(program, layouts, nvrtc[1], sig.arch)
 
 
+def kernel_key(shims: ShimSource, bodies: list[BodySource], sig: Signature) -> str:
+    """The disk-cache key of what the kernel's sources link to (its cubin, and its PTX when asked for)."""
+    return make_key(
+        "kernel",
+        shims.source,
+        [b.source for b in bodies],
+        [[vars(s) for s in b.shims] for b in bodies],
+        sig.arch,
+        sig.fastmath,
+        toolchain.versions(),
+    )
+
+
 def cubin_stage(
     shims: ShimSource,
     nvrtc: tuple[bytes, dict[int, StorageNeed]],
@@ -215,15 +228,7 @@ def cubin_stage(
 ) -> bytes:
     """The cubin: from the disk cache when the sources match, else the bodies compiled by Numba and
     linked with the shims' LTO-IR by nvJitLink."""
-    key = make_key(
-        "kernel",
-        shims.source,
-        [b.source for b in bodies],
-        [[vars(s) for s in b.shims] for b in bodies],
-        sig.arch,
-        sig.fastmath,
-        toolchain.versions(),
-    )
+    key = kernel_key(shims, bodies, sig)
     cubin = cache.get("kernel", key)
     if cubin is None:
         clock.compiling()
@@ -339,9 +344,15 @@ def compile_kernel(
         raise
     program, shims, bodies = out["rewritten"], out["shims"], out["body"]
 
-    def ltoirs() -> list[tuple[str, bytes]]:
-        shim = ("coop_shims", nvrtc_stage(shims, sig.arch, cache)[0])
-        return [shim, *library_ltoirs(shims), *numba_stage(bodies, sig.arch, sig.fastmath)]
+    def ptx() -> bytes:  # (from the disk cache, as the cubin: a kernel loaded from it need not compile its bodies)
+        key = kernel_key(shims, bodies, sig)
+        found = cache.get("ptx", key)
+        if found is None:
+            shim = ("coop_shims", nvrtc_stage(shims, sig.arch, cache)[0])
+            modules = [shim, *library_ltoirs(shims), *numba_stage(bodies, sig.arch, sig.fastmath)]
+            found = toolchain.link(modules, sig.arch, output="ptx")
+            cache.put("ptx", key, found)
+        return found
 
     source = "\n".join(b.source for b in bodies)
     return CompiledKernel(
@@ -352,7 +363,7 @@ def compile_kernel(
         source,
         shims.kernel_name,
         out["cubin"],
-        ltoirs,
+        ptx,
         chain_bytes=shims.chain_bytes,
         launch_bytes=shims.launch_bytes,
         prepare_name=shims.prepare_name,

@@ -39,7 +39,7 @@ class CompiledKernel:
     numba_source: str
     kernel_name: str
     cubin: bytes
-    _ltoirs: Callable[[], list[tuple[str, bytes]]] = field(repr=False)
+    _link_ptx: Callable[[], bytes] = field(repr=False)
     _ptx: bytes | None = field(default=None, repr=False)
     #: cuda.core Kernel per device id, filled by the launcher.
     loaded: dict = field(default_factory=dict, repr=False)
@@ -80,7 +80,7 @@ class CompiledKernel:
     def ptx(self) -> str:
         """The linked, optimised PTX of the whole kernel (computed on first access)."""
         if self._ptx is None:
-            self._ptx = toolchain.link(self._ltoirs(), self.arch, output="ptx")
+            self._ptx = self._link_ptx()
         return self._ptx.decode()
 
     def registers(self) -> int:
