@@ -82,18 +82,23 @@ def test_keys_depend_on_every_part():
     assert base != make_key("kernel", "source", "sm_90", {"numba-cuda": "0.30.5"})
 
 
+def forbid_compilers(monkeypatch) -> None:
+    """From here on, NVRTC, Numba and nvJitLink raise: what follows must come from the disk cache."""
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("a compiler ran on a warm start")
+
+    for name in ("nvrtc_compile", "numba_compile", "link"):
+        monkeypatch.setattr(toolchain, name, forbidden)
+
+
 def test_warm_compile_skips_every_compiler(monkeypatch, tmp_path):
     monkeypatch.setenv("COOP_TILES_CACHE_DIR", str(tmp_path))
     x = np.zeros(1, np.float32)
     cold = ct.jit(scaled_cumsum.fn).compile(x, x, 1, 2.0, TILE=640, arch="sm_90")
     assert any((tmp_path / "kernel").iterdir()) and any((tmp_path / "shims").iterdir())
 
-    def forbidden(*args, **kwargs):
-        raise AssertionError("a compiler ran on a warm start")
-
-    monkeypatch.setattr(toolchain, "nvrtc_compile", forbidden)
-    monkeypatch.setattr(toolchain, "numba_compile", forbidden)
-    monkeypatch.setattr(toolchain, "link", forbidden)
+    forbid_compilers(monkeypatch)
     warm = ct.jit(scaled_cumsum.fn).compile(x, x, 1, 2.0, TILE=640, arch="sm_90")
     assert warm.cubin == cold.cubin
     with pytest.raises(AssertionError, match="a compiler ran"):  # a new specialisation must compile
@@ -110,12 +115,7 @@ def test_a_kernels_ptx_is_cached_beside_its_cubin(monkeypatch, tmp_path):
     ptx = cold.ptx
     assert ".entry" in ptx and any((tmp_path / "ptx").iterdir())
 
-    def forbidden(*args, **kwargs):
-        raise AssertionError("a compiler ran on a warm start")
-
-    monkeypatch.setattr(toolchain, "nvrtc_compile", forbidden)
-    monkeypatch.setattr(toolchain, "numba_compile", forbidden)
-    monkeypatch.setattr(toolchain, "link", forbidden)
+    forbid_compilers(monkeypatch)
     warm = ct.jit(scaled_cumsum.fn).compile(x, x, 1, 2.0, TILE=640, arch="sm_90")
     assert warm.ptx == ptx and warm.local_memory_bytes() == 0
 
