@@ -218,6 +218,12 @@ def kernel_key(shims: ShimSource, bodies: list[BodySource], sig: Signature) -> s
     )
 
 
+def kernel_modules(shim_ltoir: bytes, shims: ShimSource, bodies: list[BodySource], sig: Signature) -> list:
+    """What nvJitLink links into the kernel (its cubin, or its PTX): the shims', the libraries' and the bodies'
+    LTO-IR, by name."""
+    return [("coop_shims", shim_ltoir), *library_ltoirs(shims), *numba_stage(bodies, sig.arch, sig.fastmath)]
+
+
 def cubin_stage(
     shims: ShimSource,
     nvrtc: tuple[bytes, dict[int, StorageNeed]],
@@ -233,7 +239,7 @@ def cubin_stage(
     if cubin is None:
         clock.compiling()
         with clock.stage("Numba"):
-            modules = [("coop_shims", nvrtc[0]), *library_ltoirs(shims), *numba_stage(bodies, sig.arch, sig.fastmath)]
+            modules = kernel_modules(nvrtc[0], shims, bodies, sig)
         with clock.stage("nvJitLink"):
             cubin = toolchain.link(modules, sig.arch)
         cache.put("kernel", key, cubin)
@@ -348,8 +354,7 @@ def compile_kernel(
         key = kernel_key(shims, bodies, sig)
         found = cache.get("ptx", key)
         if found is None:
-            shim = ("coop_shims", nvrtc_stage(shims, sig.arch, cache)[0])
-            modules = [shim, *library_ltoirs(shims), *numba_stage(bodies, sig.arch, sig.fastmath)]
+            modules = kernel_modules(nvrtc_stage(shims, sig.arch, cache)[0], shims, bodies, sig)
             found = toolchain.link(modules, sig.arch, output="ptx")
             cache.put("ptx", key, found)
         return found
