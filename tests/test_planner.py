@@ -187,6 +187,28 @@ def test_tiles_past_32_items_per_thread_live_in_shared_memory_and_share_bytes():
     assert "shared" in text and "live (lines)" in text
 
 
+def row_norm(x, y, n, TILE: ct.constexpr):
+    t = tile.load(x, 0, TILE, valid=n, other=0)
+    centered = t - tile.sum(t) // n
+    tile.store(y, 0, centered * 2 - tile.sum(centered * centered), valid=n)
+
+
+def test_striped_tiles_keep_up_to_64_items_per_thread_in_registers_within_half_the_register_budget():
+    # 16384 int32 at 256 threads: 64 items, 64 words each, half of the 128-register budget: registers
+    layouts = plan_layouts(program(row_norm, TILE=16384), 256)
+    assert {t.arrangement for t in layouts.tiles.values()} == {"striped"}
+    assert {t.items_per_thread for t in layouts.tiles.values()} == {64}
+    assert {t.storage for t in layouts.tiles.values()} == {"registers"}
+    # 65 items: past 64
+    assert {t.storage for t in plan_layouts(program(row_norm, TILE=16640), 256).tiles.values()} == {"shared"}
+    # 64 items at 512 threads (a budget of 96 registers): more than half of it
+    assert {t.storage for t in plan_layouts(program(row_norm, TILE=32768), 512).tiles.values()} == {"shared"}
+    # a scan's blocked tiles keep the limit of 32 (TILE 9000 at 256 threads: 36 items per thread)
+    scanned = plan_layouts(program(scan_plus_one, TILE=9000), 256)
+    assert {t.items_per_thread for t in scanned.tiles.values()} == {36}
+    assert {t.storage for t in scanned.tiles.values()} == {"shared"}
+
+
 def test_tiles_that_do_not_fit_shared_memory_go_to_local_memory():
     p = program(scan_plus_one, TILE=40000)
     plan = finish_plan(p, plan_layouts(p), needs_of(p), "sm_80")  # 163 KiB: the 164 KiB tile does not fit

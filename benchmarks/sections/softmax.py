@@ -29,7 +29,8 @@ SOFTMAX_DTYPES = ("float32", "bfloat16")
 SOFTMAX_KERNELS = ("softmax", "layer_norm")
 SOFTMAX_THREADS = (None, 128, 256, 512, 1024)  # threads per block tried for coop_tiles (None: the runtime's choice)
 SOFTMAX_MAX_ITEMS = 64  # ... keeping at most this many items per thread
-SOFTMAX_CAPPED = ((512, 64),)  # and (threads, register cap) pairs: two blocks of 512 threads per SM
+#: and (threads, register cap) pairs: two blocks per SM of 512 threads, or of 256 threads holding 64 items each
+SOFTMAX_CAPPED = ((512, 64), (256, 128))
 #: (rows per program, threads) of the block-of-rows programs (`softmax_rows_fwd`, `layer_norm_rows_fwd`), where a
 #: thread holds at most ROWS_MAX_ITEMS of the block: 32 * BM threads give each row a warp
 ROWS_CONFIGS = ((1, 32), (2, 64), (4, 128), (8, 256), (16, 512), (4, 256), (8, 512), (2, 256), (4, 512))
