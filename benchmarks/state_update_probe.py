@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import coop_tiles.examples.state_update as ssu  # noqa: E402
+from benchmarks.device import torch_copy_rate_gbs  # noqa: E402
 from benchmarks.sections import state_update as section  # noqa: E402
 from benchmarks.timing import cuda_time_ms  # noqa: E402
 from coop_tiles.examples import selective_state_update  # noqa: E402
@@ -35,7 +36,7 @@ CHOICES = {
 def main() -> None:
     import torch
 
-    copy_gbs = section._copy_rate_gbs(torch)
+    copy_gbs = torch_copy_rate_gbs(torch)
     default = ssu.launch_choice
     print("| case | dtype | BLOCK_D | threads | per thread | ms | of limit | correct |")
     print("|---|---|---|---|---|---|---|---|")

@@ -98,10 +98,10 @@ def launch_choice(dim: int, dstate: int) -> tuple[int, int, int]:
     access to the state covers whole sectors, and the sum along a row is per-thread adds and warp shuffles. The
     program is short, so what each thread does besides its state (its indices, the rows' x, dt, D and z, the
     states' B and C) is a large share of its instructions: more state per thread amortises it, until the
-    blocks get too few to hide the memory's latency. Measured on an H200 (benchmarks/state_update_probe.py,
-    kernel times): Mamba-2's (64, 80, 64, 128) 16 per thread at 128 threads 96-104 us, 8 per thread at 256
-    threads 120-131 us; Mamba-1's (64, 5120, 16) 8 per thread at 128 threads 13.6-14.4 us, 16 per thread
-    18.7-19.5 us."""
+    blocks get too few to hide the memory's latency. Measured on an H200 (kernel times, do_bench): Mamba-2's
+    (64, 80, 64, 128) 16 per thread at 128 threads 95-101 us, 8 per thread at 128 threads 116-120 us, at 256
+    threads 217-220 us; Mamba-1's (64, 5120, 16) 8 per thread at 128 threads 17.7-19.8 us, 16 per thread 24-26 us,
+    and a program looping over 2 or 4 batches (A, D and dt_bias read once for them) 19-23 us: no better."""
     dstate_p2 = 1 << max(0, dstate - 1).bit_length()
     items = ITEMS_NARROW if dstate_p2 <= WIDE_STATE else ITEMS_WIDE
     block_d = max(1, min(BLOCK_THREADS * items // dstate_p2, 1 << max(0, dim - 1).bit_length()))
