@@ -60,8 +60,8 @@ SYNCS = "syncs"
 REENTRANT = "reentrant"
 DEFAULT_BLOCK_THREADS = 256
 MAX_BLOCK_THREADS = 1024
-#: past this many items per thread a tile leaves registers (shared memory, else local memory), unless it is
-#: within REGISTER_ITEMS_MOST and half of `register_budget` (`fits_registers`)
+#: past this many items per thread a tile leaves registers (shared memory, else local memory), unless it is a
+#: striped tile within REGISTER_ITEMS_MOST and half of `register_budget` (`fits_registers`)
 REGISTER_ITEMS = 32
 #: the most items per thread a tile may keep in registers (a block of threads pinned below what the tile's size
 #: asks: 16384 columns at 256 threads)
