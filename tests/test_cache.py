@@ -259,15 +259,15 @@ def test_concurrent_writers_under_a_cap(tmp_path):
 
 
 def _generate_once(root: str, made: str) -> None:
-    """What `mathdx.cached` does: get, else under the entry's lock get again, else make (counted in `made`) and put."""
-    cache = DiskCache(root)
-    if cache.get("gemm", key(7)) is None:
-        with cache.generating("gemm", key(7)):
-            if cache.get("gemm", key(7)) is None:
-                with open(made, "a") as f:
-                    f.write("x")
-                time.sleep(0.5)  # (a slow generation: the others arrive meanwhile)
-                cache.put("gemm", key(7), b"made once")
+    """`get_or_make` (what `mathdx.cached` calls) of a slow entry, each making of it counted in `made`."""
+
+    def make() -> bytes:
+        with open(made, "a") as f:
+            f.write("x")
+        time.sleep(0.5)  # (a slow generation: the others arrive meanwhile)
+        return b"made once"
+
+    DiskCache(root).get_or_make("gemm", key(7), make)
 
 
 def test_processes_missing_the_same_entry_make_it_once(tmp_path):

@@ -23,7 +23,7 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,6 +164,18 @@ class DiskCache:
         finally:
             if fd is not None:
                 os.close(fd)  # (releases the lock)
+
+    def get_or_make(self, kind: str, key: str, make: Callable[[], Any]) -> Any:
+        """The value under (kind, key), or `make()` stored there, made by one process at a time (`generating`):
+        a process that misses the entry while another makes it waits, then reads it."""
+        found = self.get(kind, key)
+        if found is None:
+            with self.generating(kind, key):
+                found = self.get(kind, key)
+                if found is None:
+                    found = make()
+                    self.put(kind, key, found)
+        return found
 
     def put(self, kind: str, key: str, value: Any) -> None:
         """Store `value` under (kind, key), then evict least recently used entries if over the cap."""

@@ -325,14 +325,7 @@ def cached(api: tuple[str, ...], spec: GemmSpec, generate: Callable[[GemmSpec], 
     # (sm_90a is requested arch-specific, (900, 1): entries made when it was requested as plain 900 are not reused)
     specific = ("arch-specific",) if spec.arch.endswith("a") else ()
     key = make_key("gemm", *api, vars(spec), version(), toolchain.versions()["nvrtc"], *specific)
-    found = cache.get("gemm", key)
-    if found is None:
-        with cache.generating("gemm", key):  # (another process making the same one: wait for it)
-            found = cache.get("gemm", key)
-            if found is None:
-                found = generate(spec)
-                cache.put("gemm", key, found)
-    return found
+    return cache.get_or_make("gemm", key, lambda: generate(spec))
 
 
 @functools.lru_cache(maxsize=64)
