@@ -4,7 +4,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-from programs import scaled_cumsum
+from programs import reductions, scaled_cumsum
 
 import coop_tiles as ct
 from coop_tiles.lang.types import WEAK_FLOAT, WEAK_INT, ArrayType
@@ -32,11 +32,11 @@ def fake_gpu(monkeypatch):
     monkeypatch.setattr(launcher, "load", lambda kernel, device_id: kernel)
 
     def measure(kernel, function, device):
-        entry = table[kernel.block_threads]  # blocks a multiprocessor, or (blocks, bytes of local memory a thread)
-        blocks, spilled = entry if isinstance(entry, tuple) else (entry, 0)
-        return blockdims.Measured(
-            kernel.block_threads, 64, kernel.shared_bytes, blocks, blocks * kernel.block_threads / 2048, spilled
-        )
+        # blocks a multiprocessor, or (blocks, bytes of local memory a thread[, blocks if shared memory set no limit])
+        entry = table[kernel.block_threads]
+        blocks, spilled, unlimited = (*entry, entry[0])[:3] if isinstance(entry, tuple) else (entry, 0, entry)
+        occupancy = blocks * kernel.block_threads / 2048
+        return blockdims.Measured(kernel.block_threads, 64, kernel.shared_bytes, blocks, occupancy, spilled, unlimited)
 
     monkeypatch.setattr(blockdims, "measure", measure)
     return table
@@ -78,3 +78,28 @@ def test_a_spilling_size_only_when_every_one_spills(fake_gpu):
     fake_gpu.update({128: (6, 8), 256: (1, 8), 512: (1, 8), 1024: (0, 8)})
     kernel = blockdims.select(ct.jit(scaled_cumsum.fn), SIG, DEVICE)
     assert kernel.block_threads == 128
+
+
+REDUCTIONS = Signature(
+    (("x", ArrayType(np.dtype(np.float32))), ("out", ArrayType(np.dtype(np.float32))), ("n", WEAK_INT)),
+    (("TILE", 8192),),
+    None,
+    "sm_90",
+)
+
+
+def test_striped_tiles_limited_by_registers_keep_the_default(fake_gpu):
+    fake_gpu.update({256: 2, 512: 2, 1024: 1})  # (registers: 512 of 2048 thread slots at 256, 1024 at 512)
+    kernel = blockdims.select(ct.jit(reductions.fn), REDUCTIONS, DEVICE)
+    assert all(t.arrangement == "striped" for t in kernel.plan.tiles.values())
+    assert (kernel.block_threads, kernel.block_choice.reason) == (
+        256,
+        "default rule for striped tiles limited by registers: items per thread, not occupancy",
+    )
+
+
+def test_striped_tiles_limited_by_shared_memory_or_spilling_take_the_highest_occupancy(fake_gpu):
+    fake_gpu.update({256: (2, 0, 6), 512: 2, 1024: 1})  # (shared memory: 2 blocks of 256, registers would fit 6)
+    assert blockdims.select(ct.jit(reductions.fn), REDUCTIONS, DEVICE).block_threads == 512
+    fake_gpu.update({256: (2, 8), 512: 2, 1024: 1})
+    assert blockdims.select(ct.jit(reductions.fn), REDUCTIONS, DEVICE).block_threads == 512
