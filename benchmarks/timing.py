@@ -11,11 +11,12 @@ from typing import Any
 import coop_tiles as ct
 
 
-def cuda_time_ms(fn, before: Callable[[], None] | None = None) -> float:
+def cuda_time_ms(fn, before: Callable[[], None] | None = None, *, host_ahead: bool = False) -> float:
     """Median milliseconds per fn() call from `ct.testing.do_bench`: CUDA events on the current stream, the L2
     cache flushed before each call. `before()` (resetting an output that fn accumulates into) runs before every
-    call, outside the timed interval."""
-    return ct.testing.do_bench(fn, setup=before)
+    call, outside the timed interval; `host_ahead`: the GPU's time alone, the host's time to queue the call's work
+    left out (do_bench's `host_ahead`)."""
+    return ct.testing.do_bench(fn, setup=before, host_ahead=host_ahead)
 
 
 def host_overheads_us(launches: dict[str, Callable[[], None]], count: int = 2000, reps: int = 15) -> dict:

@@ -14,6 +14,7 @@ import ctypes
 import functools
 import statistics
 import sys
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,8 +43,9 @@ FLUSH_FACTOR = 2
 #: Reads the flush buffer (16-byte loads, a grid-stride loop), so the lines it leaves in L2 are
 #: clean: a flush that writes (a memset) leaves dirty lines whose write-back lands in the next
 #: timed call, charged to a kernel that only reads (about 9 us on an H100; issue 17). It writes
-#: only if the buffer, zeroed once, ever held another value: never, but the loads must stay.
-_FLUSH_READER = r"""
+#: only if the buffer, zeroed once, ever held another value: never, but the loads must stay. The
+#: delay kernel (one thread) keeps the GPU busy for `ns` nanoseconds (`do_bench`'s `host_ahead`).
+_TIMING_KERNELS = r"""
 extern "C" __global__ void coop_flush_read(const uint4* words, unsigned long long n, unsigned* sink) {
   unsigned acc = 0;
   for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
@@ -53,9 +55,22 @@ extern "C" __global__ void coop_flush_read(const uint4* words, unsigned long lon
   }
   if (acc != 0) *sink = acc;
 }
+
+extern "C" __global__ void coop_delay(unsigned long long ns) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < ns);
+}
 """
 _FLUSH_THREADS = 256
 _FLUSH_BLOCKS_PER_SM = 8
+#: with `host_ahead`, the GPU waits this many times the host's time per call (and HOST_AHEAD_MARGIN_NS more)
+#: before each timed call: the host's time varies from call to call
+HOST_AHEAD_FACTOR = 2
+HOST_AHEAD_MARGIN_NS = 20_000
 
 
 # ================================================================================================
@@ -69,6 +84,7 @@ def do_bench(
     flush_l2: bool = True,
     *,
     setup: Callable[[], Any] | None = None,
+    host_ahead: bool = False,
 ) -> float | list[float]:
     """Milliseconds per call of `fn` (which queues GPU work), from CUDA events on the current stream.
 
@@ -79,12 +95,16 @@ def do_bench(
     would be charged to the timed call. Returns the median, or with `quantiles` (fractions in [0, 1]) the list
     of those quantiles of the per-call times, in order (always a list). ``setup()``, when
     given, runs before every call, outside the timed interval (to reset an output `fn`
-    accumulates into).
+    accumulates into). ``host_ahead=True`` times the GPU's work alone: before each timed call the
+    GPU waits (a one-thread kernel) twice as long as `fn` takes the host to queue its work, so
+    that all of it is queued before the start event fires, as under a CUDA graph; otherwise, where
+    `fn` takes the host longer than the flush takes the GPU (Python, allocations, several
+    launches), the GPU idles inside the timed interval until the work arrives.
 
     >>> ms = ct.testing.do_bench(lambda: kernel[grid](x, y, n, TILE=4096))
     >>> median, p20, p80 = ct.testing.do_bench(lambda: kernel[grid](x, y, n, TILE=4096), quantiles=[0.5, 0.2, 0.8])
     """
-    timer = _EventTimer(current_stream(), flush_l2)
+    timer = _EventTimer(current_stream(), flush_l2, host_ahead)
     try:
         fn()  # a first call may compile: not part of the estimate
         estimate = timer.estimate(fn, setup, calls=5)
@@ -129,8 +149,9 @@ def current_stream() -> int:
 
 
 @functools.cache
-def _flush_reader(device_id: int) -> Any:
-    """The flush buffer's reader compiled for `device_id` (NVRTC through cuda.core), as a driver handle."""
+def _timing_kernels(device_id: int) -> tuple[Any, Any]:
+    """The flush buffer's reader and the delay kernel compiled for `device_id` (NVRTC through cuda.core), as
+    driver handles."""
     from cuda.core import Program, ProgramOptions
 
     from .runtime import launcher, toolchain
@@ -138,31 +159,32 @@ def _flush_reader(device_id: int) -> Any:
     toolchain.import_cuda_core()
     with launcher.on_device(device_id):
         options = ProgramOptions(arch=launcher.device_arch(device_id))
-        code = Program(_FLUSH_READER, "c++", options).compile("cubin")
-        return code.get_kernel("coop_flush_read").handle
+        code = Program(_TIMING_KERNELS, "c++", options).compile("cubin")
+        return code.get_kernel("coop_flush_read").handle, code.get_kernel("coop_delay").handle
 
 
 class _EventTimer:
     """CUDA events and the L2 flush buffer for timing calls on one stream, through the driver
     API so that it works the same under any array library."""
 
-    def __init__(self, stream: int, flush_l2: bool):
+    def __init__(self, stream: int, flush_l2: bool, host_ahead: bool = False):
         from cuda.bindings import driver
+
+        from .runtime import launcher
 
         self.driver, self.stream = driver, stream
         self.events: list[Any] = []
         self.flush_chunks = self.buffer = 0
+        device_id = launcher.current_device().device_id
+        self.reader, self.delay = _timing_kernels(device_id) if flush_l2 or host_ahead else (None, None)
+        self.host_ahead, self.delay_ns = host_ahead, 0
         if flush_l2:
-            from .runtime import launcher
-
-            device_id = launcher.current_device().device_id
             attr = driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE
             l2 = self._check(driver.cuDeviceGetAttribute(attr, device_id), "L2 size query")
             self.flush_chunks = max(1, FLUSH_FACTOR * int(l2) // 16)
             # the 16-byte chunks, then the reader's never-written word
             self.buffer = self._check(driver.cuMemAlloc(16 * self.flush_chunks + 16), "allocating the L2 flush buffer")
             self._check(driver.cuMemsetD32Async(self.buffer, 0, 4 * self.flush_chunks, stream), "zeroing the buffer")
-            self.reader = _flush_reader(device_id)
             attr = driver.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT
             sms = self._check(driver.cuDeviceGetAttribute(attr, device_id), "SM count query")
             self.flush_blocks = int(sms) * _FLUSH_BLOCKS_PER_SM
@@ -188,6 +210,9 @@ class _EventTimer:
                 self.reader, self.flush_blocks, 1, 1, _FLUSH_THREADS, 1, 1, 0, self.stream, self.flush_args, 0
             )
             self._check(launch, "L2 flush")
+        if self.delay_ns:
+            args = ((self.delay_ns,), (ctypes.c_uint64,))
+            self._check(self.driver.cuLaunchKernel(self.delay, 1, 1, 1, 1, 1, 1, 0, self.stream, args, 0), "delay")
 
     def _record(self, event: Any) -> None:
         self._check(self.driver.cuEventRecord(event, self.stream), "recording a CUDA event")
@@ -208,10 +233,15 @@ class _EventTimer:
         return max(self._elapsed(start, stop) / calls, 1e-4)
 
     def times(self, fn: Callable[[], Any], setup: Callable[[], Any] | None, warmup: int, reps: int) -> list[float]:
+        host = []
         for _ in range(warmup):
             if setup is not None:
                 setup()
+            start = time.perf_counter()
             fn()
+            host.append(time.perf_counter() - start)
+        if self.host_ahead:  # (the host's time to queue a call's work, the median of the warm-up's)
+            self.delay_ns = int(HOST_AHEAD_FACTOR * statistics.median(host) * 1e9) + HOST_AHEAD_MARGIN_NS
         pairs = [(self._event(), self._event()) for _ in range(reps)]
         for start, stop in pairs:
             self._before(setup)

@@ -176,6 +176,22 @@ def test_do_bench_times_on_the_gpu(library):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("library", ["cupy", "torch"])
+def test_do_bench_host_ahead_times_the_gpu_work_without_the_hosts_time(library):
+    to_device = device_arrays(library)
+    small, small_out = to_device(np.zeros(1 << 16, np.float32)), to_device(np.zeros(1 << 16, np.float32))
+
+    def fn():
+        time.sleep(5e-4)  # the host's work before it queues the copy: far longer than the L2 flush
+        small_out[:] = small
+
+    waited = ct.testing.do_bench(fn, rep=20)
+    ahead = ct.testing.do_bench(fn, rep=20, host_ahead=True)
+    assert waited > 0.3  # (ms) the GPU idled inside the timed interval until the copy came
+    assert ahead < 0.1  # a 256 KB copy
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("library", ["cupy", "torch"])
 def test_do_bench_runs_setup_before_every_call_outside_the_timed_interval(library):
     to_device = device_arrays(library)
     small, small_out = to_device(np.zeros(1 << 16, np.float32)), to_device(np.zeros(1 << 16, np.float32))
