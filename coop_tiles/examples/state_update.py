@@ -49,6 +49,9 @@ def state_update(
         Bv = tile.load(B[b, g] if HEADS else B[b], 0, DSTATE, valid=cols, other=0).astype(np.float32)
         Cv = tile.load(C[b, g] if HEADS else C[b], 0, DSTATE, valid=cols, other=0).astype(np.float32)
         xv = tile.load(x[b, h] if HEADS else x[b], r, BLOCK_D, valid=rows, other=0).astype(np.float32)
+        # (z read before the state is written: a load after a store waits for it, as the arrays may overlap)
+        if HAS_Z:
+            zv = tile.load(z[b, h] if HEADS else z[b], r, BLOCK_D, valid=rows, other=0).astype(np.float32)
         old = tile.load(block, (r, 0), (BLOCK_D, DSTATE), valid=(rows, cols), other=0).astype(np.float32)
         if TIE_HDIM:  # one dt and one A per head: the decay is a scalar
             dtv = np.float32(dt[b, h, 0] if HEADS else dt[b, 0])
@@ -71,7 +74,6 @@ def state_update(
         if HAS_D:
             y = y + xv * tile.load(D[h] if HEADS else D, r, BLOCK_D, valid=rows, other=0)
         if HAS_Z:
-            zv = tile.load(z[b, h] if HEADS else z[b], r, BLOCK_D, valid=rows, other=0).astype(np.float32)
             y = y * zv * ct.sigmoid(zv)
         tile.store(out_rows, r, y, valid=rows)
     else:  # a padding token (a negative state index): out is 0, no state is touched
