@@ -5,11 +5,11 @@ GPU run over the launch choices, for the shapes and dtypes of benchmarks/section
 
 For each case (Mamba-1 (64, 5120, 16), Mamba-2 (64, 80, 64, 128)) and input dtype, every (BLOCK_D, threads) below is
 run once from the same state and checked against the section's float64 reference, then timed as the section times it
-(a working state updated in place, `ct.testing.do_bench`: the L2 flushed before each call). The choices differ in the
-elements of state per thread (BLOCK_D * DSTATE / threads: 4, 8 or 16: one to four 16-byte words of a row, the lanes'
-words interleaved) and so in bytes in flight per thread, registers, and lanes per row (shuffle steps of the row sums).
-`launch_choice`'s current choice (8 per thread, 256 threads) is marked *; the fastest correct choice per case is what
-it should return.
+(a working state updated in place, `ct.testing.do_bench(..., host_ahead=True)`: the L2 flushed before each call, the
+GPU's time alone). The choices differ in the elements of state per thread (BLOCK_D * DSTATE / threads: 4, 8 or 16:
+one to four 16-byte words of a row, the lanes' words interleaved) and so in bytes in flight per thread, registers,
+and lanes per row (shuffle steps of the row sums). `launch_choice`'s current choice is marked *; the fastest correct
+choice per case is what it should return.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from coop_tiles.examples import selective_state_update  # noqa: E402
 
 #: (BLOCK_D, threads) per dstate: 4, 8 and 16 elements of state per thread, at several block sizes
 CHOICES = {
-    16: [(64, 256), (128, 512), (256, 1024), (128, 256), (256, 512), (128, 128), (256, 256), (512, 512)],
+    16: [(32, 128), (64, 128), (128, 128), (64, 256), (128, 256), (256, 256), (128, 512), (256, 512), (32, 64)],
     128: [(4, 128), (8, 256), (16, 512), (8, 128), (16, 256), (16, 128), (32, 256), (64, 512)],
 }
 
@@ -49,6 +49,7 @@ def main() -> None:
             rtol, atol = section.STATE_UPDATE_TOLERANCE[dtype]
             for block_d, threads in CHOICES[dstate]:
                 ssu.launch_choice = lambda d, n, c=(block_d, dstate, threads): c
+                ssu._PLANS.clear()  # (the plans of the signatures seen hold the launch choice made for them)
                 try:
                     state = args["state"].clone()
                     out = selective_state_update(state, **_rest(args))
@@ -56,9 +57,10 @@ def main() -> None:
                         out.double(), expected_out, rtol=rtol, atol=atol
                     )
                     working = args["state"].clone()
-                    ms = cuda_time_ms(lambda w=working: selective_state_update(w, **_rest(args)))
+                    ms = cuda_time_ms(lambda w=working: selective_state_update(w, **_rest(args)), host_ahead=True)
                 finally:
                     ssu.launch_choice = default
+                    ssu._PLANS.clear()
                 mark = "*" if default(dim, dstate) == (block_d, dstate, threads) else ""
                 print(
                     f"| {name} | {dtype} | {block_d}{mark} | {threads} | {block_d * dstate // threads} | {ms:.4f} "
