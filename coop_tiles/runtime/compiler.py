@@ -351,13 +351,11 @@ def compile_kernel(
     program, shims, bodies = out["rewritten"], out["shims"], out["body"]
 
     def ptx() -> bytes:  # (from the disk cache, as the cubin: a kernel loaded from it need not compile its bodies)
-        key = kernel_key(shims, bodies, sig)
-        found = cache.get("ptx", key)
-        if found is None:
+        def link() -> bytes:
             modules = kernel_modules(nvrtc_stage(shims, sig.arch, cache)[0], shims, bodies, sig)
-            found = toolchain.link(modules, sig.arch, output="ptx")
-            cache.put("ptx", key, found)
-        return found
+            return toolchain.link(modules, sig.arch, output="ptx")
+
+        return cache.get_or_make("ptx", kernel_key(shims, bodies, sig), link)
 
     source = "\n".join(b.source for b in bodies)
     return CompiledKernel(
