@@ -96,21 +96,31 @@ def varying_row(row, base, valid, part, acc, k, CHANNELS, DETERMINISTIC):
     return total
 
 
-def channel_state(io, flags, b, d, k, c, n, inputs, running, acc, sums, slot):
+def group_of(io, d):
+    """The groups of variable B and C that channel d reads (0 where fixed): once per program, as the program's
+    channels share their group, so that the state loop divides nothing (a 64-bit division is a subroutine of dozens
+    of instructions on the GPU)."""
+    u, delta, A, B, C, D, delta_bias, z, dout, states, carries, du, ddelta, dz, dB, dC = io
+    dim = u.shape[1]
+    return (d // (dim // B.shape[1]) if B.ndim == 4 else 0), (d // (dim // C.shape[1]) if C.ndim == 4 else 0)
+
+
+def channel_state(io, flags, b, d, k, c, n, inputs, running, acc, sums, slot, groups):
     """State n of chunk c for channel d (the program's k-th), `inputs` and `running` as `channel_inputs` makes them:
     the running sums over states, variable B's and C's gradient rows of the program's channels so far (`acc`: dB, dC;
-    0.0 before the first channel) and the program's sums, each updated."""
+    0.0 before the first channel) and the program's sums, each updated. `groups`: the groups of variable B and C that
+    the channels read (`group_of`)."""
     u, delta, A, B, C, D, delta_bias, z, dout, states, carries, du, ddelta, dz, dB, dC = io
     HAS_D, HAS_DELTA_BIAS, HAS_Z, SOFTPLUS, CHUNK, DSTATE, DETERMINISTIC, CHANNELS = flags
-    dim, L = u.shape[1], u.shape[2]
+    L = u.shape[2]
     base = c * CHUNK
     valid = L - base
     at = k * 4 * DSTATE  # the channel's first slot in `sums`
     An = A[d, n]
     a = ct.exp2(inputs[1] * (An * LOG2E))
     if B.ndim == 4:  # variable B: the channel's group's row, and where its gradient goes
-        dB_row = dB[b, d][n] if DETERMINISTIC else dB[b, d // (dim // B.shape[1])][n]
-        Bn = tile.load(B[b, d // (dim // B.shape[1])][n], base, CHUNK, valid=valid, other=0).astype(np.float32)
+        dB_row = dB[b, d][n] if DETERMINISTIC else dB[b, groups[0]][n]
+        Bn = tile.load(B[b, groups[0]][n], base, CHUNK, valid=valid, other=0).astype(np.float32)
     else:
         Bn = B[d, n]
     h0 = 0.0
@@ -120,8 +130,8 @@ def channel_state(io, flags, b, d, k, c, n, inputs, running, acc, sums, slot):
     (_, h) = tile.scan((a, bx), op=affine, initial=(1.0, h0))
     ah = h - bx  # exp(dt A) h[l-1]
     if C.ndim == 4:
-        dC_row = dC[b, d][n] if DETERMINISTIC else dC[b, d // (dim // C.shape[1])][n]
-        Cn = tile.load(C[b, d // (dim // C.shape[1])][n], base, CHUNK, valid=valid, other=0).astype(np.float32)
+        dC_row = dC[b, d][n] if DETERMINISTIC else dC[b, groups[1]][n]
+        Cn = tile.load(C[b, groups[1]][n], base, CHUNK, valid=valid, other=0).astype(np.float32)
     else:
         Cn = C[d, n]
     y = running[0] + h * Cn if HAS_Z else running[0]
@@ -188,6 +198,7 @@ def selective_scan_backward(
     b, d = ct.program_id(0), ct.program_id(1) * CHANNELS
     io = (u, delta, A, B, C, D, delta_bias, z, dout, states, carries, du, ddelta, dz, dB, dC)
     flags = (HAS_D, HAS_DELTA_BIAS, HAS_Z, SOFTPLUS, CHUNK, DSTATE, DETERMINISTIC, CHANNELS)
+    groups = group_of(io, d)
     # the program's sums, one tile of slots, 4 DSTATE per channel k from 4 DSTATE k: dA[n] at n, fixed dB[n] at
     # DSTATE + n, fixed dC[n] at 2 DSTATE + n, dD at 3 DSTATE, ddelta_bias at 3 DSTATE + 1
     slot = tile.arange(CHANNELS * 4 * DSTATE)
@@ -203,12 +214,12 @@ def selective_scan_backward(
             in2, run2, sums = channel_inputs(io, flags, b, d + 2, 2, c, sums, slot)
             in3, run3, sums = channel_inputs(io, flags, b, d + 3, 3, c, sums, slot)
         for n in range(A.shape[1]):
-            run0, acc, sums = channel_state(io, flags, b, d, 0, c, n, in0, run0, (0.0, 0.0), sums, slot)
+            run0, acc, sums = channel_state(io, flags, b, d, 0, c, n, in0, run0, (0.0, 0.0), sums, slot, groups)
             if CHANNELS > 1:
-                run1, acc, sums = channel_state(io, flags, b, d + 1, 1, c, n, in1, run1, acc, sums, slot)
+                run1, acc, sums = channel_state(io, flags, b, d + 1, 1, c, n, in1, run1, acc, sums, slot, groups)
             if CHANNELS > 2:
-                run2, acc, sums = channel_state(io, flags, b, d + 2, 2, c, n, in2, run2, acc, sums, slot)
-                run3, acc, sums = channel_state(io, flags, b, d + 3, 3, c, n, in3, run3, acc, sums, slot)
+                run2, acc, sums = channel_state(io, flags, b, d + 2, 2, c, n, in2, run2, acc, sums, slot, groups)
+                run3, acc, sums = channel_state(io, flags, b, d + 3, 3, c, n, in3, run3, acc, sums, slot, groups)
         sums = channel_outputs(io, flags, b, d, 0, c, in0, run0, sums, slot)
         if CHANNELS > 1:
             sums = channel_outputs(io, flags, b, d + 1, 1, c, in1, run1, sums, slot)
