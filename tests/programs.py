@@ -185,6 +185,22 @@ def integer_ops(x, out, n, TILE: ct.constexpr):
 
 
 @ct.jit
+def integer_division(x, d, out, n, s, TILE: ct.constexpr):
+    """Python's floor division and remainder of integer tiles by a tile and by a scalar, signs and zero divisors
+    included; in a loop, the scalar's divisions are of loop invariants."""
+    base = ct.program_id(0) * TILE
+    v = n - base
+    t = tile.load(x, base, TILE, valid=v, other=0)
+    q = tile.load(d, base, TILE, valid=v, other=1)
+    tile.store(out, base, t // q, valid=v)
+    tile.store(out, base + n, t % q, valid=v)
+    acc = tile.zeros(TILE, t.dtype)
+    for k in range(3):
+        acc = acc + t // s + t % s + (n + k) // s
+    tile.store(out, base + 2 * n, acc, valid=v)
+
+
+@ct.jit
 def cast_and_compare(x, out, n, scale, TILE: ct.constexpr):
     base = ct.program_id(0) * TILE
     t = tile.load(x, base, TILE, valid=n - base, other=0)
@@ -719,6 +735,24 @@ def ref_integer_ops(x, out, n, TILE):
         out[n : 2 * n] = (t ^ idx) - (t >> 1) + t // 3 - t % 5
         out[2 * n : 3 * n] = np.where((t > 3) & (idx % 2 == 0), t * -1, t + 1)
         out[3 * n : 4 * n] = 7
+    return [out]
+
+
+def ref_integer_division(x, d, out, n, s, TILE):
+    """Python's `//` and `%` on Python integers, 0 for a zero divisor and for the most negative value over -1 (whose
+    quotient the dtype does not hold)."""
+    low = int(np.iinfo(x.dtype).min)
+
+    def floordiv(a: int, b: int) -> int:
+        return 0 if b == 0 or (a == low and b == -1) else a // b
+
+    def mod(a: int, b: int) -> int:
+        return 0 if b == 0 else a % b
+
+    t, q, s = [int(v) for v in x[:n]], [int(v) for v in d[:n]], int(s)
+    out[:n] = [floordiv(a, b) for a, b in zip(t, q)]
+    out[n : 2 * n] = [mod(a, b) for a, b in zip(t, q)]
+    out[2 * n : 3 * n] = [sum(floordiv(a, s) + mod(a, s) + floordiv(n + k, s) for k in range(3)) for a in t]
     return [out]
 
 
@@ -2105,6 +2139,24 @@ def make_cases(seed: int = 0) -> list[Case]:
             ref_integer_ops,
         )
     )
+    for dt, lo, s in ((np.int32, -1000, -7), (np.int64, -(2**40), 3), (np.uint32, 0, 7), (np.int16, -300, 0)):
+        x = _rand(rng, n, dt, lo, -lo if lo else 2**31)
+        d = _rand(rng, n, dt, -9 if lo else 0, 9)  # zeros among them
+        if dt == np.int64:
+            d[::5] = rng.integers(-(2**34), 2**34, len(d[::5]))  # divisors past 32 bits: the 64-bit division
+        if lo < 0:
+            x[:2], d[:2] = np.iinfo(dt).min, (-1, 0)  # the quotient the dtype does not hold; a zero divisor
+        cases.append(
+            Case(
+                f"integer_division[{np.dtype(dt).name}]",
+                integer_division,
+                [x, d, np.zeros(3 * n, dt), n, dt(s)],
+                {"TILE": 256},
+                3,
+                [2],
+                ref_integer_division,
+            )
+        )
     cases.append(
         Case(
             "cast_and_compare",

@@ -176,3 +176,35 @@ def _planned_cumsum():
     sig = Signature(params, (("TILE", 4096),), None, "sm_90")
     program = compiler.rewrite_stage(compiler.build_stage(scaled_cumsum.fn, sig))
     return program, compiler.layout_stage(program, sig), sig
+
+
+def test_integer_division_intrinsic_floors_as_python_with_zero_for_what_has_no_quotient():
+    """The body's integer `//` and `%` (`toolchain._int_division`, branch-free), built by the same code under Numba's
+    CPU target: Python's floor rules for every integer dtype, 0 for a zero divisor and for the most negative value
+    over -1, at the edges and on random operands."""
+    numba = pytest.importorskip("numba")
+    from numba.core.extending import intrinsic
+
+    from coop_tiles.runtime.toolchain import _int_division
+
+    floordiv = _int_division(intrinsic, numba.types, remainder=False)
+    mod = _int_division(intrinsic, numba.types, remainder=True)
+
+    @numba.njit
+    def divide(a, b, q, r):
+        for i in range(a.size):
+            q[i], r[i] = floordiv(a[i], b[i]), mod(a[i], b[i])
+
+    rng = np.random.default_rng(7)
+    for dt in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64):
+        info = np.iinfo(dt)
+        edges = [
+            v for v in (info.min, info.min + 1, -7, -3, -1, 0, 1, 2, 3, 7, info.max - 1, info.max) if v >= info.min
+        ]
+        a = np.array([v for v in edges for _ in edges] + rng.integers(info.min, info.max, 2000, dt).tolist(), dt)
+        b = np.array(edges * len(edges) + rng.integers(max(info.min, -9), 10, 2000).tolist(), dt)
+        q, r = np.empty_like(a), np.empty_like(a)
+        divide(a, b, q, r)
+        for x, y, got_q, got_r in zip(a.tolist(), b.tolist(), q.tolist(), r.tolist()):
+            none = y == 0 or (x == info.min and y == -1 and info.min < 0)
+            assert (got_q, got_r) == ((0, 0) if none else (x // y, x % y)), (dt.__name__, x, y)

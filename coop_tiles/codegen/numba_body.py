@@ -119,7 +119,8 @@ def element_expr(op: str, args: list[str], dtypes: list[np.dtype], compute: np.d
     if op == "where":
         xs[0] = convert(args[0], dtypes[0], BOOL)
     definition = element_op(op)
-    expr = definition.lower(xs, lambda v: literal(v, calc))
+    integer = definition.lower_integer is not None and np.issubdtype(calc, np.integer)
+    expr = (definition.lower_integer if integer else definition.lower)(xs, lambda v: literal(v, calc))
     return convert(expr, BOOL if definition.boolean else calc, out)
 
 

@@ -25,6 +25,8 @@ class ElementOp:
     numpy: Callable
     lower: Callable[[list[str], Callable[[float], str]], str]
     boolean: bool = False  # the result is a bool whatever the compute dtype
+    #: the lowering for integer compute dtypes, where it differs from `lower`
+    lower_integer: Callable[[list[str], Callable[[float], str]], str] | None = None
 
 
 def _sigmoid(x):
@@ -47,6 +49,17 @@ def _erf(x):
     return np.asarray(values, dtype) if np.ndim(x) else dtype.type(values)
 
 
+def _floordiv(a, b):
+    """`a // b`, but 0 for the most negative integer over -1 (which NumPy wraps around to itself), as the GPU gives:
+    division by zero is already 0 in both."""
+    q = operator.floordiv(a, b)
+    dtype = np.result_type(q)
+    if dtype.kind != "i":
+        return q
+    overflow = (a == np.iinfo(dtype).min) & (b == -1)
+    return np.where(overflow, dtype.type(0), q)[()] if np.any(overflow) else q
+
+
 def _infix(symbol: str, boolean: bool = False, fn: Callable | None = None) -> Callable:
     return lambda xs, lit: f"({xs[0]} {symbol} {xs[1]})"
 
@@ -61,8 +74,9 @@ _TABLE = [
     ElementOp("sub", operator.sub, _infix("-")),
     ElementOp("mul", operator.mul, _infix("*")),
     ElementOp("truediv", operator.truediv, _infix("/")),
-    ElementOp("floordiv", operator.floordiv, _infix("//")),
-    ElementOp("mod", operator.mod, _infix("%")),
+    # (integers: a branch-free division that loop-invariant code motion can lift, runtime/toolchain.py)
+    ElementOp("floordiv", _floordiv, _infix("//"), lower_integer=lambda xs, lit: f"int_floordiv({xs[0]}, {xs[1]})"),
+    ElementOp("mod", operator.mod, _infix("%"), lower_integer=lambda xs, lit: f"int_mod({xs[0]}, {xs[1]})"),
     ElementOp("pow", operator.pow, _infix("**")),
     ElementOp("and", operator.and_, _infix("&")),
     ElementOp("or", operator.or_, _infix("|")),

@@ -220,6 +220,8 @@ def _numba_compile(
         "ptr": _data_pointer(intrinsic, types),
         "shared_tile": _shared_tile(intrinsic, types),
         "select": _select(intrinsic, types),
+        "int_floordiv": _int_division(intrinsic, types, remainder=False),
+        "int_mod": _int_division(intrinsic, types, remainder=True),
     }
     for decl in shims:
         sig = nb_type(decl.restype)(*(nb_type(a) for a in decl.argtypes))
@@ -287,6 +289,44 @@ def _select(intrinsic, types):
         return result(cond, a, b), codegen
 
     return select
+
+
+@functools.cache
+def _int_division(intrinsic, types, remainder: bool):
+    """Python's `//` (or `%`, `remainder`) of two integers as Numba computes it on the GPU (0 for a zero divisor,
+    and for the most negative value over -1), but as one unsigned division of magnitudes by a divisor LLVM knows is
+    not 0, and no branch: Numba divides in a branch taken when the divisor is not 0, which loop-invariant code
+    motion does not lift out of a loop (a 64-bit division is a subroutine of dozens of instructions); a division
+    that cannot trap can be lifted, even past calls."""
+
+    @intrinsic
+    def int_division(typingctx, a, b):
+        result = types.unliteral(typingctx.unify_types(a, b))
+
+        def codegen(context, builder, signature, args):
+            x, y = (context.cast(builder, v, t, result) for v, t in zip(args, signature.args))
+            zero, one = x.type(0), x.type(1)
+            if not result.signed:
+                d = builder.select(builder.icmp_unsigned("==", y, zero), one, y)  # (the select's test on y itself)
+                q, r = builder.udiv(x, d), builder.urem(x, d)
+                return builder.select(builder.icmp_unsigned("==", y, zero), zero, r if remainder else q)
+            negative_x, negative_y = builder.icmp_signed("<", x, zero), builder.icmp_signed("<", y, zero)
+            ax = builder.select(negative_x, builder.neg(x), x)  # magnitudes, unsigned (the most negative's fits)
+            ay = builder.select(negative_y, builder.neg(y), y)
+            d = builder.select(builder.icmp_unsigned("==", ay, zero), one, ay)
+            uq, ur = builder.udiv(ax, d), builder.urem(ax, d)
+            # floor: where the signs differ, -(|x| // |y|), one less when the division is not exact
+            inexact = builder.zext(builder.icmp_unsigned("!=", ur, zero), x.type)
+            q = builder.select(builder.xor(negative_x, negative_y), builder.neg(builder.add(uq, inexact)), uq)
+            minimum = x.type(result.minval)
+            overflow = builder.and_(builder.icmp_signed("==", x, minimum), builder.icmp_signed("==", y, x.type(-1)))
+            invalid = builder.or_(builder.icmp_unsigned("==", y, zero), overflow)
+            value = builder.sub(x, builder.mul(q, y)) if remainder else q
+            return builder.select(invalid, zero, value)
+
+        return result(a, b), codegen
+
+    return int_division
 
 
 @functools.cache
