@@ -19,11 +19,12 @@ L2 returns, and under a full memory system that trip is long. So a program's fir
 top-level `tile.load`s of unit-stride arrays before its chained scan, whose offset and valid
 count are plain arithmetic on parameters and the program id) are asked of L2 first, for the
 program id the block would have if tickets followed block indices (`prefetched_loads`; counted
-from the last block for a reverse scan): they almost always nearly do, and every resident block's
-tile is read by some resident block within microseconds, so the lines are in L2 when the real
-loads come. A prefetch is only a hint: a
-wrong guess costs a little bandwidth, never a wrong result. (On an H100, 2^28 int32, TILE 4096 x
-128 threads: 88% -> 95% of the copy bandwidth.)
+from the last block for a reverse scan): they nearly do (on an H200, 2^28 int32 at TILE 4096,
+nearly every block's ticket differs from its index, by 73 on average and at most about 800), and
+every resident block's tile is read by some resident block within microseconds, so the lines are
+in L2 when the real loads come. A prefetch is only a hint: a wrong guess costs a little bandwidth,
+never a wrong result. (2^28 int32, TILE 4096 x 128 threads: on an H100 88% -> 95% of the copy
+bandwidth, on an H200 78% -> 84%.)
 
 **The state.** `HEADER_BYTES` of header, whose first 64-bit word holds the launch's epoch (high
 32 bits) and the ticket counter (low 32 bits), then one descriptor per program. The runtime
@@ -66,8 +67,10 @@ from .base import ArrayArg, BodyStart, Lowering, ShimCall, ValueArg, valid_arg
 #: the fewest threads the default block size gives a program with a chained scan, which aims at
 #: REGISTER_ITEMS items per thread: each block holds its tile while it waits on its predecessors'
 #: look-back, so what keeps the memory system busy is the tile bytes resident per multiprocessor,
-#: which registers bound, not the warps (an H100, whole-array cumsum of 2^28 int32 at TILE 4096:
-#: 95% of the copy bandwidth at 128 threads, 86% at 256)
+#: which registers bound, not the warps (whole-array cumsum of 2^28 int32 at TILE 4096: on an H100
+#: 95% of the copy bandwidth at 128 threads, 86% at 256; on an H200 84% and 71%, and no better with
+#: 64 items per thread, a register cap, a backoff in the look-back's polling, or two to eight windows
+#: of predecessors read per round trip)
 MIN_THREADS = 128
 #: bytes of the grid-wide state before the first descriptor
 HEADER_BYTES = 64
