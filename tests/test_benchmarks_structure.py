@@ -611,6 +611,7 @@ def test_command_line():
         "compile_profile",
         "sum_probe",
         "reverse_probe",
+        "chained_probe",
         "state_update_probe",
         "_mamba_cuda",
         "_mamba_triton",
