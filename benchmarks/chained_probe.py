@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 import coop_tiles as ct  # noqa: E402
 import coop_tiles.ops.chained as chain  # noqa: E402
 from benchmarks.kernels import tile_cumsum  # noqa: E402
-from coop_tiles import tile  # noqa: E402
+from benchmarks.reverse_probe import chained_cumsum  # noqa: E402
 
 #: (TILE, threads or None: the runtime's, register cap or None)
 SHAPES = ((4096, None, None), (4096, 128, 48), (4096, 256, None), (8192, 256, None), (8192, 256, 48), (4096, 64, None))
@@ -82,12 +82,6 @@ TICKET_COUNT = """    if (ticket != blockIdx.x) {
     coop_chain = coop::chain_ctx"""
 
 
-def cumsum(x, y, n, TILE: ct.constexpr, REVERSE: ct.constexpr):
-    base = ct.program_id(0) * TILE
-    t = tile.load(x, base, TILE, valid=n - base, other=0)
-    tile.store(y, base, tile.scan(t, chained=True, reverse=REVERSE), valid=n - base)
-
-
 def library_variants() -> dict[str, str]:
     """The look-back's device code per variant name, the library's own first."""
     lib = chain.LIBRARY
@@ -127,7 +121,8 @@ def main() -> None:
 
     def run(name: str, shape: tuple, reverse: bool) -> None:
         tile_size, threads, registers = shape
-        kernel = ct.jit(cumsum, block_threads=threads, max_registers=registers)
+        # (a new JIT function per run: a variant's library text is read when it compiles)
+        kernel = ct.jit(chained_cumsum.fn, block_threads=threads, max_registers=registers)
         launch = lambda: kernel[ct.cdiv(n, tile_size)](x, y, n, TILE=tile_size, REVERSE=reverse)  # noqa: E731
         y.fill(0)
         launch()
