@@ -1,5 +1,6 @@
 """Every shared program compiles to a cubin for sm_80 and sm_90 on a machine without a GPU."""
 
+import itertools
 import re
 
 import numpy as np
@@ -145,16 +146,22 @@ def test_arch_may_be_a_number_a_pair_or_an_arch_name(arch, name):
 
 def test_gather_and_scatter_are_direct_without_shared_memory_or_barriers():
     """Each item is one bounds test and one access: no TempStorage, no barrier, no local memory; the index is
-    compared unsigned (a negative one wraps past the extent) and never divided."""
+    compared unsigned (a negative one wraps past the extent) and never divided, in 32 bits for an int32 index (the
+    extent clamped to 2**31) and in 64 bits for an int64 one."""
     from programs import gather_masked, scatter_masked
 
-    x, idx = np.zeros(1, np.float32), np.zeros(1, np.int32)
-    for kernel, args in ((gather_masked, (x, idx, x, 1)), (scatter_masked, (x, idx, x, 1))):
-        k = kernel.compile(*args, TILE=4096, arch="sm_90")
+    x = np.zeros(1, np.float32)
+    tests = {
+        np.int32: ("static_cast<unsigned>(static_cast<int>(idx0[i])) < (a_shape0 < 0x80000000ll ?", "u32"),
+        np.int64: ("static_cast<unsigned long long>(j0) < static_cast<unsigned long long>(a_shape0)", "u64"),
+    }
+    for (dtype, (test, width)), kernel in itertools.product(tests.items(), (gather_masked, scatter_masked)):
+        idx = np.zeros(1, dtype)
+        k = kernel.compile(x, idx, x, 1, TILE=4096, arch="sm_90")
         assert k.shared_bytes == 0 and k.local_memory_bytes() == 0
         assert not BARRIER.findall(k.ptx)
-        assert "static_cast<unsigned long long>(j0) < static_cast<unsigned long long>(a_shape0)" in k.shim_source
-        assert re.search(r"setp\.(lt|ge)\.u64", k.ptx) and "div" not in k.ptx
+        assert test in k.shim_source
+        assert re.search(rf"setp\.(lt|ge)\.{width}", k.ptx) and "div" not in k.ptx
         assert "DIRECT" in str(k.plan)
 
 

@@ -75,7 +75,7 @@ def first_digit(counts, k, chunks, BINS: ct.constexpr):
     total = tile.zeros(BINS, np.int32)
     for j in range(chunks):
         total = total + tile.load(counts, j * BINS, BINS)
-    digit = tile.sum((total >= k).astype(np.int32)) - 1
+    digit = ct.int32(tile.sum((total >= k).astype(np.int32)) - 1)  # (int32: the gather pass compares it per key)
     bins = tile.arange(BINS, np.int32)
     return digit, tile.sum(ct.where(bins == digit + 1, total, 0)), tile.sum(ct.where(bins == digit, total, 0))
 
@@ -122,15 +122,18 @@ def gather_pass(
         counts[found + 1] = above
         counts[found + 2] = m
     before = tile.arange(CHUNKS, np.int32)  # (the programs before this one: their keys from the digit up)
-    ranks = tile.sum(tile.gather(counts, before * BINS + digit, mask=before < c))
+    ranks = ct.int32(tile.sum(tile.gather(counts, before * BINS + digit, mask=before < c)))
     row = x[r]
+    first = ct.int32(chunks * BINS)  # (where the row's candidates start in `counts`)
+    # the per-key work in 32 bits (a key's digit, its index, its rank): 64-bit compares and adds cost two or more
+    # instructions each, and this pass is bound by its instructions
     for t in range(c * tiles, (c + 1) * tiles):
-        base = t * TILE
-        keep = (tile.arange(TILE, np.int32) < n - base) & (
-            (tile.sort_key(tile.load(row, base, TILE, valid=n - base)) >> (BITS - FIRST)) >= digit
+        base = ct.int32(t * TILE)
+        keep = (tile.arange(TILE, np.int32) < ct.int32(n) - base) & (
+            (tile.sort_key(tile.load(row, base, TILE, valid=n - base)) >> (BITS - FIRST)).astype(np.int32) >= digit
         )
         at, ranks = tile.scan(keep.astype(np.int32), exclusive=True, initial=ranks, return_total=True)
-        tile.scatter(counts, at + chunks * BINS, tile.arange(TILE, np.int32) + base, mask=keep)
+        tile.scatter(counts, at + first, tile.arange(TILE, np.int32) + base, mask=keep)
 
 
 def finish(

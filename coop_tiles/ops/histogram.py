@@ -289,19 +289,20 @@ def _copies(w, begin: int) -> int:
     return LANE_COPIES if w.choice(begin).algorithm == LANES else 1
 
 
-def _lane_adds(w, src: ir.Var, bins: int) -> str:
-    """Each item added to its lane's copy of its bin's counter, without a branch: an item not
-    counted goes to the lane's copy of the spare bin. A whole tile (every element valid, none
-    padding) skips the per-item index test; it is the loop's common case."""
+def _atomic_adds(w, src: ir.Var, bins: int, copies: int) -> str:
+    """Each item added to its bin's counter (its lane's copy, with lane copies), without a branch: an item not
+    counted goes to the spare bin. A whole tile (every element valid, none padding) skips the per-item index
+    test; it is the loop's common case."""
     items, size = w.layout(src).items_per_thread, src.type.size
     padded = items * w.threads > size
+    lane, stride = ("s.counts", "") if copies == 1 else (f"s.counts + (threadIdx.x % {copies})", f"{copies} * ")
     add = (
         f"    #pragma unroll\n    for (int i = 0; i < {items}; ++i)\n"
-        f"      atomicAdd(lane + {LANE_COPIES} * ({{counted}} ? (unsigned int)x[i] : {bins}u), 1u);\n"
+        f"      atomicAdd(counters + {stride}({{counted}} ? (unsigned int)x[i] : {bins}u), 1u);\n"
     )
     return (
         _valid_items(w, src)
-        + f"  unsigned int* lane = s.counts + (threadIdx.x % {LANE_COPIES});\n"
+        + f"  unsigned int* counters = {lane};\n"
         + f"  if (vi == {size}) {{\n"
         + add.format(counted=_bin_of(w, src, bins, str(size) if padded else None))
         + "  } else {\n"
@@ -382,11 +383,11 @@ class HistogramCompositeOp(TileOp):
         args = (TileArg(s.src, "in0"), valid_arg(s.valid, s.src.type.size))
         call = ShimCall(f"coop_histogram_add_{s.cid}", args)
         sort = w.choice(s.begin).algorithm == ALGORITHMS["sort"]  # its TempStorage is reused: a barrier
-        if _copies(w, s.begin) == 1:
-            body = ("  __syncthreads();\n" if sort else "") + w.storage_ref(s.begin) + _bins(w, s.src, s.bins)
+        if sort:
+            body = "  __syncthreads();\n" + w.storage_ref(s.begin) + _bins(w, s.src, s.bins)
             body += f"  coop_histogram_{s.begin}_t(s.temp).Composite(bin, s.counts);\n"
-        else:
-            body = w.storage_ref(s.begin) + _lane_adds(w, s.src, s.bins)
+        else:  # (what BLOCK_HISTO_ATOMIC's Composite does, with a whole tile's index test skipped)
+            body = w.storage_ref(s.begin) + _atomic_adds(w, s.src, s.bins, _copies(w, s.begin))
         w.define(call, "", body)
         return call
 

@@ -126,11 +126,18 @@ def index_refs(w: Any, index: tuple[ir.Var, ...], items: int) -> str:
 
 def address(a: ArrayArg, index: tuple[ir.Var, ...]) -> tuple[str, str, str]:
     """(the shim's reads of item `i`'s indices, its in-bounds test, its element's pointer) for the
-    array `a` and the index tiles `idx0`, `idx1`, ...: one unsigned comparison per axis, no division."""
+    array `a` and the index tiles `idx0`, `idx1`, ...: one unsigned comparison per axis, no division; in 32 bits
+    for an index whose values fit in an int32 (the extent clamped to 2**31 once: an index past it is negative)."""
     p, js = a.parts, [f"j{k}" for k in range(len(index))]
     reads = "".join(f"    const long long {j} = static_cast<long long>(idx{k}[i]);\n" for k, j in enumerate(js))
-    unsigned = "static_cast<unsigned long long>"
-    tests = (f"{unsigned}({j}) < {unsigned}({n})" for j, n in zip(js, p.shapes))
+    tests = []
+    for k, (t, j, n) in enumerate(zip(index, js, p.shapes)):
+        dt = t.type.dtype
+        if dt.itemsize < 4 or dt == np.int32:
+            limit = f"({n} < 0x80000000ll ? static_cast<unsigned>({n}) : 0x80000000u)"
+            tests.append(f"static_cast<unsigned>(static_cast<int>(idx{k}[i])) < {limit}")
+        else:
+            tests.append(f"static_cast<unsigned long long>({j}) < static_cast<unsigned long long>({n})")
     return reads, " && ".join(tests), f"{p.ptr} + ({p.offset(js)})"
 
 

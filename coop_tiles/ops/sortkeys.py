@@ -72,18 +72,21 @@ def pad_code(dt: np.dtype, descending: bool) -> str:
 
 def ordered_code(dt: np.dtype, low: bool, x: str) -> str:
     """C++ statements defining `r`, the order-preserving form of key `x` (NaNs made the NaN of the lowest
-    form, `low`, or of the highest): the C++ twin of `order_bits`."""
+    form, `low`, or of the highest): the C++ twin of `order_bits`. Branch-free, in few instructions (a sort key
+    is made per element, often in a loop over a whole row): a NaN is a magnitude above the exponent mask, and
+    the flip is an XOR with the sign bit spread by an arithmetic shift (all bits when negative), then the sign."""
     bits = dt.itemsize * 8
     u = unsigned_cxx(dt)
     sign = f"({u}(1) << {bits - 1})"
     raw = {"float32": f"__float_as_uint({x})", "float64": f"(cuda::std::uint64_t)__double_as_longlong({x})"}
     if is_float(dt):
-        exp, mant = _NAN_MASKS[dt.name]
+        exp, _ = _NAN_MASKS[dt.name]
         nan = f"{u}(~{u}(0))" if low else f"({u}(~{u}(0)) >> 1)"
+        spread = f"{u}(cuda::std::int{bits}_t(r) >> {bits - 1})"
         return (
             f"    {u} r = {raw.get(dt.name, f'{u}({x})')};\n"
-            f"    if ((r & {u}({exp}ull)) == {u}({exp}ull) && (r & {u}({mant}ull))) r = {nan};\n"
-            f"    r = (r & {sign}) ? {u}(~r) : {u}(r | {sign});\n"
+            f"    r = {u}(r & ~{sign}) > {u}({exp}ull) ? {nan} : r;\n"
+            f"    r = {u}(r ^ ({spread} | {sign}));\n"
         )
     if dt.kind == "i":
         return f"    {u} r = {u}({x}) ^ {sign};\n"
