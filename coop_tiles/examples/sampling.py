@@ -51,7 +51,7 @@ TILE = 4096
 CANDIDATE_TILE = 1024
 #: by the keys' width: `(FIRST, DIGIT, PASSES)`, the bits of the first digit (counted over whole rows, in
 #: 2**FIRST shared-memory counters), then those of each of the other digits and how many (over the candidates)
-DIGITS = {8: (8, 1, 0), 16: (11, 5, 1), 32: (11, 7, 3)}
+DIGITS = {8: (8, 1, 0), 16: (10, 6, 1), 32: (10, 11, 2)}
 #: about how many programs the passes over whole rows launch (a few per SM), however few the rows: on an H200, 64
 #: rows of 128256 float32, the count pass took 11.1 us at 512 (13.0 at 1024, 10.8 at 256, 17.6 at 2048) and the
 #: gather pass 25.6 (27.7, 26.4, 31.2)
@@ -117,7 +117,7 @@ def gather_pass(
     counts = work[r]
     digit, above, m = first_digit(counts, k, chunks, BINS)
     if c == 0:
-        found = chunks * BINS + n
+        found = chunks * BINS + 2 * n
         counts[found] = digit
         counts[found + 1] = above
         counts[found + 2] = m
@@ -129,19 +129,18 @@ def gather_pass(
     # instructions each, and this pass is bound by its instructions
     for t in range(c * tiles, (c + 1) * tiles):
         base = ct.int32(t * TILE)
-        keep = (tile.arange(TILE, np.int32) < ct.int32(n) - base) & (
-            (tile.sort_key(tile.load(row, base, TILE, valid=n - base)) >> (BITS - FIRST)).astype(np.int32) >= digit
-        )
+        key = tile.sort_key(tile.load(row, base, TILE, valid=n - base))
+        keep = (tile.arange(TILE, np.int32) < ct.int32(n) - base) & ((key >> (BITS - FIRST)).astype(np.int32) >= digit)
         at, ranks = tile.scan(keep.astype(np.int32), exclusive=True, initial=ranks, return_total=True)
         tile.scatter(counts, at + first, tile.arange(TILE, np.int32) + base, mask=keep)
+        tile.scatter(counts, at + first + n, key.astype(np.int32), mask=keep)  # (its key's bits, after the indices)
 
 
 def finish(
-    x,
     work,
-    vals,
     idx,
     r,
+    n,
     k,
     chunks,
     BITS: ct.constexpr,
@@ -150,13 +149,15 @@ def finish(
     PASSES: ct.constexpr,
     TILE: ct.constexpr,
 ):
-    """Row r's k largest from its candidates, unsorted, above the threshold first, each kind in row order, to
-    `vals[r]` and `idx[r]`: the key's other `PASSES` digits of `DIGIT` bits, one pass over the candidates each,
-    then their compaction. `chunks`: the programs per row of the passes before."""
+    """Row r's k largest from its candidates, unsorted, above the threshold first, each kind in row order: their
+    indices to `idx[r]`, their keys to the row's survivors in `work` (returned: where they start): the key's other
+    `PASSES` digits of `DIGIT` bits, one pass over the candidates' keys each, then their compaction. `chunks`: the
+    programs per row of the passes before; `n`: the row's length."""
     BINS = 1 << FIRST
-    counts, row = work[r], x[r]
-    first = chunks * BINS  # (where the candidates are in `counts`; after them, what `gather_pass` found)
-    found = first + x.shape[1]
+    counts = work[r]
+    first = chunks * BINS  # (the candidates' indices in `counts`; then their keys, what `gather_pass` found, and
+    keys = first + n  # the survivors' keys)
+    found = keys + n
     digit, above, m = counts[found], counts[found + 1], counts[found + 2]
     prefix = np.int64(digit)  # (the threshold takes every bit of a 32-bit key)
     for j in range(PASSES):
@@ -164,8 +165,7 @@ def finish(
         h = tile.zeros(1 << DIGIT, np.int32)
         for t in range(ct.cdiv(m, TILE)):
             base = t * TILE
-            inside = tile.arange(TILE, np.int32) < m - base
-            key = tile.sort_key(tile.gather(row, tile.load(counts, first + base, TILE, valid=m - base), mask=inside))
+            key = tile.load(counts, keys + base, TILE, valid=m - base).astype(np.uint32)
             d = ((key >> shift) & ((1 << DIGIT) - 1)).astype(np.int32)
             counted = ct.where((key >> (shift + DIGIT)) == prefix, d, -1)
             # (few candidates over few bins: one set of counters, not the per-lane copies a long loop gets)
@@ -176,8 +176,7 @@ def finish(
     for t in range(ct.cdiv(m, TILE)):
         base = t * TILE
         inside = tile.arange(TILE, np.int32) < m - base
-        v = tile.gather(row, tile.load(counts, first + base, TILE, valid=m - base), mask=inside)
-        key = tile.sort_key(v)
+        key = tile.load(counts, keys + base, TILE, valid=m - base).astype(np.uint32)
         over = inside & (key > prefix)
         equal = inside & (key == prefix)
         packed = over.astype(np.int64) + equal.astype(np.int64) * (1 << 32)  # (both ranks in one scan)
@@ -185,13 +184,17 @@ def finish(
         equal_rank = (rank >> 32).astype(np.int32)
         at = ct.where(over, (rank & 0xFFFFFFFF).astype(np.int32), above + equal_rank)
         keep = over | (equal & (equal_rank < k - above))
-        tile.scatter(vals[r], at, v, mask=keep)
+        tile.scatter(counts, at + found + 3, key.astype(np.int32), mask=keep)
         tile.scatter(idx[r], at, tile.load(counts, first + base, TILE, valid=m - base), mask=keep)
+    return found + 3
 
 
-def sorted_survivors(vals, idx, k, K: ct.constexpr):
-    """The row's k survivors, largest first, ties in row order (their order in `vals`), with their indices."""
-    return tile.topk(tile.load(vals, 0, K, valid=k), K, tile.load(idx, 0, K, valid=k), valid=k)
+def sorted_survivors(row, counts, at, idx, k, K: ct.constexpr):
+    """The row's k survivors (their keys at `counts[at:]`, their indices in `idx`), largest first, ties in row
+    order (their order there), with their indices: sorted by key, then their values read from the row."""
+    inside = tile.arange(K, np.int32) < k
+    _, i = tile.topk(tile.load(counts, at, K, valid=k).astype(np.uint32), K, tile.load(idx, 0, K, valid=k), valid=k)
+    return tile.gather(row, i, mask=inside), i
 
 
 @ct.jit
@@ -211,8 +214,8 @@ def select_pass(
 ):
     """Program r: row r's k largest from its candidates, sorted, largest first, to `vals[r]`, `idx[r]`."""
     r = ct.program_id(0)
-    finish(x, work, vals, idx, r, k, chunks, BITS, FIRST, DIGIT, PASSES, TILE)
-    v, i = sorted_survivors(vals[r], idx[r], k, K)
+    at = finish(work, idx, r, x.shape[1], k, chunks, BITS, FIRST, DIGIT, PASSES, TILE)
+    v, i = sorted_survivors(x[r], work[r], at, idx[r], k, K)
     tile.store(vals[r], 0, v, valid=k)
     tile.store(idx[r], 0, i, valid=k)
 
@@ -238,8 +241,8 @@ def sample_pass(
     """Program r: a token of row r's nucleus (the fewest of its k largest, sorted, whose softmax mass reaches
     top_p), drawn with `uniform[r]` from the nucleus' renormalised distribution."""
     r = ct.program_id(0)
-    finish(x, work, vals, idx, r, k, chunks, BITS, FIRST, DIGIT, PASSES, TILE)
-    v, i = sorted_survivors(vals[r], idx[r], k, K)
+    at = finish(work, idx, r, x.shape[1], k, chunks, BITS, FIRST, DIGIT, PASSES, TILE)
+    v, i = sorted_survivors(x[r], work[r], at, idx[r], k, K)
     inside = tile.arange(K, np.int32) < k
     logits = v.astype(np.float32)
     p = ct.where(inside, ct.exp(logits - tile.max(ct.where(inside, logits, -np.inf))), 0.0)
@@ -307,9 +310,10 @@ def _gather(x: Any, k: int, tile_size: int) -> tuple[tuple[Any, ...], int, dict[
         raise ValueError(f"keys of up to 32 bits are selected, got {x.dtype}")
     first, digit, passes = DIGITS[bits]
     tiles, grid = _chunks(rows, n, tile_size)
-    width = (grid[0] << first) + n + 3
+    width = (grid[0] << first) + 2 * n + 3 + k
     if width >= 1 << 31:
-        raise ValueError(f"rows of under 2**31 - {width - n} elements are selected (int32 offsets), got {n}")
+        limit = ((1 << 31) - (width - 2 * n)) // 2  # (a row's candidates and their keys in one int32 row)
+        raise ValueError(f"rows of under {limit} elements are selected (int32 offsets), got {n}")
     work = empty_like(x, (rows, width), "int32")
     wide = {"BITS": bits, "FIRST": first, "TILE": tile_size}
     _kernel(count_pass, x)[grid](x, work, n, tiles, **wide)
