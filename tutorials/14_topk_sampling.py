@@ -7,8 +7,8 @@ select* with several programs per row (read `coop_tiles/examples/sampling.py` be
   1. Keys. `tile.sort_key(t)` gives each element's order-preserving unsigned bits, the ones `tile.sort`
      compares: a larger key is a larger element (NaNs largest, as `torch.topk` counts them). The k-th
      largest key is found a few bits (a *digit*) at a time, from the top.
-  2. Counting, on a (chunks, rows) grid. Each program counts the keys of its chunk by their top 11 bits
-     (sign, exponent and 2 bits of mantissa of a float) with `tile.histogram` and stores its counts from
+  2. Counting, on a (chunks, rows) grid. Each program counts the keys of its chunk by their top 10 bits
+     (sign, exponent and one bit of mantissa of a float) with `tile.histogram` and stores its counts from
      each bin up (a `tile.scan`) in its row's part of one int32 work array: plain stores, so nothing has to
      be zeroed before the launch (a memset is a host call and a kernel more).
   3. Gathering the candidates, on the same grid. Each program sums its row's counts (a loop over the
@@ -18,14 +18,14 @@ select* with several programs per row (read `coop_tiles/examples/sampling.py` be
      row order, to its row's candidates (`tile.scan` ranks them, `tile.scatter` writes them; where they go,
      from the counts of the programs before it, with one `tile.gather`). Indices only: the values are
      gathered from the row again when needed, so each candidate costs one scatter, not two.
-  4. One program per row finishes over the candidates alone: the other digits (7 bits at a time for
-     float32), each one a histogram pass; then the *threshold* (the k-th key itself) is known: the keys above
-     it are all kept, and of those equal to it, the first ones in row order, so that exactly k are kept (one
-     carried `tile.scan` ranks both kinds, `tile.scatter` writes them). Then it sorts its k survivors
-     (`tile.topk` with the indices as payload: stable, so ties keep row order). `top_p_sample(x, k, top_p,
-     uniform)` does the softmax there instead, its cumulative sum (`tile.scan`), keeps the smallest prefix of
-     sorted tokens whose probability reaches `top_p`, and picks the token where `uniform[r]` falls in that
-     prefix's renormalised distribution.
+  4. One program per row finishes over the candidates alone: the other digits (11 bits at a time for
+     float32, the 6 left of a bfloat16), each one a histogram pass; then the *threshold* (the k-th key
+     itself) is known: the keys above it are all kept, and of those equal to it, the first ones in row
+     order, so that exactly k are kept (one carried `tile.scan` ranks both kinds, `tile.scatter` writes
+     them). Then it sorts its k survivors (`tile.topk` with the indices as payload: stable, so ties keep row
+     order). `top_p_sample(x, k, top_p, uniform)` does the softmax there instead, its cumulative sum
+     (`tile.scan`), keeps the smallest prefix of sorted tokens whose probability reaches `top_p`, and picks
+     the token where `uniform[r]` falls in that prefix's renormalised distribution.
 
 Three launches, the rows read twice, three allocations (the work array and the results). For k = 1 there is
 nothing to select: each program keeps its chunk's largest key (`tile.max`) and its first index (`tile.min` of

@@ -12,6 +12,7 @@ from benchmarks.report import config_times_cell, correct_cell, failed_row, ms_ce
 from benchmarks.section import Section
 from benchmarks.timing import cuda_time_ms, guarded, tune, tune_working
 from benchmarks.warm import warm_in_workers
+from coop_tiles.examples.sampling import DIGITS
 
 TOPK_ROWS, TOPK_VOCAB = 64, 128256
 TOPK_DTYPES = ("float32", "bfloat16")
@@ -176,7 +177,8 @@ def topk_lines(rows: list[dict]) -> list[str]:
         "## Top-k over a vocabulary, and top-p sampling: `coop_tiles.examples.topk` / `top_p_sample`",
         "",
         f"({TOPK_ROWS}, {TOPK_VOCAB}) normal logits. coop_tiles: a radix select on `tile.sort_key`, several programs "
-        "per row: each program's histogram of the keys' top 11 bits (`tile.histogram`), then each row's candidates "
+        f"per row: each program's histogram of the keys' top {DIGITS[32][0]} bits (`tile.histogram`), then each row's "
+        "candidates "
         "(the indices of the keys with the k-th key's top bits or larger) gathered in row order (`tile.scan`, "
         "`tile.scatter`), then one program per row: the other digits over the candidates, their compaction and the "
         "sort of the k survivors (`tile.topk`); 3 launches, 2 reads of the rows, 3 allocations. For k = 1 each "

@@ -14,7 +14,9 @@ then only the few keys that can be among the k largest (*candidates*), in one pr
   copies the indices of the keys of its chunk with that first digit or a larger one, the candidates, in row
   order, to the row's candidates in `work` (`tile.scan` ranks them, `tile.scatter` writes them; where its own
   go, it learns from the counts of the programs before it: one `tile.gather`). Indices only: the values are
-  read again from `x` where needed, so a candidate costs one scatter, not two.
+  read again from `x` where needed, so a candidate costs one scatter, not two (measured on an H200: storing
+  each candidate's key beside its index made the per-row pass 8 us faster but this pass 3-4 us slower, and the
+  whole call slower; the per-row pass's gathers mostly hit L2, where this pass has just left the rows).
 - `finish` (in `select_pass` and `sample_pass`, one program per row): the rest of the key's digits, one pass
   over the candidates each (their keys gathered from `x` by index), then the candidates above the k-th key (the
   *threshold*) and the first of those equal to it, in row order, to `vals[r]`, `idx[r]` (a carried `tile.scan`
@@ -25,7 +27,7 @@ then only the few keys that can be among the k largest (*candidates*), in one pr
   distribution.
 
 So 3 launches, 2 reads of the rows and 3 allocations (`work` and the results). How many candidates a row has
-depends on its values: for normal logits a first digit of 11 bits (sign, exponent and 2 bits of a float's
+depends on its values: for normal logits a first digit of 10 bits (sign, exponent and one bit of a float's
 mantissa) leaves a few thousand at most; rows of equal values leave the whole row, to one program.
 
 For k = 1 (`topk` only) there is no select: `argmax_pass` keeps each chunk's largest key and its first index
@@ -50,7 +52,11 @@ TILE = 4096
 #: thousand (k = 1024), so a smaller tile than TILE does less work per pass over them
 CANDIDATE_TILE = 1024
 #: by the keys' width: `(FIRST, DIGIT, PASSES)`, the bits of the first digit (counted over whole rows, in
-#: 2**FIRST shared-memory counters), then those of each of the other digits and how many (over the candidates)
+#: 2**FIRST shared-memory counters), then those of each of the other digits and how many (over the candidates).
+#: Measured on an H200 (64 rows of 128256 normal logits, whole calls, k = 50 / 1024): bfloat16 (10, 6, 1) 40.6 /
+#: 51.6 us against (11, 5, 1) 43.2 / 52.9, (9, 7, 1) 49.7 / 53.1, (8, 4, 2) 54.2 / 56.7; float32 (10, 11, 2) 45.8 /
+#: 56.7 against (11, 7, 3) 49.2 / 61.0, (8, 8, 3) 59.4 / 60.7 (a smaller first digit counts faster, with fewer
+#: shared-memory counters, but leaves more candidates; fewer passes over them save more than a wider digit costs)
 DIGITS = {8: (8, 1, 0), 16: (10, 6, 1), 32: (10, 11, 2)}
 #: about how many programs the passes over whole rows launch (a few per SM), however few the rows: on an H200, 64
 #: rows of 128256 float32, the count pass took 11.1 us at 512 (13.0 at 1024, 10.8 at 256, 17.6 at 2048) and the
@@ -117,7 +123,7 @@ def gather_pass(
     counts = work[r]
     digit, above, m = first_digit(counts, k, chunks, BINS)
     if c == 0:
-        found = chunks * BINS + 2 * n
+        found = chunks * BINS + n
         counts[found] = digit
         counts[found + 1] = above
         counts[found + 2] = m
@@ -129,18 +135,19 @@ def gather_pass(
     # instructions each, and this pass is bound by its instructions
     for t in range(c * tiles, (c + 1) * tiles):
         base = ct.int32(t * TILE)
-        key = tile.sort_key(tile.load(row, base, TILE, valid=n - base))
-        keep = (tile.arange(TILE, np.int32) < ct.int32(n) - base) & ((key >> (BITS - FIRST)).astype(np.int32) >= digit)
+        keep = (tile.arange(TILE, np.int32) < ct.int32(n) - base) & (
+            (tile.sort_key(tile.load(row, base, TILE, valid=n - base)) >> (BITS - FIRST)).astype(np.int32) >= digit
+        )
         at, ranks = tile.scan(keep.astype(np.int32), exclusive=True, initial=ranks, return_total=True)
         tile.scatter(counts, at + first, tile.arange(TILE, np.int32) + base, mask=keep)
-        tile.scatter(counts, at + first + n, key.astype(np.int32), mask=keep)  # (its key's bits, after the indices)
 
 
 def finish(
+    x,
     work,
+    vals,
     idx,
     r,
-    n,
     k,
     chunks,
     BITS: ct.constexpr,
@@ -149,15 +156,13 @@ def finish(
     PASSES: ct.constexpr,
     TILE: ct.constexpr,
 ):
-    """Row r's k largest from its candidates, unsorted, above the threshold first, each kind in row order: their
-    indices to `idx[r]`, their keys to the row's survivors in `work` (returned: where they start): the key's other
-    `PASSES` digits of `DIGIT` bits, one pass over the candidates' keys each, then their compaction. `chunks`: the
-    programs per row of the passes before; `n`: the row's length."""
+    """Row r's k largest from its candidates, unsorted, above the threshold first, each kind in row order, to
+    `vals[r]` and `idx[r]`: the key's other `PASSES` digits of `DIGIT` bits, one pass over the candidates each,
+    then their compaction. `chunks`: the programs per row of the passes before."""
     BINS = 1 << FIRST
-    counts = work[r]
-    first = chunks * BINS  # (the candidates' indices in `counts`; then their keys, what `gather_pass` found, and
-    keys = first + n  # the survivors' keys)
-    found = keys + n
+    counts, row = work[r], x[r]
+    first = chunks * BINS  # (where the candidates are in `counts`; after them, what `gather_pass` found)
+    found = first + x.shape[1]
     digit, above, m = counts[found], counts[found + 1], counts[found + 2]
     prefix = np.int64(digit)  # (the threshold takes every bit of a 32-bit key)
     for j in range(PASSES):
@@ -165,7 +170,8 @@ def finish(
         h = tile.zeros(1 << DIGIT, np.int32)
         for t in range(ct.cdiv(m, TILE)):
             base = t * TILE
-            key = tile.load(counts, keys + base, TILE, valid=m - base).astype(np.uint32)
+            inside = tile.arange(TILE, np.int32) < m - base
+            key = tile.sort_key(tile.gather(row, tile.load(counts, first + base, TILE, valid=m - base), mask=inside))
             d = ((key >> shift) & ((1 << DIGIT) - 1)).astype(np.int32)
             counted = ct.where((key >> (shift + DIGIT)) == prefix, d, -1)
             # (few candidates over few bins: one set of counters, not the per-lane copies a long loop gets)
@@ -176,7 +182,8 @@ def finish(
     for t in range(ct.cdiv(m, TILE)):
         base = t * TILE
         inside = tile.arange(TILE, np.int32) < m - base
-        key = tile.load(counts, keys + base, TILE, valid=m - base).astype(np.uint32)
+        v = tile.gather(row, tile.load(counts, first + base, TILE, valid=m - base), mask=inside)
+        key = tile.sort_key(v)
         over = inside & (key > prefix)
         equal = inside & (key == prefix)
         packed = over.astype(np.int64) + equal.astype(np.int64) * (1 << 32)  # (both ranks in one scan)
@@ -184,17 +191,13 @@ def finish(
         equal_rank = (rank >> 32).astype(np.int32)
         at = ct.where(over, (rank & 0xFFFFFFFF).astype(np.int32), above + equal_rank)
         keep = over | (equal & (equal_rank < k - above))
-        tile.scatter(counts, at + found + 3, key.astype(np.int32), mask=keep)
+        tile.scatter(vals[r], at, v, mask=keep)
         tile.scatter(idx[r], at, tile.load(counts, first + base, TILE, valid=m - base), mask=keep)
-    return found + 3
 
 
-def sorted_survivors(row, counts, at, idx, k, K: ct.constexpr):
-    """The row's k survivors (their keys at `counts[at:]`, their indices in `idx`), largest first, ties in row
-    order (their order there), with their indices: sorted by key, then their values read from the row."""
-    inside = tile.arange(K, np.int32) < k
-    _, i = tile.topk(tile.load(counts, at, K, valid=k).astype(np.uint32), K, tile.load(idx, 0, K, valid=k), valid=k)
-    return tile.gather(row, i, mask=inside), i
+def sorted_survivors(vals, idx, k, K: ct.constexpr):
+    """The row's k survivors, largest first, ties in row order (their order in `vals`), with their indices."""
+    return tile.topk(tile.load(vals, 0, K, valid=k), K, tile.load(idx, 0, K, valid=k), valid=k)
 
 
 @ct.jit
@@ -214,8 +217,8 @@ def select_pass(
 ):
     """Program r: row r's k largest from its candidates, sorted, largest first, to `vals[r]`, `idx[r]`."""
     r = ct.program_id(0)
-    at = finish(work, idx, r, x.shape[1], k, chunks, BITS, FIRST, DIGIT, PASSES, TILE)
-    v, i = sorted_survivors(x[r], work[r], at, idx[r], k, K)
+    finish(x, work, vals, idx, r, k, chunks, BITS, FIRST, DIGIT, PASSES, TILE)
+    v, i = sorted_survivors(vals[r], idx[r], k, K)
     tile.store(vals[r], 0, v, valid=k)
     tile.store(idx[r], 0, i, valid=k)
 
@@ -241,8 +244,8 @@ def sample_pass(
     """Program r: a token of row r's nucleus (the fewest of its k largest, sorted, whose softmax mass reaches
     top_p), drawn with `uniform[r]` from the nucleus' renormalised distribution."""
     r = ct.program_id(0)
-    at = finish(work, idx, r, x.shape[1], k, chunks, BITS, FIRST, DIGIT, PASSES, TILE)
-    v, i = sorted_survivors(x[r], work[r], at, idx[r], k, K)
+    finish(x, work, vals, idx, r, k, chunks, BITS, FIRST, DIGIT, PASSES, TILE)
+    v, i = sorted_survivors(vals[r], idx[r], k, K)
     inside = tile.arange(K, np.int32) < k
     logits = v.astype(np.float32)
     p = ct.where(inside, ct.exp(logits - tile.max(ct.where(inside, logits, -np.inf))), 0.0)
@@ -310,10 +313,9 @@ def _gather(x: Any, k: int, tile_size: int) -> tuple[tuple[Any, ...], int, dict[
         raise ValueError(f"keys of up to 32 bits are selected, got {x.dtype}")
     first, digit, passes = DIGITS[bits]
     tiles, grid = _chunks(rows, n, tile_size)
-    width = (grid[0] << first) + 2 * n + 3 + k
+    width = (grid[0] << first) + n + 3
     if width >= 1 << 31:
-        limit = ((1 << 31) - (width - 2 * n)) // 2  # (a row's candidates and their keys in one int32 row)
-        raise ValueError(f"rows of under {limit} elements are selected (int32 offsets), got {n}")
+        raise ValueError(f"rows of under 2**31 - {width - n} elements are selected (int32 offsets), got {n}")
     work = empty_like(x, (rows, width), "int32")
     wide = {"BITS": bits, "FIRST": first, "TILE": tile_size}
     _kernel(count_pass, x)[grid](x, work, n, tiles, **wide)
