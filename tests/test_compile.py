@@ -9,7 +9,7 @@ from carve_checker import check, format_report
 from drawing_checker import drawing_problems
 from programs import CASES, elementwise_math, scaled_cumsum, vector_add
 
-from coop_tiles.codegen.numba_body import _BodyWriter
+from coop_tiles.codegen.numba_body import _BodyWriter, element_expr
 
 BARRIER = re.compile(r"^\s*(?:bar|barrier)\.sync", re.M)
 
@@ -189,3 +189,16 @@ def test_a_gather_after_a_scatter_into_the_same_array_waits_for_it():
     k = scatter_then_gather.compile(x, np.zeros(1, np.int32), x, x, 1, TILE=512, arch="sm_90")
     assert "read after write of" in str(k.plan)
     assert len(BARRIER.findall(k.ptx)) == 1
+
+
+def test_integer_arithmetic_below_64_bits_is_cast_back_to_its_dtype():
+    """Numba computes int32 - int32 in 64 bits: the body casts the result back, so that it wraps as NumPy's does
+    and a scalar assigned from it stays int32 (64-bit compares and adds cost two instructions each); 64-bit and
+    float arithmetic and comparisons are left as they are."""
+    i8, i32, i64, f32 = (np.dtype(t) for t in (np.int8, np.int32, np.int64, np.float32))
+    assert element_expr("sub", ["a", "b"], [i32, i32], i32, i32) == "np.int32((a - b))"
+    assert element_expr("add", ["a", "b"], [i8, i8], i8, i8) == "np.int8((a + b))"
+    assert element_expr("floordiv", ["a", "b"], [i32, i32], i32, i32) == "np.int32(int_floordiv(a, b))"
+    assert element_expr("sub", ["a", "b"], [i64, i64], i64, i64) == "(a - b)"
+    assert element_expr("add", ["a", "b"], [f32, f32], f32, f32) == "(a + b)"
+    assert element_expr("lt", ["a", "b"], [i32, i32], i32, np.dtype(bool)) == "(a < b)"
