@@ -14,10 +14,11 @@ the blocks whose copies fit in a multiprocessor's shared memory hold at least ha
 slots (256 bins: 33 KB a block, 6 blocks an SM: 256 threads or more). Lane l of every warp adds
 to copy l, stored interleaved (`counts[bin * 32 + l]`), so a warp's 32 atomics fall in 32
 different banks whatever the values (one shared set puts random bins in the same bank: 3-4
-passes per warp); the copies are summed once after the loop. The adds are branch-free, as a
-hand-written kernel's: an uncounted item goes to its lane's copy of the spare bin (a conditional
-atomic costs a convergence region, BSSY/BRA/BSYNC, per item), and a whole tile (the loop's
-common case) skips the per-item index test (the partial one compares indices in 32 bits).
+passes per warp); the copies are summed once after the loop. The adds (lane copies or one set)
+are branch-free, as a hand-written kernel's: an uncounted item goes to the spare bin (its lane's
+copy of it; a conditional atomic costs a convergence region, BSSY/BRA/BSYNC, per item), and a
+whole tile (the loop's common case) skips the per-item index test (the partial one compares
+indices in 32 bits).
 Measured on an H100 (uint8, 256 bins, 2^28 items, a hand-written probe, probe/hist_probe.py):
 71-75% of the copy's read rate with one set; lane copies 81% at 256 threads x 4 blocks an SM,
 93-95% at 512 x 4 and 1024 x 2 (full occupancy: 32 registers a thread).
