@@ -119,9 +119,10 @@ def element_expr(op: str, args: list[str], dtypes: list[np.dtype], compute: np.d
     if op == "where":
         xs[0] = convert(args[0], dtypes[0], BOOL)
     definition = element_op(op)
-    integer = definition.lower_integer is not None and np.issubdtype(calc, np.integer)
-    expr = (definition.lower_integer if integer else definition.lower)(xs, lambda v: literal(v, calc))
-    if not definition.boolean and calc == out and np.issubdtype(calc, np.integer) and calc.itemsize < 8:
+    integer = np.issubdtype(calc, np.integer)
+    lower = definition.lower_integer if integer and definition.lower_integer is not None else definition.lower
+    expr = lower(xs, lambda v: literal(v, calc))
+    if integer and not definition.boolean and calc == out and calc.itemsize < 8:
         # Numba computes integer arithmetic in 64 bits: cast back, so that the result wraps as NumPy's does and a
         # scalar assigned from it keeps its 32-bit type (Numba unifies a variable's types; 64-bit compares and
         # adds cost two or more instructions each)
