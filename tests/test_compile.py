@@ -167,12 +167,14 @@ def test_gather_and_scatter_are_direct_without_shared_memory_or_barriers():
 
 def test_atomics_of_a_blocked_tile_go_to_warp_striped_order_first():
     """A blocked tile of several items per thread (a scan's) at contiguous elements is exchanged within each warp
-    (cub::WarpExchange) so that consecutive lanes update consecutive elements."""
+    (cub::WarpExchange) so that consecutive lanes update consecutive elements; a whole tile (all of it valid) is
+    updated without per-item tests, each item at a constant distance from its lane's first element."""
     from programs import atomic_running_sums
 
     x = np.zeros(1, np.float32)
     k = atomic_running_sums.compile(x, x, x, 1, TILE=1024, arch="sm_90")
     assert str(k.plan).count("WARP_EXCHANGE_STRIPED") == 2 and "WarpExchange<float, 4, 32>" in k.shim_source
+    assert k.shim_source.count("if (v == 1024) {") == 2 and k.shim_source.count("(lane + 32LL * i)") == 2
 
 
 def test_a_gather_after_a_scatter_into_the_same_array_waits_for_it():

@@ -103,8 +103,9 @@ def compile_full(dtype, deterministic, channels=1):
 )
 def test_compiled_kernel(dtype, deterministic):
     """At the default launch (8 items over 256 threads, 128 registers) every tile is in registers (shared memory for
-    the collectives only) with a few spilled values at most (bfloat16: 216 bytes of local memory, since the groups of B
-    and C are divided out once per program: more values live across the loops, and on an H200 a third less time);
+    the collectives only) with a few spilled values at most (bfloat16: 136 bytes of local memory; the groups of B and
+    C, divided out once per program, keep more values alive across the loops, and whole rows' atomics test nothing
+    per item);
     one reverse scan and one forward scan per state; the atomics of variable B's and C's gradients warp-exchanged to
     consecutive elements per lane."""
     k = compile_full(dtype, deterministic)
@@ -118,7 +119,7 @@ def test_compiled_kernel(dtype, deterministic):
 
 def test_compiled_kernel_two_channels_per_program():
     """Two channels per program (bfloat16, at `LAUNCHES[2]`: 4 items over 512 threads, 128 registers): every tile in
-    registers, a few values spilled (208 bytes of local memory, about as many as with one channel); each channel's two
+    registers, a few values spilled (184 bytes of local memory, about as many as with one channel); each channel's two
     scans per state, and one atomic add per chunk row of variable B's and C's gradients for both channels."""
     k = compile_full(BF16, False, channels=2)
     assert k.block_threads == 512 and k.registers() <= 128 and k.local_memory_bytes() <= 256
