@@ -48,9 +48,12 @@ from ._arrays import empty_like
 
 #: elements per tile of the passes over whole rows (each program loads `tiles` of them)
 TILE = 4096
-#: candidates per tile of the per-row passes (`finish`): a row of normal logits has a few hundred (k = 50) to a few
-#: thousand (k = 1024), so a smaller tile than TILE does less work per pass over them
+#: candidates per tile of the per-row passes (`finish`) for k up to MANY_CANDIDATES, twice as many above: a row of
+#: normal logits has a few hundred (k = 50) to a few thousand (k = 1024), so a smaller tile than TILE does less work
+#: per pass over them. Measured on an H200 (64 rows of 128256 bfloat16 normal logits, the per-row pass alone): k = 50
+#: 9.4-10.0 us at 1024 against 17.3 at 2048; k = 1024 21.9-22.2 us at 1024 against 17.9-18.5 at 2048
 CANDIDATE_TILE = 1024
+MANY_CANDIDATES = 256
 #: by the keys' width: `(FIRST, DIGIT, PASSES)`, the bits of the first digit (counted over whole rows, in
 #: 2**FIRST shared-memory counters), then those of each of the other digits and how many (over the candidates).
 #: Measured on an H200 (64 rows of 128256 normal logits, whole calls, k = 50 / 1024): bfloat16 (10, 6, 1) 40.6 /
@@ -131,12 +134,13 @@ def gather_pass(
     ranks = ct.int32(tile.sum(tile.gather(counts, before * BINS + digit, mask=before < c)))
     row = x[r]
     first = ct.int32(chunks * BINS)  # (where the row's candidates start in `counts`)
+    lowest = ct.uint32(digit) << (BITS - FIRST)  # (the smallest key with that first digit: no shift per key)
     # the per-key work in 32 bits (a key's digit, its index, its rank): 64-bit compares and adds cost two or more
     # instructions each, and this pass is bound by its instructions
     for t in range(c * tiles, (c + 1) * tiles):
         base = ct.int32(t * TILE)
         keep = (tile.arange(TILE, np.int32) < ct.int32(n) - base) & (
-            (tile.sort_key(tile.load(row, base, TILE, valid=n - base)) >> (BITS - FIRST)).astype(np.int32) >= digit
+            tile.sort_key(tile.load(row, base, TILE, valid=n - base)) >= lowest
         )
         at, ranks = tile.scan(keep.astype(np.int32), exclusive=True, initial=ranks, return_total=True)
         tile.scatter(counts, at + first, tile.arange(TILE, np.int32) + base, mask=keep)
@@ -322,7 +326,12 @@ def _gather(x: Any, k: int, tile_size: int) -> tuple[tuple[Any, ...], int, dict[
     _kernel(gather_pass, x)[grid](x, work, n, k, tiles, CHUNKS=survivors_tile(grid[0]), **wide)
     vals, idx = empty_like(x, (rows, k), x.dtype), empty_like(x, (rows, k), "int64")
     per_row = {"DIGIT": digit, "PASSES": passes, "K": survivors_tile(k), "BITS": bits, "FIRST": first}
-    return (x, work, vals, idx), grid[0], {**per_row, "TILE": CANDIDATE_TILE}
+    return (x, work, vals, idx), grid[0], {**per_row, "TILE": candidate_tile(k)}
+
+
+def candidate_tile(k: int) -> int:
+    """The per-row passes' tile for k (`CANDIDATE_TILE`, doubled past `MANY_CANDIDATES`)."""
+    return CANDIDATE_TILE * (2 if k > MANY_CANDIDATES else 1)
 
 
 def _chunks(rows: int, n: int, tile_size: int) -> tuple[int, tuple[int, int]]:
