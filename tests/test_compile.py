@@ -165,19 +165,6 @@ def test_gather_and_scatter_are_direct_without_shared_memory_or_barriers():
         assert "DIRECT" in str(k.plan)
 
 
-def test_masked_writes_run_their_items_only_in_threads_with_one_set():
-    """A masked scatter's or index atomic's per-item loop runs only where the thread has an item of the mask set
-    (sparse masks: most warps skip it); an unmasked one has no such test."""
-    from programs import atomic_sums_at, scatter_masked
-
-    x, i32 = np.zeros(1, np.float32), np.zeros(1, np.int32)
-    guard = "for (int i = 0; i < 16; ++i) any_set |= mask[i];\n  if (any_set) {"
-    scatter = scatter_masked.compile(x, i32, x, 1, TILE=4096, arch="sm_90")
-    assert scatter.shim_source.count(guard) == 1
-    atomics = atomic_sums_at.compile(i32, x, x, i32, i32, 1, TILE=4096, arch="sm_90")
-    assert atomics.shim_source.count(guard) == 1 and atomics.shim_source.count("atomicAdd(") >= 2
-
-
 def test_atomics_of_a_blocked_tile_go_to_warp_striped_order_first():
     """A blocked tile of several items per thread (a scan's) at contiguous elements is exchanged within each warp
     (cub::WarpExchange) so that consecutive lanes update consecutive elements; a whole tile (all of it valid) is

@@ -39,7 +39,6 @@ from .base import (
     ValueArg,
     mask_arg,
     mask_array,
-    mask_guard,
     mask_ref,
     mask_test,
     mask_value,
@@ -266,13 +265,11 @@ class Atomic(TileOp):
         update = atomic_statement(w, s.op, dt, where, item)
         if not s.index and s.mask is None:
             body += _whole_tile(w, s, a, dt, item, index, items, size)
-        body += mask_guard(
-            s.mask,
-            items,
+        body += (
             f"  for (int i = 0; i < {items}; ++i) {{\n"
             f"    const long long e = {index};\n"
             f"    if (e >= v) continue;\n{reads}"
-            f"    if ({inside}{mask_test(s.mask)}) {update}\n  }}\n",
+            f"    if ({inside}{mask_test(s.mask)}) {update}\n  }}\n"
         )
         args = (a, *where_args, valid_arg(s.valid, size), *mask_arg(s.mask), value)
         call = ShimCall(f"coop_atomic_{s.op}_{s.cid}", args)

@@ -518,16 +518,6 @@ def mask_test(mask: ir.Var | None) -> str:
     return "" if mask is None else " && mask[i]"
 
 
-def mask_guard(mask: ir.Var | None, items: int, loop: str) -> str:
-    """The shim's per-item `loop` of a masked write, run only by a thread with an item of `mask` set: where few
-    are set (a compaction's or a top-k's candidates), most warps skip every item's address, test and store,
-    which predication would otherwise issue item by item (nothing changes without a mask)."""
-    if mask is None:
-        return loop
-    test = f"  bool any_set = false;\n  for (int i = 0; i < {items}; ++i) any_set |= mask[i];\n"
-    return f"{test}  if (any_set) {{\n{loop}  }}\n"
-
-
 def seq(values: Any) -> tuple:
     """A value or tuple of values as a tuple."""
     return values if isinstance(values, tuple) else (values,)

@@ -31,7 +31,6 @@ from .base import (
     ValueArg,
     mask_arg,
     mask_array,
-    mask_guard,
     mask_ref,
     mask_test,
     mask_value,
@@ -239,11 +238,9 @@ class Scatter(TileOp):
         reads, inside, where = address(a, s.index)
         body = index_refs(w, s.index, items) + mask_ref(w, s.mask, items)
         body += w.items_ref("x", "x_items", s.value, items) if is_tile_value(s.value) else ""
-        body += mask_guard(
-            s.mask,
-            items,
+        body += (
             f"  for (int i = 0; i < {items}; ++i) {{\n{padding_skip(w, s.index[0], items)}{reads}"
-            f"    if ({inside}{mask_test(s.mask)}) *({where}) = {'x[i]' if is_tile_value(s.value) else 'x'};\n  }}\n",
+            f"    if ({inside}{mask_test(s.mask)}) *({where}) = {'x[i]' if is_tile_value(s.value) else 'x'};\n  }}\n"
         )
         w.define(call, "", body)
         return call
