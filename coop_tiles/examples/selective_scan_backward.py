@@ -237,7 +237,9 @@ def selective_scan_backward(
 #: shared memory); uncapped that takes 207 registers, one block per multiprocessor, so it is capped at 128 (two
 #: blocks, a few values spilled to L1-cached local memory, as under Mamba's own launch bounds)
 LAUNCH = (8, 128)
-#: channels per program (1, 2 or 4; `channels_for` says where they apply): 1 until the others are measured on a GPU
+#: channels per program (1, 2 or 4; `channels_for` says where they apply): 1. Measured on an H200 (benchmarks/
+#: bwd_probe.py, the mamba_bwd section's shapes, each at its LAUNCHES entry): 2 channels 1.5-1.8x and 4 channels
+#: 3.9-4.4x one channel's time; the atomics saved cost less than the work of the wider state loop
 CHANNELS = 1
 #: the default launch per channels per program: the tiles alive across the state loop grow with the channels, so
 #: more threads hold them
