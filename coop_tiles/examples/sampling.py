@@ -53,6 +53,8 @@ TILE = 4096
 #: per pass over them. Measured on an H200 (64 rows of 128256 bfloat16 normal logits, the per-row pass alone): k = 50
 #: 9.4-10.0 us at 1024 against 17.3 at 2048; k = 1024 21.9-22.2 us at 1024 against 17.9-18.5 at 2048
 CANDIDATE_TILE = 1024
+#: the k past which the per-row passes take tiles of 2 * CANDIDATE_TILE (`candidate_tile`); in whole calls at
+#: k = 1024 the gain was within run-to-run noise on the H200
 MANY_CANDIDATES = 256
 #: by the keys' width: `(FIRST, DIGIT, PASSES)`, the bits of the first digit (counted over whole rows, in
 #: 2**FIRST shared-memory counters), then those of each of the other digits and how many (over the candidates).
