@@ -16,7 +16,7 @@ DRIVER = ctypes.CDLL(sys.argv[1], mode=ctypes.RTLD_GLOBAL)  # first, so that it 
 
 
 class Launch(ctypes.Structure):
-    """fake_libcuda.c's record of its last cuLaunchKernel."""
+    """fake_libcuda.c's record of its last cuLaunchKernel or cuLaunchKernelEx."""
 
     _fields_ = [
         ("count", ctypes.c_longlong),
@@ -27,6 +27,7 @@ class Launch(ctypes.Structure):
         ("stream", ctypes.c_void_p),
         ("params", ctypes.c_void_p),
         ("extra", ctypes.c_void_p),
+        ("programmatic", ctypes.c_int),
     ]
 
 
@@ -107,10 +108,10 @@ GPUS = [1]
 launcher.device_count = lambda: GPUS[0]
 
 
-def probe_kernel():
-    """A fresh kernel whose new specialisations are prepared (never compiled) with function handles 0xF000, 0xF001,
-    ... and whose Python launches are recorded in `kernel.python_launches`, the calls the C path hands to `run` in
-    `kernel.runs`."""
+def probe_kernel(arch: str = "sm_80"):
+    """A fresh kernel for `arch` whose new specialisations are prepared (never compiled) with function handles
+    0xF000, 0xF001, ... and whose Python launches are recorded in `kernel.python_launches`, the calls the C path
+    hands to `run` in `kernel.runs`."""
 
     @ct.jit
     def probe(x, y, n, alpha, TILE: ct.constexpr):
@@ -123,7 +124,7 @@ def probe_kernel():
         params = [arguments.arg_type(v, name) for name, v in zip(probe._runtime_names, runtime)]
         kernel = SimpleNamespace(
             program=SimpleNamespace(name="probe", walk=lambda: iter(())), chain_bytes=None, launch_bytes=0,
-            block_threads=128, shared_bytes=64,
+            block_threads=128, shared_bytes=64, arch=arch,
         )  # fmt: skip
         prepared = launcher.PreparedLaunch(kernel, SimpleNamespace(handle=next(handles)), params, device_id, CONTEXT)
 
@@ -134,7 +135,25 @@ def probe_kernel():
             )  # fmt: skip
             return ("ok",)
 
-        prepared.launch.__globals__.update(LAUNCH=launch, OK="ok")
+        def launch_ex(config, f, params, extra):
+            allowed = [a.value.programmaticStreamSerializationAllowed for a in config.attrs[: config.numAttrs]]
+            launch(
+                f,
+                config.gridDimX,
+                config.gridDimY,
+                config.gridDimZ,
+                config.blockDimX,
+                config.blockDimY,
+                config.blockDimZ,
+                config.sharedMemBytes,
+                int(config.hStream),
+                params,
+                extra,
+            )
+            probe.python_launches[-1]["programmatic"] = allowed == [1]
+            return ("ok",)
+
+        prepared.launch.__globals__.update(LAUNCH=launch, LAUNCH_EX=launch_ex, OK="ok")
         return prepared
 
     def run(grid, stream, args, kwargs):
@@ -154,6 +173,7 @@ def c_launch(kernel) -> dict:
             return {
                 "function": LAST.function, "grid": list(LAST.grid), "block": LAST.block[0], "shared": LAST.shared,
                 "stream": LAST.stream or 0, "slots": list(prepared.c_slots), "whole_buffer": extra == slots,
+                **({"programmatic": True} if LAST.programmatic else {}),
             }  # fmt: skip
     raise AssertionError("the C path launched a buffer of no prepared launch")
 
@@ -233,6 +253,13 @@ def main() -> None:
     out["device_1"] = call(many, 3, *second, 5, 0.5, TILE=128)
     out["mixed_devices"] = call(many, 3, flat[0], T((7,), device=1), 5, 0.5, TILE=128)
     out["many_keys"] = keys(many)
+
+    GPUS[0] = 1  # sm_90: launched allowing programmatic stream serialization, by both paths
+    hopper = probe_kernel("sm_90")
+    call(hopper, 3, *flat, 5, 0.5, TILE=128)
+    out["programmatic"] = call(hopper, 3, *flat, 5, 0.5, TILE=128)
+    out["programmatic_python"] = python_path(hopper, (2, 3), *flat, 5, 0.5, TILE=128)
+    out["programmatic_keys"] = keys(hopper)
     print(json.dumps(out))
 
 

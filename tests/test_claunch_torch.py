@@ -123,3 +123,11 @@ def test_with_several_gpus_each_tensors_device_picks_the_specialisation_and_the_
         ],
         "run": 1,
     }
+
+
+def test_sm_90_kernels_are_launched_allowing_programmatic_stream_serialization_by_both_paths(probe):
+    function = probe["programmatic_keys"][FLOAT_KEY]
+    slots = [0x10000, 10, 0x20000, 7, 5, HALF]
+    assert _c_launch(probe["programmatic"]) == {**_expected(function, [3, 1, 1], slots), "programmatic": True}
+    assert probe["programmatic_python"] == {**_expected(function, [2, 3, 1], slots), "programmatic": True}
+    assert "programmatic" not in probe["flat"]["c"] and "programmatic" not in probe["flat_python"]

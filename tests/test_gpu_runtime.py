@@ -219,6 +219,29 @@ def test_c_launch_path_hands_the_driver_one_parameter_buffer_of_arrays_ints_and_
     assert fallbacks == []
 
 
+@pytest.mark.parametrize("path", ["c", "python"])
+def test_dependent_launches_see_the_whole_previous_kernel(path):
+    """Each launch reads every element the one before it wrote: on sm_90 and later both are launched allowing
+    programmatic stream serialization, and a kernel's entry must wait for all of the previous kernel's blocks (a block
+    of this one that read early would see a stale element, and the count would come out short)."""
+    cp = pytest.importorskip("cupy")
+    kernel = ct.jit(vector_add.fn)
+    n, launches = 1 << 24, 40
+    one = cp.ones(n, cp.float32)
+    a, b = cp.zeros(n, cp.float32), cp.zeros(n, cp.float32)
+    stream = cp.cuda.Stream(non_blocking=True)
+    with stream:
+        grid = (ct.cdiv(n, 4096),) if path == "c" else ((ct.cdiv(n, 4096),), stream)  # a stream object: Python
+        for _ in range(launches // 2):
+            kernel[grid](a, one, b, n, TILE=4096)
+            kernel[grid](b, one, a, n, TILE=4096)
+    stream.synchronize()
+    (prepared,) = kernel._kernels.values()
+    sm = cp.cuda.Device().compute_capability
+    assert prepared.programmatic == (int(sm) >= 90) and prepared.c_info[9] == (int(sm) >= 90)
+    assert int(cp.count_nonzero(a != launches)) == 0
+
+
 def test_cupy_imported_after_the_first_launch():
     """A kernel first launched before CuPy was imported then launches CuPy arrays, through the
     fast paths rebuilt for CuPy, on CuPy's current stream."""

@@ -11,8 +11,9 @@
  * launch's prepared facts, else it builds the same key as the Python path (a tensor's is the
  * key the kernel's Classifier learnt for its kind) and looks the PreparedLaunch up in
  * `kernels`. It then writes the arguments into the prepared parameter buffer and calls
- * cuLaunchKernel on the current stream of PyTorch when a tensor is among the arguments, else
- * of CuPy, all while holding the GIL (so no other thread touches the buffer). The launch runs
+ * cuLaunchKernel (cuLaunchKernelEx allowing programmatic stream serialization, for kernels the
+ * Python path launches so: PreparedLaunch.programmatic) on the current stream of PyTorch when a
+ * tensor is among the arguments, else of CuPy, all while holding the GIL (so no other thread touches the buffer). The launch runs
  * on its arrays' device: the prepared launch belongs to one device, whose primary context must
  * be current (else the Python path makes it current for the launch); with several GPUs in the
  * process it reads each array's device and checks that a stream handle belongs to that
@@ -34,6 +35,23 @@
 
 typedef int (*launch_fn)(void *, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void *,
                          void **, void **);
+/* cuda.h's CUlaunchAttribute (an id, padding, a 64-byte value) and CUlaunchConfig, for cuLaunchKernelEx */
+typedef struct {
+    int id;
+    char pad[4];
+    union {
+        char bytes[64];
+        int allowed;
+    } value;
+} launch_attribute;
+typedef struct {
+    unsigned grid[3], block[3], shared;
+    void *stream;
+    launch_attribute *attrs;
+    unsigned count;
+} launch_config;
+#define CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION 6
+typedef int (*launch_ex_fn)(const launch_config *, void *, void **, void **);
 typedef intptr_t (*stream_fn)(void);
 typedef int (*context_fn)(void **);
 typedef int (*device_fn)(int *);
@@ -43,6 +61,7 @@ typedef int (*stream_context_fn)(void *, void **);
 #define CU_LAUNCH_PARAM_BUFFER_POINTER ((void *)0x01)
 #define CU_LAUNCH_PARAM_BUFFER_SIZE ((void *)0x02)
 static launch_fn cu_launch = NULL;
+static launch_ex_fn cu_launch_ex = NULL; /* NULL with a driver older than CUDA 12: plain launches */
 static context_fn cu_ctx_get_current = NULL;
 static device_fn cu_ctx_get_device = NULL;
 static stream_context_fn cu_stream_get_ctx = NULL;
@@ -58,6 +77,7 @@ static int load_driver(void) {
     cu_stream_get_ctx = (stream_context_fn)dlsym(lib, "cuStreamGetCtx");
     if (!cu_ctx_get_current || !cu_ctx_get_device || !cu_stream_get_ctx) return 0;
     cu_launch = (launch_fn)dlsym(lib, "cuLaunchKernel");
+    cu_launch_ex = (launch_ex_fn)dlsym(lib, "cuLaunchKernelEx");
     return cu_launch != NULL;
 }
 
@@ -117,6 +137,7 @@ typedef struct {
     unsigned char *slots;
     void **params;
     size_t buffer_size; /* the slots' size when they are the kernel's exact parameter layout, else 0 */
+    int programmatic;   /* launched allowing programmatic stream serialization */
     char kinds[MAX_ARGS];
 } KernelBase;
 
@@ -238,10 +259,11 @@ static int remember(KernelBase *self, PyObject *prepared, PyObject *const *token
                     Py_ssize_t n, long device) {
     PyObject *info = PyObject_GetAttr(prepared, s_c_info);
     if (!info) return -1;
-    int bad = !PyTuple_CheckExact(info) || PyTuple_GET_SIZE(info) != 9;
+    int bad = !PyTuple_CheckExact(info) || PyTuple_GET_SIZE(info) != 10;
     void *function = NULL, *slots = NULL, *params = NULL, *context = NULL;
     unsigned long block = 0, shared = 0;
     size_t buffer_size = 0;
+    int programmatic = 0;
     PyObject *kinds = NULL;
     if (!bad) {
         function = PyLong_AsVoidPtr(PyTuple_GET_ITEM(info, 0));
@@ -252,6 +274,7 @@ static int remember(KernelBase *self, PyObject *prepared, PyObject *const *token
         kinds = PyTuple_GET_ITEM(info, 5);
         buffer_size = PyLong_AsSize_t(PyTuple_GET_ITEM(info, 6));
         context = PyLong_AsVoidPtr(PyTuple_GET_ITEM(info, 7));
+        programmatic = PyObject_IsTrue(PyTuple_GET_ITEM(info, 9));
         bad = PyErr_Occurred() || !PyBytes_CheckExact(kinds) || PyBytes_GET_SIZE(kinds) != n;
     }
     if (bad) {
@@ -268,6 +291,7 @@ static int remember(KernelBase *self, PyObject *prepared, PyObject *const *token
     self->slots = (unsigned char *)slots;
     self->params = (void **)params;
     self->buffer_size = buffer_size;
+    self->programmatic = programmatic == 1;
     self->context = context;
     self->memo_device = device;
     for (Py_ssize_t i = 0; i < count; i++) {
@@ -586,15 +610,21 @@ static int try_launch(KernelBase *self, PyObject *grid, PyObject *stream, PyObje
     }
     /* a failed launch launched nothing: the Python path launches again and reports the error */
     void *stream_handle = (void *)(intptr_t)handle;
-    if (self->buffer_size) {
-        size_t size = self->buffer_size;
-        void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, self->slots, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
-                         CU_LAUNCH_PARAM_END};
-        return cu_launch(self->function, dims[0], dims[1], dims[2], self->block, 1, 1, self->shared, stream_handle,
-                         NULL, extra) == 0;
+    size_t size = self->buffer_size;
+    void *extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, self->slots, CU_LAUNCH_PARAM_BUFFER_SIZE, &size,
+                     CU_LAUNCH_PARAM_END};
+    void **params = size ? NULL : self->params, **extras = size ? extra : NULL;
+    if (self->programmatic && cu_launch_ex) {
+        launch_attribute allow;
+        memset(&allow, 0, sizeof allow);
+        allow.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        allow.value.allowed = 1;
+        launch_config config = {{dims[0], dims[1], dims[2]}, {self->block, 1, 1}, self->shared, stream_handle,
+                                &allow, 1};
+        return cu_launch_ex(&config, self->function, params, extras) == 0;
     }
     return cu_launch(self->function, dims[0], dims[1], dims[2], self->block, 1, 1, self->shared, stream_handle,
-                     self->params, NULL) == 0;
+                     params, extras) == 0;
 decline:
     PyErr_Clear();
     return 0;
