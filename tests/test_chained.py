@@ -119,8 +119,13 @@ def test_the_launch_passes_the_grid_state_last_and_frees_a_captured_one():
         calls.append(("launch", g0, [ctypes.c_uint64.from_address(pointers[i]).value for i in range(6)]))
         return ("ok",)
 
+    def fake_launch_ex(config, f, params, extra):  # (an sm_90 kernel: launched allowing programmatic serialization)
+        grid, block = (config.gridDimX, config.gridDimY, config.gridDimZ), config.blockDimX
+        return fake_launch(f, *grid, block, 1, 1, config.sharedMemBytes, int(config.hStream), params, extra)
+
+    assert prepared.programmatic
     namespace = prepared.launch.__globals__
-    namespace.update(STATES=States(), LAUNCH=fake_launch, OK="ok")
+    namespace.update(STATES=States(), LAUNCH=fake_launch, LAUNCH_EX=fake_launch_ex, OK="ok")
     prepared.launch(7, 1, 1, 99, 0x1000, 10, 0x2000, 20, 30, 0)
     assert calls == [
         ("acquire", 99, 7, 16),
