@@ -304,9 +304,9 @@ def argument_kind(t: ArrayType | ScalarType) -> str:
 
 def programmatic(arch: str) -> bool:
     """Whether kernels for `arch` are launched with programmatic stream serialization (programmatic dependent
-    launch): on sm_90 and later, unless `COOP_TILES_PDL=0`. Such a kernel is launched while the kernel ahead of it in
-    the stream runs and waits for it in its entry (`codegen/shims.py::GRID_DEPENDENCY`): on an H200, 2-3.5 us less
-    per top-k call (three launches), 1 us per MoE align (two)."""
+    launch): on sm_90 and later, unless `COOP_TILES_PDL=0`. Such a kernel's launch is prepared while the kernel ahead
+    of it in the stream runs, and it waits for that one in its entry (`codegen/shims.py::GRID_DEPENDENCY`): on an
+    H200, about 3 us less per top-k call (three launches), 1 us per MoE align (two)."""
     digits = re.match(r"sm_(\d+)", arch)
     return digits is not None and int(digits.group(1)) >= 90 and os.environ.get("COOP_TILES_PDL", "1") != "0"
 
