@@ -59,8 +59,8 @@ __device__ __forceinline__ float2 coop_bf16x2_to_f32x2(unsigned w) { return make
 
 #: Every kernel's first statement (sm_90 and later): wait until the grid before it in the stream has finished and its
 #: writes are visible. Launched with programmatic stream serialization (`runtime/launcher.py::programmatic`), a
-#: kernel is launched before the kernel ahead of it has ended, and its blocks start as that one's blocks exit; launched
-#: without, the wait does nothing. No kernel asks for the early launch of the next (`griddepcontrol.launch_dependents`):
+#: kernel's launch is prepared while the kernel ahead of it runs, and its blocks start once that one's last block has
+#: exited; launched without, the wait does nothing. No kernel asks for the early launch of the next (`griddepcontrol.launch_dependents`):
 #: on an H200 that placed a one-wave kernel's blocks on the multiprocessors that freed first, unevenly, and made
 #: top-k's float32 passes slower (45 -> 51 us); the implicit request at each block's exit keeps most of the gain.
 GRID_DEPENDENCY = '#if __CUDA_ARCH__ >= 900\n  asm volatile("griddepcontrol.wait;" ::: "memory");\n#endif\n'

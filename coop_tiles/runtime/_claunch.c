@@ -13,11 +13,11 @@
  * `kernels`. It then writes the arguments into the prepared parameter buffer and calls
  * cuLaunchKernel (cuLaunchKernelEx allowing programmatic stream serialization, for kernels the
  * Python path launches so: PreparedLaunch.programmatic) on the current stream of PyTorch when a
- * tensor is among the arguments, else of CuPy, all while holding the GIL (so no other thread touches the buffer). The launch runs
- * on its arrays' device: the prepared launch belongs to one device, whose primary context must
- * be current (else the Python path makes it current for the launch); with several GPUs in the
- * process it reads each array's device and checks that a stream handle belongs to that
- * context. Anything else (a new signature, the first tensor of a kind, another array type, a
+ * tensor is among the arguments, else of CuPy, all while holding the GIL (so no other thread
+ * touches the buffer). The launch runs on its arrays' device: the prepared launch belongs to one
+ * device, whose primary context must be current (else the Python path makes it current for the
+ * launch); with several GPUs in the process it reads each array's device and checks that a
+ * stream handle belongs to that context. Anything else (a new signature, the first tensor of a kind, another array type, a
  * failed launch) goes to the Python method `run(grid, stream, args, kwargs)`, which compiles,
  * reports errors and launches. libcuda is opened on first use, so importing needs no driver.
  */

@@ -409,29 +409,7 @@ class PreparedLaunch:
             ]
         self.programmatic = programmatic(getattr(kernel, "arch", ""))
         cupy = sys.modules.get("cupy")
-        if self.programmatic:
-            from cuda.bindings import driver
-
-            namespace.update(
-                CONFIG=_programmatic_config(kernel.block_threads, kernel.shared_bytes),
-                LAUNCH_EX=driver.cuLaunchKernelEx,
-                F=compiled.handle,
-                OK=driver.CUresult.CUDA_SUCCESS,
-            )
-            if own_state:
-                namespace.update(LAUNCH=driver.cuLaunchKernel, PF=prepare.handle)
-                body += [
-                    "        (err,) = LAUNCH(PF, 1, 1, 1, 32, 1, 1, 0, stream, P, 0)",
-                    "        if err != OK:",
-                    "            fail(err)",
-                ]
-            body += [
-                "        CONFIG.gridDimX, CONFIG.gridDimY, CONFIG.gridDimZ, CONFIG.hStream = g0, g1, g2, stream",
-                "        (err,) = LAUNCH_EX(CONFIG, F, P, 0)",
-                "    if err != OK:",
-                "        fail(err)",
-            ]
-        elif cupy is not None and hasattr(cupy.cuda.driver, "launchKernel"):
+        if cupy is not None and hasattr(cupy.cuda.driver, "launchKernel") and not self.programmatic:
             namespace.update(
                 LAUNCH=cupy.cuda.driver.launchKernel, F=int(compiled.handle), ERROR=cupy.cuda.driver.CUDADriverError
             )
@@ -455,11 +433,18 @@ class PreparedLaunch:
                     "        if err != OK:",
                     "            fail(err)",
                 ]
-            body += [
-                "        (err,) = LAUNCH(F, g0, g1, g2, B, 1, 1, S, stream, P, 0)",
-                "    if err != OK:",
-                "        fail(err)",
-            ]
+            if self.programmatic:
+                namespace.update(
+                    CONFIG=_programmatic_config(kernel.block_threads, kernel.shared_bytes),
+                    LAUNCH_EX=driver.cuLaunchKernelEx,
+                )
+                body += [
+                    "        CONFIG.gridDimX, CONFIG.gridDimY, CONFIG.gridDimZ, CONFIG.hStream = g0, g1, g2, stream",
+                    "        (err,) = LAUNCH_EX(CONFIG, F, P, 0)",
+                ]
+            else:
+                body.append("        (err,) = LAUNCH(F, g0, g1, g2, B, 1, 1, S, stream, P, 0)")
+            body += ["    if err != OK:", "        fail(err)"]
         if chain is not None:
             body += ["    if own:", "        STATES.release(state, stream)"]
         if own_state:
