@@ -1,7 +1,7 @@
 """`python -m coop_tiles`: the demo, and commands to inspect the installation and the disk cache.
 
 python -m coop_tiles                        run the demo (a tile program on the GPU, else in the interpreter)
-python -m coop_tiles --version              coop_tiles, its toolchain, the C launch path and the device
+python -m coop_tiles --version              coop_tiles, its toolchain, the launch paths and the device
 python -m coop_tiles cache info             where the disk cache is, its cap, entries and bytes by kind
 python -m coop_tiles cache list [--kind K]  every entry: kind, key, size, last use
 python -m coop_tiles cache clear [--kind K] remove entries (all, or one kind)
@@ -104,6 +104,11 @@ def show_version() -> int:
         rows.append(("C launch path", f"built: {fastpath.C_LAUNCH_FILE} (used for launches with CuPy arrays)"))
     else:
         rows.append(("C launch path", f"not built: {fastpath.C_LAUNCH_MISSING}; launches go through Python"))
+    rows.append(
+        ("programmatic launch", "on for sm_90 and later (COOP_TILES_PDL=0 turns it off)")
+        if launcher.programmatic_enabled()
+        else ("programmatic launch", "off (COOP_TILES_PDL=0)")
+    )
     reason = launcher.no_gpu_reason()
     if reason is None:
         device = launcher.current_device()

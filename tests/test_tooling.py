@@ -366,6 +366,18 @@ def test_version_names_the_toolchain_and_the_device(capsys):
         assert rows["device"].startswith("no GPU (")
 
 
+@pytest.mark.parametrize(
+    "setting, said", [(None, "on for sm_90 and later (COOP_TILES_PDL=0 turns it off)"), ("0", "off (COOP_TILES_PDL=0)")]
+)
+def test_version_says_whether_programmatic_launch_is_on(setting, said, capsys, monkeypatch):
+    if setting is None:
+        monkeypatch.delenv("COOP_TILES_PDL", raising=False)
+    else:
+        monkeypatch.setenv("COOP_TILES_PDL", setting)
+    rows = dict(re.split(r"\s{2,}", line, maxsplit=1) for line in run_cli(capsys, "--version"))
+    assert rows["programmatic launch"] == said
+
+
 def test_python_dash_m_help():
     result = subprocess.run(
         [sys.executable, "-m", "coop_tiles", "--help"], cwd=REPO, capture_output=True, text=True, check=True

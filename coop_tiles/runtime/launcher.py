@@ -302,13 +302,19 @@ def argument_kind(t: ArrayType | ScalarType) -> str:
     return kernel_params("x", t)[0].slot
 
 
+def programmatic_enabled() -> bool:
+    """Whether programmatic dependent launch is on (it is unless `COOP_TILES_PDL=0`; read at each kernel's first
+    launch on a device)."""
+    return os.environ.get("COOP_TILES_PDL", "1") != "0"
+
+
 def programmatic(arch: str) -> bool:
     """Whether kernels for `arch` are launched with programmatic stream serialization (programmatic dependent
     launch): on sm_90 and later, unless `COOP_TILES_PDL=0`. Such a kernel's launch is prepared while the kernel ahead
     of it in the stream runs, and it waits for that one in its entry (`codegen/shims.py::GRID_DEPENDENCY`): on an
     H200, about 3 us less per top-k call (three launches), 1 us per MoE align (two)."""
     digits = re.match(r"sm_(\d+)", arch)
-    return digits is not None and int(digits.group(1)) >= 90 and os.environ.get("COOP_TILES_PDL", "1") != "0"
+    return digits is not None and int(digits.group(1)) >= 90 and programmatic_enabled()
 
 
 def _programmatic_config(block_threads: int, shared_bytes: int) -> Any:
