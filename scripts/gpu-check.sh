@@ -112,8 +112,14 @@ if [ "$mode" = "--sanitize" ]; then
     sanitize 2>&1 | tee "$out/sanitize.log"
     exit "${PIPESTATUS[0]}"
 fi
-# the GPU suite, plus the tutorials (which run on the GPU when there is one)
-python3 -m pytest -q -p no:cacheprovider tests/test_gpu*.py tests/test_tutorials.py 2>&1 | tee "$out/gpu-tests.log"
+# the GPU suite: every test marked gpu, whichever file it is in (side by side with pytest-xdist where it is
+# installed: the suite is bound by its compiles), then the tutorials (which run on the GPU when there is one)
+workers=()
+python3 -c "import xdist" 2>/dev/null && workers=(-n "${GPU_TEST_WORKERS:-8}")
+python3 -m pytest -q -p no:cacheprovider "${workers[@]}" -m gpu tests/ --ignore=tests/test_tutorials.py 2>&1 \
+    | tee "$out/gpu-tests.log"
+[ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+python3 -m pytest -q -p no:cacheprovider tests/test_tutorials.py 2>&1 | tee "$out/tutorial-tests.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 # the sanitizer sweep (its kernels compiled by the suite above come from the disk cache)
 sanitize 2>&1 | tee "$out/sanitize.log"
