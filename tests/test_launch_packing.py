@@ -60,10 +60,12 @@ def test_arguments_are_packed_into_typed_slots():
     assert wide.c_info[6] == 8 * 6  # all 8 bytes wide: the slots are the kernel's parameter layout
 
 
-def test_a_kernel_with_launch_state_runs_its_prepare_kernel_first(monkeypatch):
+@pytest.mark.parametrize("arch", [None, "sm_90a"])
+def test_a_kernel_with_launch_state_runs_its_prepare_kernel_first(arch, monkeypatch):
     """A pipelined K loop's kernel (`launch_bytes`): the launch state of the stream goes in the last slot, the
     prepare kernel (one block of 32 threads, no shared memory) runs on the same stream and buffer just before the
-    program, and the C path declines it."""
+    program, and the C path declines it. For sm_90a the program is launched allowing programmatic stream
+    serialization (cuLaunchKernelEx), its prepare kernel plainly."""
     from coop_tiles.runtime import launch_state, launcher
 
     class Code:
@@ -79,6 +81,8 @@ def test_a_kernel_with_launch_state_runs_its_prepare_kernel_first(monkeypatch):
     kernel = _fake_kernel(
         block_threads=256, shared_bytes=131200, launch_bytes=576, prepare_name="coop_prepare_k", cubin=b""
     )
+    if arch is not None:
+        kernel.arch = arch
     prepared = PreparedLaunch(kernel, SimpleNamespace(handle=7), [ArrayType(np.dtype(np.float32))])
     seen = []
 
@@ -87,14 +91,22 @@ def test_a_kernel_with_launch_state_runs_its_prepare_kernel_first(monkeypatch):
         seen.append((f, (g0, g1, g2), b0, shared, stream, struct.unpack("<Q", ctypes.string_at(pointers[2], 8))[0]))
         return ("ok",)
 
-    prepared.launch.__globals__["LAUNCH"] = fake_launch
-    prepared.launch.__globals__["OK"] = "ok"
+    def fake_launch_ex(config, f, params, extra):
+        allowed = [a.value.programmaticStreamSerializationAllowed for a in config.attrs[: config.numAttrs]]
+        fake_launch(f, config.gridDimX, config.gridDimY, config.gridDimZ, config.blockDimX, 1, 1,
+                    config.sharedMemBytes, int(config.hStream), params, extra)  # fmt: skip
+        seen[-1] += ("programmatic" if allowed == [1] else "plain",)
+        return ("ok",)
+
+    prepared.launch.__globals__.update(LAUNCH=fake_launch, LAUNCH_EX=fake_launch_ex, OK="ok")
     prepared.launch(4, 1, 1, 99, 0x1000, 64)
     assert acquired == [(99, 576)]
+    program = (7, (4, 1, 1), 256, 131200, 99, 0xBEEF)
     assert seen == [
         (hash("coop_prepare_k"), (1, 1, 1), 32, 0, 99, 0xBEEF),
-        (7, (4, 1, 1), 256, 131200, 99, 0xBEEF),
+        program if arch is None else (*program, "programmatic"),
     ]
+    assert prepared.programmatic == (arch is not None)
     assert prepared.c_info is None
     assert prepared.launch.__globals__["LOCK"] is launch_state.STATES.launching  # (pairs enqueued whole)
 
