@@ -22,7 +22,7 @@ from coop_tiles.runtime.launcher import PreparedLaunch
 def _fake_kernel(**fields) -> SimpleNamespace:
     """What PreparedLaunch reads of a CompiledKernel: a program without statements, no chained scan, no launch
     state unless `fields` say otherwise."""
-    fields = {"chain_bytes": None, "launch_bytes": 0, **fields}
+    fields = {"chain_bytes": None, "launch_bytes": 0, "arch": "sm_80", **fields}
     return SimpleNamespace(program=SimpleNamespace(name="k", walk=lambda: iter(())), **fields)
 
 

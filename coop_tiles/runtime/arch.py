@@ -26,9 +26,14 @@ def parse_arch(value: Any) -> str:
     return name
 
 
+def arch_number(name: str) -> int:
+    """The number of arch `name` as `parse_arch` spells it: "sm_90" and "sm_90a" are 90."""
+    return int(_SPELLING.fullmatch(name).group(1))
+
+
 def check_supported(name: str) -> None:
     """A LaunchError when NVRTC, as far as it can say, does not compile for arch `name` ("sm_90")."""
-    number = int(_SPELLING.fullmatch(name).group(1))
+    number = arch_number(name)
     version, supported = nvrtc_archs()
     if supported and number not in supported:
         listed = ", ".join(f"sm_{n}" for n in supported)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import re
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +15,7 @@ from ..lang.types import ArrayType, ScalarType
 from ..ops.base import launch_checks
 from . import chain as chain_states
 from . import launch_state
+from .arch import arch_number
 from .kernel import CompiledKernel
 
 STATIC_SHARED_LIMIT = 48 * 1024
@@ -313,8 +313,7 @@ def programmatic(arch: str) -> bool:
     launch): on sm_90 and later, unless `COOP_TILES_PDL=0`. Such a kernel's launch is prepared while the kernel ahead
     of it in the stream runs, and it waits for that one in its entry (`codegen/shims.py::GRID_DEPENDENCY`): on an
     H200, about 3 us less per top-k call (three launches), 1 us per MoE align (two)."""
-    digits = re.match(r"sm_(\d+)", arch)
-    return digits is not None and int(digits.group(1)) >= 90 and programmatic_enabled()
+    return arch_number(arch) >= 90 and programmatic_enabled()
 
 
 def _programmatic_config(block_threads: int, shared_bytes: int) -> Any:
@@ -413,7 +412,7 @@ class PreparedLaunch:
                 "        pipelines, own_pipelines = STATES_OWN.acquire(stream, OWN)",
                 f"        SLOTS[{count - 1}] = pipelines",
             ]
-        self.programmatic = programmatic(getattr(kernel, "arch", ""))
+        self.programmatic = programmatic(kernel.arch)
         cupy = sys.modules.get("cupy")
         if cupy is not None and hasattr(cupy.cuda.driver, "launchKernel") and not self.programmatic:
             namespace.update(

@@ -17,6 +17,7 @@ import threading
 from importlib import metadata
 
 from ..errors import CompileError
+from .arch import arch_number
 
 #: Macros for every NVRTC run. CCCL unrolls its type-list metafunctions 16 deep under NVRTC and
 #: 10 deep under nvcc; at 16, expanding `cuda/std/__type_traits/type_list.h` alone takes NVRTC
@@ -254,7 +255,7 @@ def _numba_compile(
 
 
 def _cc(arch: str) -> tuple[str, str]:
-    number = arch.removeprefix("sm_").rstrip("a")
+    number = str(arch_number(arch))
     return number[:-1], number[-1]
 
 
